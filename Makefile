@@ -1,0 +1,54 @@
+# The front door. `make setup` builds llama.cpp for this machine's CPU without native-only
+# instructions (the native build segfaults in the AMX matmul on some Xeons). GPU users pass their own:
+#   make setup CMAKE_ARGS="-DGGML_CUDA=on"      (or -DGGML_METAL=on, -DGGML_VULKAN=on)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+LLAMA_CPP_VERSION := 0.3.36
+# built wheels are kept per CMAKE_ARGS: pip's own cache ignores CMAKE_ARGS and would reuse a wrong build
+WHEEL_DIR := .wheels/$(shell printf '%s' "$(CMAKE_ARGS)" | sha1sum | cut -c1-12)
+
+.PHONY: setup models demo test test-fast bench lint format clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@if ! ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
+		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) with CMAKE_ARGS='$(CMAKE_ARGS)' (a few minutes)"; \
+		CMAKE_ARGS="$(CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(WHEEL_DIR) \
+			llama-cpp-python==$(LLAMA_CPP_VERSION); \
+	fi
+	printf '%s\n' "$(CMAKE_ARGS)" > $(WHEEL_DIR)/CMAKE_ARGS
+	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
+	$(PY) -m pip install -q --find-links $(WHEEL_DIR) -e ".[dev]"
+	touch $@
+
+models: setup
+	$(VENV)/bin/localspec models
+
+demo: models
+	$(VENV)/bin/localspec run --pair models/default --chat --temperature 0 --max-tokens 96 \
+		"Write a short poem about the sea."
+
+test: models
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: models
+	$(PY) scripts/make_bench.py
+
+lint:
+	$(VENV)/bin/ruff check localspec tests scripts
+	$(VENV)/bin/ruff format --check localspec tests scripts
+
+format:
+	$(VENV)/bin/ruff format localspec tests scripts
+	$(VENV)/bin/ruff check --fix localspec tests scripts
+
+clean:
+	rm -rf $(VENV) .wheels .pytest_cache

@@ -1,0 +1,85 @@
+"""What every command shares: options generated from Settings fields, settings resolution, and
+the error policy (one clear line on stderr and a non-zero exit, never a traceback)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from ..errors import LocalspecError
+from ..settings import Settings, setting_fields
+
+
+def _click_type(f: Any) -> Any:
+    hint = typing.get_type_hints(Settings)[f.name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+    base = args[0]
+    if "choices" in f.metadata:
+        return click.Choice(f.metadata["choices"])
+    if base is Path:
+        return click.Path(path_type=Path)
+    if typing.get_origin(base) is tuple:
+        return str
+    return base
+
+
+def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
+    """Add one --flag per Settings field of the given groups. Defaults are None ('not given') so
+    config files and pair presets can fill them; Settings.load applies the real defaults."""
+
+    def deco(fn: Callable) -> Callable:
+        for f in reversed([f for g in groups for f in setting_fields(g) if f.name not in exclude]):
+            flag = "--" + f.name.replace("_", "-")
+            help_text = f.metadata["help"]
+            if f.type in ("bool", bool) or str(f.type) == "bool":
+                fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None,
+                                  help=help_text)(fn)
+            else:
+                fn = click.option(flag, f.name, type=_click_type(f), default=None,
+                                  multiple=bool(f.metadata.get("multiple")), help=help_text)(fn)
+        return click.option("--config", type=click.Path(path_type=Path), default=None,
+                            help="A TOML file of settings (see configs/defaults.toml).")(fn)
+
+    return deco
+
+
+def resolve_settings(kwargs: dict[str, Any]) -> Settings:
+    """Settings from the options added by `settings_options` (pops them from kwargs)."""
+    names = {f.name for f in setting_fields()}
+    given = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
+    config = kwargs.pop("config", None)
+    return Settings.load(config=config, **given)
+
+
+def run_cli(group: click.Group) -> None:
+    try:
+        group.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except LocalspecError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("\ninterrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except MemoryError:
+        click.echo("error: out of memory (try a smaller --n-ctx or a smaller model)", err=True)
+        sys.exit(1)
+    except Exception as e:  # a bug of ours: still one line, with a way to get the traceback
+        if os.environ.get("LOCALSPEC_DEBUG"):
+            raise
+        click.echo(f"internal error: {type(e).__name__}: {e} (set LOCALSPEC_DEBUG=1 for a traceback)", err=True)
+        sys.exit(2)

@@ -1,0 +1,58 @@
+"""pair.toml: where a converted pair lives and how to run it.
+
+    [pair]
+    target = "target-q4_k_m.gguf"      # paths relative to the pair folder
+    draft = "draft-q8_0.gguf"
+    vocab_fingerprint = "sha256:..."
+    [runtime]                          # any Settings field: recommended defaults for this pair
+    draft_max = "auto"
+"""
+
+from __future__ import annotations
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import LocalspecError
+
+PAIR_TOML = "pair.toml"
+
+
+@dataclass(frozen=True)
+class PairFile:
+    path: Path
+    target: Path
+    draft: Path
+    info: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+
+def pair_toml_path(path: Path) -> Path:
+    return path / PAIR_TOML if path.is_dir() else path
+
+
+def read_pair(path: Path) -> PairFile:
+    toml_path = pair_toml_path(Path(path))
+    if not toml_path.exists():
+        hint = " (run `make models` to build the default pair)" if "default" in str(path) else ""
+        raise LocalspecError(f"no pair at {path}: {toml_path} does not exist{hint}")
+    try:
+        data = tomllib.loads(toml_path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise LocalspecError(f"{toml_path} is not valid TOML: {e}") from None
+    pair = data.get("pair", {})
+    if "target" not in pair or "draft" not in pair:
+        raise LocalspecError(f"{toml_path} needs [pair] target = ... and draft = ...")
+    base = toml_path.parent
+    return PairFile(
+        path=toml_path,
+        target=(base / pair["target"]).resolve(),
+        draft=(base / pair["draft"]).resolve(),
+        info={k: v for k, v in pair.items() if k not in ("target", "draft")},
+        runtime=dict(data.get("runtime", {})),
+    )
