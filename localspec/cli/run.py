@@ -1,0 +1,53 @@
+"""`localspec run`: one prompt, streamed to the terminal (or one JSON object with --json)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .common import resolve_settings, settings_options
+
+
+@click.command()
+@click.argument("prompt")
+@settings_options("model", "sampling", "spec")
+@click.option("--no-spec", is_flag=True, help="Plain target decoding even when a draft is given.")
+@click.option("--chat", "chat_mode", is_flag=True, help="Apply the model's chat template to the prompt.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, stats.")
+@click.option("--stats/--no-stats", "show_stats", default=True, help="Print a stats line on stderr.")
+def run(prompt: str, no_spec: bool, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs) -> None:
+    """Generate a completion for PROMPT ('-' reads it from stdin)."""
+    from ..engine import Engine  # noqa: PLC0415 - keep --help instant
+
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if no_spec:
+        kwargs["spec"] = False
+    settings = resolve_settings(kwargs)
+    with Engine(settings) as eng:
+        if as_json:
+            resp = eng.generate(prompt, chat=chat_mode)
+            click.echo(json.dumps(resp.to_dict(), ensure_ascii=False))
+            return
+        resp = None
+        for chunk in eng.stream(prompt, chat=chat_mode):
+            if chunk.text:
+                click.echo(chunk.text, nl=False)
+                sys.stdout.flush()
+            resp = chunk.response or resp
+        click.echo()
+        if show_stats and resp is not None:
+            click.echo(format_stats(resp.stats), err=True)
+
+
+def format_stats(st) -> str:  # noqa: ANN001
+    line = (f"[{st.n_generated} tokens, {st.decode_tok_s:.1f} tok/s decode, {st.e2e_tok_s:.1f} tok/s end-to-end, "
+            f"prefill {st.prefill_ms:.0f} ms")
+    if st.speculative:
+        line += (f", acceptance {st.acceptance_rate:.0%} ({st.n_accepted}/{st.n_drafted}), "
+                 f"{st.tokens_per_round:.2f} tokens/pass")
+        if st.fell_back:
+            line += f", fell back to plain decoding {st.fallbacks}x"
+    return line + "]"

@@ -1,0 +1,96 @@
+"""Logits -> the distribution we sample from, as one pure function shared by plain decoding, the
+draft and the verifier. Speculative sampling is only lossless if target and draft distributions are
+processed identically, so there is exactly one definition of "the distribution".
+
+Order follows llama.cpp's default sampler chain: top-k -> top-p -> min-p -> temperature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingParams:
+    temperature: float = 0.8
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class Dist:
+    """A sparse distribution: token ids and their probabilities (sum 1)."""
+
+    ids: np.ndarray  # int64
+    probs: np.ndarray  # float64
+
+    def prob(self, token: int) -> float:
+        hit = np.flatnonzero(self.ids == token)
+        return float(self.probs[hit[0]]) if hit.size else 0.0
+
+    def top_prob(self) -> float:
+        return float(self.probs.max())
+
+    def sample(self, rng: np.random.Generator) -> int:
+        # inverse-CDF on one uniform keeps the draw count per token fixed (reproducible streams)
+        c = np.cumsum(self.probs)
+        i = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
+        return int(self.ids[min(i, len(self.ids) - 1)])
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        out = np.zeros(n_vocab)
+        out[self.ids] = self.probs
+        return out
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def process(logits: np.ndarray, params: SamplingParams) -> Dist:
+    """The filtered, temperature-scaled distribution for one logits row."""
+    logits = np.asarray(logits, dtype=np.float32)
+    n = logits.shape[0]
+    if params.top_k and params.top_k < n:
+        ids = np.argpartition(logits, n - params.top_k)[n - params.top_k :]
+    else:
+        ids = np.arange(n)
+    x = logits[ids].astype(np.float64)
+    if params.top_p < 1.0:
+        p = _softmax(x)
+        ids, x, p = _nucleus(ids, x, p, params.top_p)
+    if params.min_p > 0.0:
+        # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)  (before temperature)
+        keep = x >= x.max() + np.log(params.min_p)
+        ids, x = ids[keep], x[keep]
+    t = params.temperature if params.temperature > 0 else 1.0
+    return Dist(ids.astype(np.int64), _softmax(x / t))
+
+
+def _nucleus(ids: np.ndarray, x: np.ndarray, p: np.ndarray, top_p: float):
+    """Smallest set of most likely tokens with mass >= top_p. Sorting the whole vocabulary costs
+    milliseconds, so sort only tokens above a threshold whose tail mass is provably < 1 - top_p."""
+    eps = 1e-4
+    while True:
+        cand = p >= eps
+        if p[~cand].sum() < 1.0 - top_p or eps < 1e-12:
+            break
+        eps *= 0.01
+    ci = np.flatnonzero(cand)
+    order = ci[np.argsort(-p[ci], kind="stable")]
+    csum = np.cumsum(p[order])
+    cut = int(np.searchsorted(csum, top_p, side="left")) + 1
+    keep = order[: min(cut, len(order))]
+    return ids[keep], x[keep], p[keep]
+
+
+def argmax(logits: np.ndarray) -> int:
+    return int(np.argmax(logits))

@@ -1,0 +1,103 @@
+"""Metrics are data: the loop fills a `Counters`, `stream()` freezes it into `Stats`.
+The CLI, logs, server and benchmarks only format these."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class Counters:
+    """Mutable counters the decoding loops update as they go."""
+
+    rounds: int = 0  # verification passes that had at least one drafted token
+    plain_steps: int = 0  # target-only decode steps (no draft, fallback or --no-spec)
+    n_drafted: int = 0
+    n_accepted: int = 0
+    drafted_by_pos: list[int] = field(default_factory=list)
+    accepted_by_pos: list[int] = field(default_factory=list)
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    sample_s: float = 0.0
+    prefill_s: float = 0.0
+    loop_s: float = 0.0  # wall time of decode rounds
+    llama_s: float = 0.0  # of which inside llama.cpp (draft + target evals)
+    k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
+    fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
+
+    def record_round(self, k: int, n_drafted: int, n_accepted: int) -> None:
+        self.k_history.append(k)
+        if n_drafted == 0:
+            self.plain_steps += 1
+            return
+        self.rounds += 1
+        self.n_drafted += n_drafted
+        self.n_accepted += n_accepted
+        while len(self.drafted_by_pos) < n_drafted:
+            self.drafted_by_pos.append(0)
+            self.accepted_by_pos.append(0)
+        for i in range(n_drafted):
+            self.drafted_by_pos[i] += 1
+            if i < n_accepted:
+                self.accepted_by_pos[i] += 1
+
+
+@dataclass(frozen=True)
+class Stats:
+    speculative: bool
+    n_prompt_tokens: int
+    n_generated: int
+    rounds: int
+    plain_steps: int
+    n_drafted: int
+    n_accepted: int
+    acceptance_rate: float  # accepted / drafted
+    mean_accepted_len: float  # accepted drafted tokens per verification round
+    tokens_per_round: float  # emitted tokens per target pass (accepted + the target's own token)
+    acceptance_by_pos: list[float]  # P(accepted at position i | drafted at i)
+    draft_ms: float
+    verify_ms: float
+    sample_ms: float
+    prefill_ms: float
+    decode_ms: float
+    overhead_ms_per_round: float  # round wall time outside llama.cpp (Python, sampling), per target pass
+    decode_tok_s: float  # from the first generated token on
+    e2e_tok_s: float  # prompt processing included
+    k_history: list[int]
+    fell_back: bool
+    fallbacks: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def build(
+        cls, c: Counters, *, speculative: bool, n_prompt: int, n_generated: int, decode_s: float, total_s: float
+    ) -> "Stats":
+        passes = c.rounds + c.plain_steps
+        # decode_s runs from the first token: that token's own pass is part of prefill
+        tok_after_first = max(n_generated - 1, 0)
+        return cls(
+            speculative=speculative,
+            n_prompt_tokens=n_prompt,
+            n_generated=n_generated,
+            rounds=c.rounds,
+            plain_steps=c.plain_steps,
+            n_drafted=c.n_drafted,
+            n_accepted=c.n_accepted,
+            acceptance_rate=c.n_accepted / c.n_drafted if c.n_drafted else 0.0,
+            mean_accepted_len=c.n_accepted / c.rounds if c.rounds else 0.0,
+            tokens_per_round=n_generated / passes if passes else 0.0,
+            acceptance_by_pos=[a / d for a, d in zip(c.accepted_by_pos, c.drafted_by_pos)],
+            draft_ms=c.draft_s * 1e3,
+            verify_ms=c.verify_s * 1e3,
+            sample_ms=c.sample_s * 1e3,
+            prefill_ms=c.prefill_s * 1e3,
+            decode_ms=decode_s * 1e3,
+            overhead_ms_per_round=(c.loop_s - c.llama_s) * 1e3 / passes if passes else 0.0,
+            decode_tok_s=tok_after_first / decode_s if decode_s > 0 and tok_after_first else 0.0,
+            e2e_tok_s=n_generated / total_s if total_s > 0 else 0.0,
+            k_history=list(c.k_history),
+            fell_back=c.fallbacks > 0,
+            fallbacks=c.fallbacks,
+        )
