@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ _LOG_LINES: collections.deque[tuple[int, str]] = collections.deque(maxlen=20000)
 _LOG_LOCK = threading.Lock()
 _LOG_PARTIAL: list[str] = []
 _LOG_LISTENERS: list[Callable[[int, str], None]] = []
+_LOG_COUNT = [0]  # lines ever logged: marks stay valid after the ring wraps (one model load ~3000)
 _VERBOSE = bool(os.environ.get("LOCALSPEC_VERBOSE"))
 
 
@@ -46,6 +48,7 @@ def _on_log(level: int, text: bytes | None, _user: ctypes.c_void_p) -> None:
         line = "".join(_LOG_PARTIAL).rstrip("\n")
         _LOG_PARTIAL.clear()
         _LOG_LINES.append((level, line))
+        _LOG_COUNT[0] += 1
         listeners = list(_LOG_LISTENERS)
     for fn in listeners:
         fn(level, line)
@@ -73,9 +76,16 @@ def log_lines() -> list[str]:
 
 
 def log_mark() -> int:
-    """A position in the log; `log_lines()[mark:]` are the lines since (until the ring wraps)."""
+    """A position in the log; `log_since(mark)` are the lines logged after it."""
     with _LOG_LOCK:
-        return len(_LOG_LINES)
+        return _LOG_COUNT[0]
+
+
+def log_since(mark: int) -> list[str]:
+    """The lines logged since `log_mark()` returned `mark` (the newest 20000 at most)."""
+    with _LOG_LOCK:
+        n = min(_LOG_COUNT[0] - mark, len(_LOG_LINES))
+        return [line for _, line in list(_LOG_LINES)[len(_LOG_LINES) - n :]] if n > 0 else []
 
 
 def system_info() -> str:
@@ -129,7 +139,7 @@ class Model:
         if not ptr:
             raise LocalspecError(f"llama.cpp could not load {self.path}: {_last_error(mark)}")
         self._ptr = ptr
-        self.load_log = log_lines()[mark:]
+        self.load_log = log_since(mark)
         self._vocab = C.llama_model_get_vocab(ptr)
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -240,7 +250,7 @@ class Model:
 
 
 def _last_error(mark: int) -> str:
-    lines = [ln for ln in log_lines()[mark:] if ln.strip()]
+    lines = [ln for ln in log_since(mark) if ln.strip()]
     errs = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
     return (errs or lines or ["(no log)"])[-1].strip()
 
@@ -285,12 +295,12 @@ class Context:
         if not ptr:
             raise LocalspecError(f"llama.cpp could not create a context (n_ctx={n_ctx}): {_last_error(mark)}")
         self._ptr = ptr
-        self.init_log = log_lines()[mark:]
+        self.init_log = log_since(mark)
         self.n_ctx = int(C.llama_n_ctx(ptr))
-        self.n_batch = n_batch
+        self.n_batch = int(C.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
         self.n_vocab = model.n_vocab
         self._mem = C.llama_get_memory(ptr)
-        self._batch = C.llama_batch_init(n_batch, 0, 1)
+        self._batch = C.llama_batch_init(self.n_batch, 0, 1)
         self._has_batch = True
         self.n_past = 0  # tokens currently in the KV cache (positions 0..n_past-1)
 
@@ -370,3 +380,156 @@ class Context:
     def reset(self) -> None:
         C.llama_memory_clear(self._mem, True)
         self.n_past = 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Quantization (llama_model_quantize). llama.cpp logs one "[  i/ n] name ..." line per tensor; that
+# log is the only progress signal it gives, so a listener turns those lines into progress(i, n, name).
+QUANT_TYPES = {
+    "f32": C.LLAMA_FTYPE_ALL_F32,
+    "f16": C.LLAMA_FTYPE_MOSTLY_F16,
+    "bf16": C.LLAMA_FTYPE_MOSTLY_BF16,
+    "q8_0": C.LLAMA_FTYPE_MOSTLY_Q8_0,
+    "q6_k": C.LLAMA_FTYPE_MOSTLY_Q6_K,
+    "q5_k_m": C.LLAMA_FTYPE_MOSTLY_Q5_K_M,
+    "q5_k_s": C.LLAMA_FTYPE_MOSTLY_Q5_K_S,
+    "q5_0": C.LLAMA_FTYPE_MOSTLY_Q5_0,
+    "q5_1": C.LLAMA_FTYPE_MOSTLY_Q5_1,
+    "q4_k_m": C.LLAMA_FTYPE_MOSTLY_Q4_K_M,
+    "q4_k_s": C.LLAMA_FTYPE_MOSTLY_Q4_K_S,
+    "q4_0": C.LLAMA_FTYPE_MOSTLY_Q4_0,
+    "q4_1": C.LLAMA_FTYPE_MOSTLY_Q4_1,
+    "q3_k_m": C.LLAMA_FTYPE_MOSTLY_Q3_K_M,
+    "q2_k": C.LLAMA_FTYPE_MOSTLY_Q2_K,
+}
+_QUANT_LINE = re.compile(r"^\[\s*(\d+)/\s*(\d+)\]\s+(\S+)")
+
+
+def quantize(
+    src: str | os.PathLike,
+    dst: str | os.PathLike,
+    ftype: str,
+    *,
+    nthread: int | None = None,
+    allow_requantize: bool = True,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> None:
+    """Quantize GGUF `src` into `dst` (written in place: callers wanting atomicity pass a temp path)."""
+    key = ftype.lower()
+    if key not in QUANT_TYPES:
+        raise LocalspecError(f"unknown quantization type {ftype!r}; choose one of {', '.join(QUANT_TYPES)}")
+    validate_gguf(src)
+    _init_backend()
+    params = C.llama_model_quantize_default_params()
+    params.ftype = QUANT_TYPES[key]
+    params.nthread = nthread or default_threads()
+    params.allow_requantize = allow_requantize
+
+    def on_line(_level: int, line: str) -> None:
+        m = _QUANT_LINE.match(line)
+        if m and progress is not None:
+            progress(int(m.group(1)), int(m.group(2)), m.group(3))
+
+    mark = log_mark()
+    with _LOG_LOCK:
+        _LOG_LISTENERS.append(on_line)
+    try:
+        rc = C.llama_model_quantize(str(src).encode(), str(dst).encode(), ctypes.byref(params))
+    finally:
+        with _LOG_LOCK:
+            _LOG_LISTENERS.remove(on_line)
+    if rc != 0:
+        raise LocalspecError(f"llama.cpp could not quantize {src} to {ftype}: {_last_error(mark)}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Devices (ggml's backend device API). llama-cpp-python binds llama.h but not these ggml calls, so they
+# are bound here with ctypes on the libggml it already loaded; only plain dataclasses leave this module.
+DEVICE_KINDS = ("cpu", "gpu", "igpu", "accel")  # enum ggml_backend_dev_type, in order
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # "CPU", "CUDA0", "Vulkan0", "MTL0", ... as llama.cpp's log names buffers
+    description: str
+    kind: str  # one of DEVICE_KINDS
+    total_bytes: int
+    free_bytes: int
+    backend: str  # the registry it belongs to: "CPU", "CUDA", "Metal", ...
+
+    @property
+    def offloads(self) -> bool:
+        """Whether llama.cpp can put model layers on it (n_gpu_layers)."""
+        return self.kind in ("gpu", "igpu")
+
+
+_GGML_LIB = None
+
+
+def _ggml():  # noqa: ANN202 - a ctypes.CDLL
+    global _GGML_LIB
+    if _GGML_LIB is None:
+        from llama_cpp import _ggml as G  # noqa: PLC0415 - the handle llama_cpp already holds
+
+        lib = G.libggml
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        for fn, res, args in (
+            ("ggml_backend_dev_count", sz, []),
+            ("ggml_backend_dev_get", vp, [sz]),
+            ("ggml_backend_dev_name", ctypes.c_char_p, [vp]),
+            ("ggml_backend_dev_description", ctypes.c_char_p, [vp]),
+            ("ggml_backend_dev_type", ctypes.c_int, [vp]),
+            ("ggml_backend_dev_memory", None, [vp, ctypes.POINTER(sz), ctypes.POINTER(sz)]),
+            ("ggml_backend_dev_backend_reg", vp, [vp]),
+            ("ggml_backend_reg_name", ctypes.c_char_p, [vp]),
+            ("ggml_backend_dev_by_name", vp, [ctypes.c_char_p]),
+        ):
+            f = getattr(lib, fn)
+            f.restype, f.argtypes = res, args
+        _GGML_LIB = lib
+    return _GGML_LIB
+
+
+def _str(b: bytes | None) -> str:
+    return b.decode("utf-8", errors="replace") if b else ""
+
+
+def devices() -> list[Device]:
+    """Every device this llama.cpp build can use, with its memory as the driver reports it now."""
+    _init_backend()
+    lib = _ggml()
+    out = []
+    for i in range(lib.ggml_backend_dev_count()):
+        dev = lib.ggml_backend_dev_get(i)
+        free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
+        kind = lib.ggml_backend_dev_type(dev)
+        out.append(
+            Device(
+                name=_str(lib.ggml_backend_dev_name(dev)),
+                description=_str(lib.ggml_backend_dev_description(dev)),
+                kind=DEVICE_KINDS[kind] if 0 <= kind < len(DEVICE_KINDS) else f"type{kind}",
+                total_bytes=int(total.value),
+                free_bytes=int(free.value),
+                backend=_str(lib.ggml_backend_reg_name(lib.ggml_backend_dev_backend_reg(dev))),
+            )
+        )
+    return out
+
+
+def device_array(names: Sequence[str]):  # noqa: ANN201 - a ctypes array
+    """A NULL-terminated ggml_backend_dev_t array for llama_model_params.devices (pins a model to
+    these devices). The caller keeps it alive until the model is loaded."""
+    _init_backend()
+    lib = _ggml()
+    arr = (ctypes.c_void_p * (len(names) + 1))()
+    for i, name in enumerate(names):
+        dev = lib.ggml_backend_dev_by_name(name.encode())
+        if not dev:
+            raise LocalspecError(f"no llama.cpp device named {name!r}")
+        arr[i] = dev
+    return arr
+
+
+def llama_cpp_version() -> str:
+    return str(getattr(C, "__version__", "?"))

@@ -17,7 +17,8 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import backend, chat
+from . import backend, chat, placement
+from .compat import check_pair
 from .draft_len import AutoK, FixedK
 from .errors import LocalspecError
 from .sampling import SamplingParams
@@ -104,11 +105,25 @@ class Engine:
             _check_pair(s.target, s.draft)  # before any weights are loaded
         common = dict(n_ctx=s.n_ctx, n_batch=s.n_batch, n_ubatch=s.n_ubatch, n_threads=s.n_threads,
                       flash_attn=s.flash_attn, kv_type=s.kv_type)
-        self.target = self._stack.enter_context(backend.Model(s.target, n_gpu_layers=s.n_gpu_layers))
+        # -- placement (issue #5): plan from the headers, never spill to system RAM silently ----------
+        plan = placement.plan_for(s)
+        self.decision = placement.enforce(plan, backend.devices(), s)
+        for line in self.decision.messages():
+            self._log(line)
+        self.target = self._stack.enter_context(
+            backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers))
         self.target_slot = _Slot(self._stack.enter_context(backend.Context(self.target, **common)))
         if use_draft:
-            self.draft = self._stack.enter_context(backend.Model(s.draft, n_gpu_layers=s.n_gpu_layers))
+            self.draft = self._stack.enter_context(
+                backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers))
             self.draft_slot = _Slot(self._stack.enter_context(backend.Context(self.draft, **common)))
+        self.placement = placement.verify(
+            plan, self.decision, self.target.load_log + self.target_ctx.init_log,
+            self.draft.load_log + self.draft_ctx.init_log if self.draft_ctx else None)
+        for problem in self.placement.require_clean(s):  # raises unless --allow-partial-offload
+            self._log(f"warning: {problem}")
+        self._log(self.placement.summary())
+        # -- end placement ------------------------------------------------------------------------
         for slot in self._slots():  # warm-up: reserve compute buffers now, not on the first request
             slot.ctx.eval([slot.ctx.model.vocab.bos if slot.ctx.model.vocab.bos >= 0 else 0], 0, 1)
             slot.clear()
@@ -216,10 +231,6 @@ class Engine:
 
 
 def _check_pair(target, draft) -> None:  # noqa: ANN001
-    try:
-        from .compat import check_pair  # noqa: PLC0415
-    except ImportError:  # TODO(lead): compat lands with the converter work
-        return
     report = check_pair(target, draft)
     if not report.ok:
         raise LocalspecError(report.message)

@@ -11,7 +11,6 @@ import click
 # command name -> "module:function"; each command lives in its own module.
 COMMANDS = {
     "run": "localspec.cli.run:run",
-    "chat": "localspec.cli.chat:chat",
     "bench": "localspec.cli.bench:bench",
     "convert": "localspec.cli.convert:convert",
     "quantize": "localspec.cli.convert:quantize",
@@ -19,12 +18,10 @@ COMMANDS = {
     "check-pair": "localspec.cli.pair:check_pair",
     "doctor": "localspec.cli.doctor:doctor",
     "models": "localspec.cli.models:models",
-    "serve": "localspec.cli.serve:serve",
 }
 
 HELP = {
     "run": "Generate text for one prompt (speculative when a draft is given).",
-    "chat": "Chat interactively with a model or pair.",
     "bench": "Benchmark plain vs speculative decoding over draft lengths.",
     "convert": "Convert a Hugging Face checkpoint to GGUF.",
     "quantize": "Quantize a GGUF file (q4_k_m, q8_0, ...).",
@@ -32,7 +29,6 @@ HELP = {
     "check-pair": "Check that two GGUF models can draft for each other.",
     "doctor": "Devices, memory plan and verified placement of a pair.",
     "models": "Fetch the embedded models and build the default pair.",
-    "serve": "Serve an OpenAI-compatible HTTP API.",
 }
 
 

@@ -13,18 +13,15 @@ from .common import resolve_settings, settings_options
 @click.command()
 @click.argument("prompt")
 @settings_options("model", "sampling", "spec")
-@click.option("--no-spec", is_flag=True, help="Plain target decoding even when a draft is given.")
 @click.option("--chat", "chat_mode", is_flag=True, help="Apply the model's chat template to the prompt.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, stats.")
 @click.option("--stats/--no-stats", "show_stats", default=True, help="Print a stats line on stderr.")
-def run(prompt: str, no_spec: bool, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs) -> None:
+def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs) -> None:
     """Generate a completion for PROMPT ('-' reads it from stdin)."""
     from ..engine import Engine  # noqa: PLC0415 - keep --help instant
 
     if prompt == "-":
         prompt = sys.stdin.read()
-    if no_spec:
-        kwargs["spec"] = False
     settings = resolve_settings(kwargs)
     with Engine(settings) as eng:
         if as_json:
