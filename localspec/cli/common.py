@@ -58,14 +58,13 @@ def resolve_settings(kwargs: dict[str, Any]) -> Settings:
 
 def run_cli(group: click.Group) -> None:
     try:
-        group.main(standalone_mode=False)
+        rv = group.main(standalone_mode=False)  # ctx.exit(n) comes back as the return value here
+        sys.exit(rv if isinstance(rv, int) else 0)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as e:
         e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
     except LocalspecError as e:
         click.echo(f"error: {e}", err=True)

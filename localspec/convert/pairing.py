@@ -1,0 +1,80 @@
+"""`localspec pair`: two sources -> a quantized target, a quantized draft, a vocabulary check, pair.toml."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from ..compat import check_pair
+from ..errors import LocalspecError
+from ..gguf_file import GGUF_MAGIC
+from .hf import Progress, convert_hf
+from .pair_toml import write_pair_toml
+from .quant import quantize_file
+
+RUNTIME = {"draft_max": "auto"}  # recommended settings stored with every pair
+
+
+def is_gguf(src: str | Path) -> bool:
+    p = Path(src)
+    if not p.is_file():
+        return False
+    with p.open("rb") as f:
+        return f.read(4) == GGUF_MAGIC
+
+
+def materialize(
+    src: str, dst: Path, qtype: str, *, role: str, log: Callable[[str], None], progress: Progress | None
+) -> Path:
+    """Produce `dst` at `qtype` from a GGUF file (requantized) or a Hugging Face folder / repo id."""
+    if is_gguf(src):
+        log(f"{role:<8} {src} -> {dst.name}")
+        qstage = None if progress is None else (lambda i, n, _name: progress(f"{role} {qtype}", i, n))
+        return quantize_file(Path(src), dst, qtype, progress=qstage)
+    if Path(src).is_file():
+        raise LocalspecError(f"{src} is neither a GGUF file nor a Hugging Face folder")
+    return convert_hf(src, dst, out_type=qtype, log=log, progress=progress)
+
+
+def build_pair(
+    target_src: str,
+    draft_src: str,
+    out_dir: Path,
+    *,
+    target_type: str = "q4_k_m",
+    draft_type: str = "q8_0",
+    log: Callable[[str], None] = print,
+    progress: Progress | None = None,
+) -> Path:
+    out_dir = Path(out_dir)
+    if is_gguf(target_src) and is_gguf(draft_src):  # refuse before spending minutes converting
+        report = check_pair(target_src, draft_src)
+        if not report.ok:
+            raise LocalspecError(report.message)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    draft = materialize(
+        draft_src, out_dir / f"draft-{draft_type}.gguf", draft_type, role="draft", log=log, progress=progress
+    )
+    target = materialize(
+        target_src,
+        out_dir / f"target-{target_type}.gguf",
+        target_type,
+        role="target",
+        log=log,
+        progress=progress,
+    )
+    report = check_pair(target, draft)
+    if not report.ok:
+        for f in (target, draft):
+            f.unlink(missing_ok=True)
+        raise LocalspecError(report.message)
+    info = {
+        "stand_in": False,
+        "target_quant": target_type,
+        "draft_quant": draft_type,
+        "target_source": str(target_src),
+        "draft_source": str(draft_src),
+    }
+    toml = write_pair_toml(out_dir, target, draft, info=info, runtime=RUNTIME)
+    log(f"done     {toml} ({report.message})")
+    return toml
