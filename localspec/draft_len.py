@@ -42,6 +42,21 @@ class _Ema:
         self.n += 1
 
 
+class _Floor:
+    """The minimum of the last few timings: interference (other processes, page faults) only ever
+    adds time, so the floor tracks the true cost better than a mean does."""
+
+    def __init__(self, n: int = 8) -> None:
+        self.samples: deque[float] = deque(maxlen=n)
+
+    def add(self, x: float) -> None:
+        self.samples.append(x)
+
+    @property
+    def value(self) -> float | None:
+        return min(self.samples) if self.samples else None
+
+
 @dataclass
 class AutoK:
     k_max: int = 16
@@ -54,15 +69,16 @@ class AutoK:
     # state ------------------------------------------------------------------------------------
     acc: np.ndarray = field(default=None)  # type: ignore[assignment]
     tried: np.ndarray = field(default=None)  # type: ignore[assignment]
-    t_draft: _Ema = field(default_factory=_Ema)
+    t_draft: _Floor = field(default_factory=_Floor)
     t_overhead: _Ema = field(default_factory=_Ema)
-    verify: dict[int, _Ema] = field(default_factory=dict)
+    verify: dict[int, _Floor] = field(default_factory=dict)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))
-    plain_rate: _Ema = field(default_factory=_Ema)
     plain_left: int = 0
     fallbacks: int = 0
     _reprobe: bool = False
-    _probe: list[int] = field(default_factory=lambda: [0, 2, 4])
+    _seen_first: bool = False
+    # probe rounds: batch sizes 2, 5 and 1 twice each, so the verify-time line has two good points
+    _probe: list[int] = field(default_factory=lambda: [1, 4, 0, 1, 4, 0])
 
     def __post_init__(self) -> None:
         self.acc = np.zeros(self.k_max)
@@ -124,21 +140,22 @@ class AutoK:
 
     def observe(self, *, k: int, n_drafted: int, n_accepted: int, n_emitted: int, draft_s: float,
                 verify_s: float, round_s: float) -> None:
-        n_batch = n_drafted + 1
-        self.verify.setdefault(n_batch, _Ema()).add(verify_s)
-        self.t_overhead.add(max(round_s - draft_s - verify_s, 0.0))
+        if self._seen_first:  # the first round pays one-off costs (graph building): not a timing
+            self.verify.setdefault(n_drafted + 1, _Floor()).add(verify_s)
+            self.t_overhead.add(max(round_s - draft_s - verify_s, 0.0))
+            if n_drafted:
+                self.t_draft.add(draft_s / n_drafted)
+        self._seen_first = True
         if n_drafted == 0:
-            self.plain_rate.add(n_emitted / round_s if round_s > 0 else 0.0)
             return
-        self.t_draft.add(draft_s / n_drafted)
         upto = min(n_drafted, self.k_max)
         self.acc *= self.decay
         self.tried *= self.decay
         self.tried[:upto] += np.arange(upto) <= n_accepted  # positions reached in this round
         self.acc[: min(n_accepted, upto)] += 1
         self.recent.append((n_emitted, round_s))
-        if len(self.recent) == self.recent.maxlen and self.plain_rate.value:
+        if len(self.recent) == self.recent.maxlen and self.verify.get(1):
             toks = sum(n for n, _ in self.recent)
             secs = sum(s for _, s in self.recent)
-            if toks / secs < self.plain_rate.value:
+            if toks / secs < self.expected_rate(0):
                 self._fall_back()

@@ -23,7 +23,7 @@ def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs)
     if prompt == "-":
         prompt = sys.stdin.read()
     settings = resolve_settings(kwargs)
-    with Engine(settings) as eng:
+    with Engine(settings, log=lambda msg: click.echo(msg, err=True)) as eng:
         if as_json:
             resp = eng.generate(prompt, chat=chat_mode)
             click.echo(json.dumps(resp.to_dict(), ensure_ascii=False))

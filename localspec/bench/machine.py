@@ -1,0 +1,64 @@
+"""What a benchmark ran on: numbers mean little without the CPU, the llama.cpp build and the load."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .peer import PEER_BIN
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def peer_build_flags(bin_dir: Path = PEER_BIN) -> dict[str, str]:
+    """The cmake flags of the llama.cpp peer build that matter for speed (from its CMakeCache)."""
+    cache = bin_dir.parent / "CMakeCache.txt"
+    if not cache.exists():
+        return {}
+    want = re.compile(
+        r"^(CMAKE_BUILD_TYPE|GGML_NATIVE|GGML_AVX\w*|GGML_FMA|GGML_F16C|GGML_BMI2|GGML_OPENMP)"
+        r":\w+=(.*)$"
+    )
+    return {m.group(1): m.group(2) for m in map(want.match, cache.read_text().splitlines()) if m}
+
+
+def describe() -> dict[str, Any]:
+    import psutil  # noqa: PLC0415
+
+    from .. import backend  # noqa: PLC0415
+
+    return {
+        "cpu": _cpu_model(),
+        "physical_cores": psutil.cpu_count(logical=False),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+        "llama_cpp_system_info": backend.system_info(),
+        "versions": {
+            "localspec": _version("localspec"),
+            "llama-cpp-python": _version("llama-cpp-python"),
+            "python": platform.python_version(),
+            "numpy": _version("numpy"),
+        },
+        "peer_build_flags": peer_build_flags(),
+    }

@@ -1,0 +1,142 @@
+"""The benchmark's prompt set, fitted to an exact token length.
+
+Every prompt becomes exactly N target tokens, so prefill cost and attention length are the same for
+every prompt and configuration. Short texts are padded by repeating themselves; long ones are cut
+(continuation prompts then end mid-sentence, which is what "continue this document" looks like).
+Chat prompts are wrapped in the target's chat template, with only the user's text cut or padded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+from .. import chat
+from ..errors import LocalspecError
+
+if TYPE_CHECKING:
+    from ..backend import VocabFacts
+
+KINDS = ("chat", "chinese", "code", "long")
+_SENTINEL = "\u0000LOCALSPEC-BENCH\u0000"
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    kind: str
+    text: str
+    chat: bool = False
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    id: str
+    kind: str
+    tokens: tuple[int, ...]
+
+
+class Tokenizer(Protocol):  # what backend.Model offers
+    vocab: VocabFacts
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]: ...
+
+    def token_text(self, token: int) -> str: ...
+
+    def chat_template(self) -> str | None: ...
+
+
+def load_prompts(path: Path | None = None) -> list[BenchPrompt]:
+    """The bundled prompt set, or a JSONL file of {"id", "kind", "text", "chat"?} objects."""
+    if path is None:
+        raw = resources.files("localspec").joinpath("data/bench_prompts.jsonl").read_text("utf-8")
+        where = "bundled bench_prompts.jsonl"
+    else:
+        if not Path(path).exists():
+            raise LocalspecError(f"prompt file not found: {path}")
+        raw, where = Path(path).read_text("utf-8"), str(path)
+    prompts = []
+    for i, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            prompts.append(
+                BenchPrompt(
+                    id=str(d.get("id", f"p{i}")),
+                    kind=str(d.get("kind", "text")),
+                    text=str(d["text"]),
+                    chat=bool(d.get("chat", False)),
+                )
+            )
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise LocalspecError(
+                f"{where} line {i}: expected a JSON object with a 'text' field ({e})"
+            ) from None
+    if not prompts:
+        raise LocalspecError(f"{where} holds no prompts")
+    return prompts
+
+
+def select(prompts: Sequence[BenchPrompt], per_kind: int | None) -> list[BenchPrompt]:
+    """The first `per_kind` prompts of each kind (all when None), in file order."""
+    if per_kind is None:
+        return list(prompts)
+    seen: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        if seen.get(p.kind, 0) < per_kind:
+            out.append(p)
+            seen[p.kind] = seen.get(p.kind, 0) + 1
+    return out
+
+
+def fit(body: Sequence[int], n: int, separator: Sequence[int] = ()) -> list[int]:
+    """`body` cut to n tokens, or repeated (joined by `separator`) until it reaches n."""
+    if n <= 0:
+        return []
+    if not body:
+        raise LocalspecError("cannot pad an empty prompt")
+    out = list(body)
+    while len(out) < n:
+        out += list(separator) + list(body)
+    return out[:n]
+
+
+def chat_frame(model: Tokenizer) -> tuple[str, str] | None:
+    """The text the chat template puts before and after one user message, or None without a template."""
+    template = model.chat_template()
+    if not template:
+        return None
+    bos = model.token_text(model.vocab.bos) if model.vocab.bos >= 0 else ""
+    rendered = chat.render(template, [{"role": "user", "content": _SENTINEL}], bos_token=bos)
+    if rendered.count(_SENTINEL) != 1:
+        return None
+    head, tail = rendered.split(_SENTINEL)
+    return head, tail
+
+
+def fit_prompts(prompts: Sequence[BenchPrompt], model: Tokenizer, n_tokens: int) -> list[FittedPrompt]:
+    """Tokenize with the target and fit each prompt to exactly `n_tokens` tokens."""
+    frame = chat_frame(model) if any(p.chat for p in prompts) else None
+    bos = [model.vocab.bos] if model.vocab.add_bos and model.vocab.bos >= 0 else []
+    sep = model.tokenize("\n\n", add_special=False)
+    out = []
+    for p in prompts:
+        head, tail = list(bos), []
+        if p.chat and frame is not None:
+            framed = model.tokenize(frame[0], add_special=False, parse_special=True)
+            head = framed if framed[:1] == bos else bos + framed  # templates that write BOS themselves
+            tail = model.tokenize(frame[1], add_special=False, parse_special=True)
+        room = n_tokens - len(head) - len(tail)
+        if room < 1:
+            raise LocalspecError(
+                f"--prompt-tokens {n_tokens} is too small for prompt {p.id!r}: the chat template alone "
+                f"takes {len(head) + len(tail)} tokens"
+            )
+        body = fit(model.tokenize(p.text, add_special=False), room, sep)
+        out.append(FittedPrompt(p.id, p.kind, tuple(head + body + tail)))
+    return out

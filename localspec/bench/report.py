@@ -1,0 +1,279 @@
+"""Formats a finished benchmark: a rich table on the terminal, JSON, Markdown and a plot.
+Nothing here measures anything; it only reads the summaries."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .aggregate import ConfigSummary, Spread, best
+from .runner import BenchTable
+
+
+@dataclass(frozen=True)
+class TempResult:
+    """One temperature: localspec's table, and llama.cpp's when --peer was given."""
+
+    ours: BenchTable
+    peer: BenchTable | None = None
+    peer_plain: Spread | None = None  # llama-bench plain decode of the target
+
+    @property
+    def temperature(self) -> float:
+        return self.ours.temperature
+
+    def comparison(self) -> dict[str, Any] | None:
+        """Each side at its best draft length, and localspec's speed over llama.cpp's."""
+        if self.peer is None:
+            return None
+        a, b = best(self.ours.summaries), best(self.peer.summaries)
+        if a is None or b is None:
+            return None
+        ratio = a.decode_tok_s.median / b.decode_tok_s.median if b.decode_tok_s.median > 0 else 0.0
+        return {
+            "localspec_config": a.config,
+            "localspec_tok_s": a.decode_tok_s.median,
+            "llamacpp_config": b.config,
+            "llamacpp_tok_s": b.decode_tok_s.median,
+            "ratio": ratio,
+        }
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    params: dict[str, Any]
+    machine: dict[str, Any]
+    results: list[TempResult] = field(default_factory=list)
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+def to_dict(rep: BenchReport, *, samples: bool = True) -> dict[str, Any]:
+    tables = []
+    for r in rep.results:
+        t: dict[str, Any] = {
+            "temperature": r.temperature,
+            "localspec": [s.to_dict() for s in r.ours.summaries],
+        }
+        if r.peer is not None:
+            t["llamacpp"] = [s.to_dict() for s in r.peer.summaries]
+            t["llamacpp_plain_tok_s"] = asdict(r.peer_plain) if r.peer_plain else None
+            t["comparison"] = r.comparison()
+        if samples:
+            t["samples"] = [asdict(s) for s in r.ours.samples]
+            if r.peer is not None:
+                t["llamacpp_samples"] = [asdict(s) for s in r.peer.samples]
+        tables.append(t)
+    return {"params": rep.params, "machine": rep.machine, "tables": tables}
+
+
+def write_json(rep: BenchReport, path: Path) -> None:
+    Path(path).write_text(json.dumps(to_dict(rep), indent=2, default=str) + "\n")
+
+
+# -- text cells ----------------------------------------------------------------------------------
+def _tok_s(sp: Spread) -> str:
+    return f"{sp.median:.1f}" if sp.n <= 1 else f"{sp.median:.1f} ({sp.lo:.1f}-{sp.hi:.1f})"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _row(s: ConfigSummary) -> list[str]:
+    spec = s.speculative
+    return [
+        s.config,
+        _tok_s(s.decode_tok_s),
+        _tok_s(s.e2e_tok_s),
+        f"{s.speedup:.2f}x" if s.speedup else "-",
+        _pct(s.acceptance_rate) if spec else "-",
+        f"{s.mean_accepted_len:.2f}" if spec and s.mean_accepted_len else "-",
+        _pct(s.draft_share) if spec else "-",
+        _pct(s.verify_share),
+        _pct(max(1.0 - s.draft_share - s.verify_share, 0.0)),
+        f"{s.early_stops}/{s.n_samples}",
+    ]
+
+
+HEADERS = [
+    "config",
+    "decode tok/s (min-max)",
+    "e2e tok/s",
+    "speedup",
+    "accept",
+    "mean acc len",
+    "draft time",
+    "verify time",
+    "other",
+    "early EOG",
+]
+PEER_HEADERS = ["llama.cpp config", "decode tok/s (min-max)", "e2e tok/s", "accept", "localspec / llama.cpp"]
+
+
+def _peer_rows(r: TempResult) -> list[list[str]]:
+    ours = {s.config: s for s in r.ours.summaries}
+    rows = []
+    if r.peer_plain is not None:
+        plain = ours.get("plain")
+        ratio = plain.decode_tok_s.median / r.peer_plain.median if plain and r.peer_plain.median else 0.0
+        rows.append(
+            ["plain (llama-bench)", _tok_s(r.peer_plain), "-", "-", f"{ratio:.2f}x" if ratio else "-"]
+        )
+    for s in r.peer.summaries if r.peer else []:
+        mine = ours.get(s.config)
+        ratio = mine.decode_tok_s.median / s.decode_tok_s.median if mine and s.decode_tok_s.median else 0.0
+        rows.append(
+            [
+                s.config,
+                _tok_s(s.decode_tok_s),
+                _tok_s(s.e2e_tok_s),
+                _pct(s.acceptance_rate),
+                f"{ratio:.2f}x" if ratio else "-",
+            ]
+        )
+    return rows
+
+
+def _comparison_line(r: TempResult) -> str | None:
+    c = r.comparison()
+    if c is None:
+        return None
+    return (
+        f"best K: localspec {c['localspec_config']} {c['localspec_tok_s']:.1f} tok/s vs llama.cpp "
+        f"{c['llamacpp_config']} {c['llamacpp_tok_s']:.1f} tok/s -> {c['ratio']:.2f}x"
+    )
+
+
+# -- Markdown ------------------------------------------------------------------------------------
+def _md_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(rep: BenchReport, *, plot: str | None = None) -> str:
+    p = rep.params
+    out = [
+        f"Prompts: {p.get('n_prompts')} ({', '.join(p.get('kinds', []))}), each exactly "
+        f"{p.get('prompt_tokens')} tokens; up to {p.get('gen_tokens')} generated tokens; "
+        f"{p.get('runs')} measured runs after {p.get('warmup')} warm-up; seed {p.get('seed')}; "
+        f"{p.get('n_threads')} threads. decode tok/s = generated tokens / time after the prompt's prefill "
+        "(llama.cpp's own definition), pooled over the prompts of a run; median over runs, min-max in "
+        "brackets. e2e includes prompt processing. draft / verify / other are shares of decode time "
+        "(other: sampling, acceptance and the Python loop).",
+        "",
+    ]
+    for r in rep.results:
+        out += [
+            f"### Temperature {r.temperature:g}",
+            "",
+            _md_table(HEADERS, [_row(s) for s in r.ours.summaries]),
+            "",
+        ]
+        if r.peer is not None:
+            out += [_md_table(PEER_HEADERS, _peer_rows(r)), ""]
+            line = _comparison_line(r)
+            if line:
+                out += [f"**{line}**", ""]
+    if plot:
+        out += [f"![tok/s and acceptance against K]({plot})", ""]
+    return "\n".join(out)
+
+
+def write_markdown(rep: BenchReport, path: Path, *, plot: str | None = None) -> None:
+    Path(path).write_text(markdown(rep, plot=plot))
+
+
+# -- terminal ------------------------------------------------------------------------------------
+def print_rich(rep: BenchReport, console=None) -> None:  # noqa: ANN001
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    if console is None:  # piped output would wrap the table at 80 columns
+        console = Console() if Console().is_terminal else Console(width=150)
+    for r in rep.results:
+        t = Table(title=f"localspec, temperature {r.temperature:g}", title_justify="left")
+        for h in HEADERS:
+            t.add_column(h, justify="left" if h == "config" else "right")
+        for s in r.ours.summaries:
+            t.add_row(*_row(s))
+        console.print(t)
+        if r.peer is not None:
+            pt = Table(title=f"llama.cpp, temperature {r.temperature:g}", title_justify="left")
+            for h in PEER_HEADERS:
+                pt.add_column(h, justify="left" if h == PEER_HEADERS[0] else "right")
+            for row in _peer_rows(r):
+                pt.add_row(*row)
+            console.print(pt)
+            line = _comparison_line(r)
+            if line:
+                console.print(line)
+
+
+# -- plot ----------------------------------------------------------------------------------------
+def plot(rep: BenchReport, path: Path) -> None:
+    """Decode tok/s (left) and acceptance (right) against K, one line per temperature; 'auto' sits
+    right of the largest K, the plain baseline is a dashed line."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, (ax_t, ax_a) = plt.subplots(1, 2, figsize=(11, 4.2))
+    ks = sorted({int(s.draft_max) for r in rep.results for s in _spec(r) if s.draft_max.isdigit()})
+    x_auto = (max(ks) + 1) if ks else 1
+    for i, r in enumerate(rep.results):
+        color = f"C{i}"
+        label = f"T={r.temperature:g}"
+        xs, ys, lo, hi, acc = [], [], [], [], []
+        for s in _spec(r):
+            x = int(s.draft_max) if s.draft_max.isdigit() else x_auto
+            xs.append(x)
+            ys.append(s.decode_tok_s.median)
+            lo.append(s.decode_tok_s.median - s.decode_tok_s.lo)
+            hi.append(s.decode_tok_s.hi - s.decode_tok_s.median)
+            acc.append(s.acceptance_rate)
+        ax_t.errorbar(xs, ys, yerr=[lo, hi], marker="o", color=color, capsize=3, label=f"localspec {label}")
+        ax_a.plot(xs, acc, marker="o", color=color, label=f"localspec {label}")
+        plain = next((s for s in r.ours.summaries if not s.speculative), None)
+        if plain is not None:
+            ax_t.axhline(
+                plain.decode_tok_s.median, color=color, linestyle="--", linewidth=1, label=f"plain {label}"
+            )
+        if r.peer is not None:
+            px = [int(s.draft_max) for s in r.peer.summaries]
+            ax_t.plot(
+                px,
+                [s.decode_tok_s.median for s in r.peer.summaries],
+                marker="s",
+                color=color,
+                linestyle=":",
+                label=f"llama.cpp {label}",
+            )
+            ax_a.plot(
+                px,
+                [s.acceptance_rate for s in r.peer.summaries],
+                marker="s",
+                color=color,
+                linestyle=":",
+                label=f"llama.cpp {label}",
+            )
+    ticks = ks + [x_auto]
+    for ax in (ax_t, ax_a):
+        ax.set_xticks(ticks, [str(k) for k in ks] + ["auto"])
+        ax.set_xlabel("draft length K")
+        ax.grid(alpha=0.3)
+    ax_t.set_ylabel("decode tok/s")
+    ax_a.set_ylabel("acceptance rate")
+    ax_a.set_ylim(0, 1.05)
+    ax_t.legend(fontsize=7)
+    ax_a.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _spec(r: TempResult) -> list[ConfigSummary]:
+    return [s for s in r.ours.summaries if s.speculative]

@@ -1,0 +1,170 @@
+"""Runs the benchmark: every configuration of every side (localspec on one loaded Engine, optionally
+llama.cpp) over the same fitted prompts with the same sampling settings and seeds, the plain target
+first as the baseline.
+
+Configurations are interleaved inside each run (run 1: plain, K=1, ..., run 2: plain, K=1, ...) so
+slow drift of the machine (thermal, other load) spreads over all of them instead of biasing one;
+llama.cpp, when compared, is one more `Side` in the same interleaving.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from ..errors import LocalspecError
+from .aggregate import ConfigSummary, Sample, summarize_all
+from .prompts import FittedPrompt
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    name: str
+    spec: bool
+    draft_max: str  # "" for plain
+
+    @property
+    def key(self) -> tuple[str, bool, str]:
+        return self.name, self.spec, self.draft_max
+
+
+PLAIN = BenchConfig("plain", False, "")
+
+
+def parse_draft_max(value: str) -> list[str]:
+    """'1,2,4,auto' -> ['1', '2', '4', 'auto'], each checked."""
+    out: list[str] = []
+    for part in (p.strip().lower() for p in value.split(",")):
+        if not part:
+            continue
+        if part != "auto" and not (part.isdigit() and 1 <= int(part) <= 64):
+            raise LocalspecError(
+                f"--draft-max takes numbers 1..64 and 'auto', comma-separated (got {part!r})"
+            )
+        if part not in out:
+            out.append(part)
+    if not out:
+        raise LocalspecError("--draft-max needs at least one value")
+    return out
+
+
+def configs_for(draft_max: Sequence[str], *, has_draft: bool) -> list[BenchConfig]:
+    """The plain baseline, then one speculative configuration per draft length."""
+    if not has_draft:
+        return [PLAIN]
+    return [PLAIN] + [BenchConfig("auto" if k == "auto" else f"K={k}", True, k) for k in draft_max]
+
+
+@dataclass(frozen=True)
+class BenchTable:
+    """Everything measured at one temperature."""
+
+    temperature: float
+    summaries: list[ConfigSummary]
+    samples: list[Sample]
+
+
+def _sample(resp, wall_s: float, cfg: BenchConfig, run: int, prompt: FittedPrompt) -> Sample:  # noqa: ANN001
+    st = resp.stats
+    total_ms = wall_s * 1e3
+    # decode = everything after the prompt's prefill, first round included, and every token counted:
+    # llama.cpp's own "decoded N tokens in T s" definition. (Timing from the first token instead
+    # would hand a speculative run the other tokens of its first round for free.)
+    return Sample(
+        config=cfg.name,
+        run=run,
+        prompt_id=prompt.id,
+        kind=prompt.kind,
+        n_prompt=st.n_prompt_tokens,
+        n_generated=st.n_generated,
+        finish_reason=resp.finish_reason,
+        decode_tokens=st.n_generated,
+        decode_ms=max(total_ms - st.prefill_ms, 0.0),
+        total_ms=total_ms,
+        draft_ms=st.draft_ms,
+        verify_ms=st.verify_ms,
+        sample_ms=st.sample_ms,
+        n_drafted=st.n_drafted,
+        n_accepted=st.n_accepted,
+        rounds=st.rounds,
+    )
+
+
+class Side(Protocol):
+    """One implementation under test: its configurations and how to run one generation."""
+
+    label: str
+    configs: Sequence[BenchConfig]
+
+    def one(self, cfg: BenchConfig, prompt: FittedPrompt, run: int, seed: int) -> Sample: ...
+
+
+class EngineSide:
+    """localspec itself, on a loaded Engine (models loaded once; each configuration is overrides)."""
+
+    label = "localspec"
+
+    def __init__(
+        self, engine, configs: Sequence[BenchConfig], *, temperature: float, gen_tokens: int
+    ) -> None:  # noqa: ANN001
+        self.engine, self.configs = engine, list(configs)
+        self.temperature, self.gen_tokens = temperature, gen_tokens
+
+    def one(self, cfg: BenchConfig, prompt: FittedPrompt, run: int, seed: int) -> Sample:
+        _forget_cache(self.engine)  # each generation pays its own prefill: no prompt reuse across runs
+        overrides = dict(
+            max_tokens=self.gen_tokens, stop=(), temperature=self.temperature, seed=seed, spec=cfg.spec
+        )
+        if cfg.spec:
+            overrides["draft_max"] = cfg.draft_max
+        t0 = time.perf_counter()
+        resp = self.engine.generate(list(prompt.tokens), **overrides)
+        return _sample(resp, time.perf_counter() - t0, cfg, run, prompt)
+
+
+def measure(
+    sides: Sequence[Side],
+    prompts: Sequence[FittedPrompt],
+    *,
+    temperature: float,
+    gen_tokens: int,
+    runs: int,
+    warmup: int,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> list[BenchTable]:
+    """One table per side. Runs are interleaved across sides and configurations (run 1: every
+    configuration of every side, run 2: ...), so load that comes and goes hits all of them alike."""
+    if runs < 1:
+        raise LocalspecError("--runs must be at least 1")
+    if not prompts:
+        raise LocalspecError("no prompts to run")
+    say = progress or (lambda _msg: None)
+    for w in range(warmup):  # every configuration once on the first prompt, not recorded
+        for side in sides:
+            for cfg in side.configs:
+                say(f"warm-up {w + 1}/{warmup} {side.label} {cfg.name}")
+                side.one(cfg, prompts[0], -1, seed)
+    samples: list[list[Sample]] = [[] for _ in sides]
+    for run in range(runs):
+        for side, out in zip(sides, samples):
+            for cfg in side.configs:
+                say(f"T={temperature:g} run {run + 1}/{runs} {side.label} {cfg.name}")
+                for i, prompt in enumerate(prompts):
+                    # the same seeds for every configuration and side: at T>0 they share the random stream
+                    out.append(side.one(cfg, prompt, run, seed + 1000 * run + i))
+    return [
+        BenchTable(temperature, summarize_all(ss, [c.key for c in side.configs], gen_tokens), ss)
+        for side, ss in zip(sides, samples)
+    ]
+
+
+def _forget_cache(engine) -> None:  # noqa: ANN001
+    # TODO(lead): a public Engine method for this; until then the slots are cleared directly
+    clear = getattr(engine, "clear_cache", None)
+    if clear is not None:
+        clear()
+        return
+    for slot in engine._slots():
+        slot.clear()

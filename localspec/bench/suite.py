@@ -1,0 +1,136 @@
+"""The whole benchmark as one call (what `localspec bench` and scripts/make_bench.py run): load the
+pair once, fit the prompts, run localspec at every temperature and, with `peer`, llama.cpp too."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..errors import LocalspecError
+from ..settings import Settings
+from . import machine
+from . import peer as peer_mod
+from .prompts import FittedPrompt, fit_prompts, load_prompts, select
+from .report import BenchReport, TempResult
+from .runner import EngineSide, Side, configs_for, measure
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchPlan:
+    draft_max: Sequence[str] = ("1", "2", "3", "4", "6", "8", "auto")
+    temperatures: Sequence[float] = (0.0,)
+    prompts: Path | None = None  # None: the bundled set
+    per_kind: int | None = None  # the first N prompts of each kind
+    prompt_tokens: int = 128
+    gen_tokens: int = 128
+    runs: int = 3
+    warmup: int = 1
+    seed: int = 0
+    peer: bool = False
+
+
+def run_benchmark(
+    settings: Settings, plan: BenchPlan, *, progress: Callable[[str], None] | None = None
+) -> BenchReport:
+    from ..backend import default_threads  # noqa: PLC0415
+    from ..engine import Engine  # noqa: PLC0415
+
+    if plan.prompt_tokens < 2 or plan.gen_tokens < 2:
+        raise LocalspecError("--prompt-tokens and --gen-tokens must be at least 2")
+    if plan.peer and settings.draft is None:
+        raise LocalspecError(
+            "--peer compares speculative decoding: it needs a draft model (--draft or --pair)"
+        )
+    fixed_k = [int(k) for k in plan.draft_max if k != "auto"]
+    if plan.peer:
+        if not fixed_k:
+            raise LocalspecError("--peer needs at least one fixed draft length (llama.cpp has no 'auto')")
+        for tool in ("llama-speculative-simple", "llama-bench"):
+            peer_mod.peer_binary(tool)  # fail before minutes of localspec runs, not after
+    chosen = select(load_prompts(plan.prompts), plan.per_kind)
+    threads = settings.n_threads or default_threads()
+    settings = settings.replace(n_threads=threads, spec=True)
+    results: list[TempResult] = []
+    ps = _peer_settings(settings) if plan.peer else None
+    with Engine(settings) as eng:  # the peer runs while our models sit idle in memory
+        fitted = fit_prompts(chosen, eng.target, plan.prompt_tokens)
+        peer_texts = _peer_texts(eng.target, fitted)
+        configs = configs_for(plan.draft_max, has_draft=eng.draft is not None)
+        for t in plan.temperatures:
+            sides: list[Side] = [EngineSide(eng, configs, temperature=t, gen_tokens=plan.gen_tokens)]
+            if ps is not None:
+                sides.append(
+                    peer_mod.PeerSide(
+                        ps, lambda p: peer_texts[p.id], fixed_k, temperature=t, gen_tokens=plan.gen_tokens
+                    )
+                )
+            tables = measure(
+                sides,
+                fitted,
+                temperature=t,
+                gen_tokens=plan.gen_tokens,
+                runs=plan.runs,
+                warmup=plan.warmup,
+                seed=plan.seed,
+                progress=progress,
+            )
+            results.append(TempResult(*tables))
+        if ps is not None:
+            if progress:
+                progress("llama-bench: plain decode of the target")
+            plain = peer_mod.plain_tok_s(
+                ps, ps.target, depth=plan.prompt_tokens, gen_tokens=plan.gen_tokens, runs=plan.runs
+            )
+            # plain decoding does not depend on temperature in llama-bench: one measurement for all
+            results = [TempResult(r.ours, r.peer, plain) for r in results]
+    params = {
+        "target": str(settings.target),
+        "draft": str(settings.draft) if settings.draft else None,
+        "draft_max": list(plan.draft_max),
+        "temperatures": list(plan.temperatures),
+        "top_k": settings.top_k,
+        "top_p": settings.top_p,
+        "min_p": settings.min_p,
+        "spec_mode": settings.spec_mode,
+        "prompt_tokens": plan.prompt_tokens,
+        "gen_tokens": plan.gen_tokens,
+        "runs": plan.runs,
+        "warmup": plan.warmup,
+        "seed": plan.seed,
+        "n_threads": threads,
+        "n_prompts": len(fitted),
+        "kinds": sorted({p.kind for p in fitted}),
+        "prompt_ids": [p.id for p in fitted],
+        "peer": plan.peer,
+    }
+    return BenchReport(params=params, machine=machine.describe(), results=results)
+
+
+def _peer_texts(model, fitted: Sequence[FittedPrompt]) -> dict[str, str]:  # noqa: ANN001 - backend.Model
+    """Fitted tokens back to text for llama.cpp, which re-tokenizes it (special tokens parsed) and
+    adds BOS itself; the token count it reports is kept with each sample."""
+    texts = {}
+    for p in fitted:
+        toks = list(p.tokens)
+        if model.vocab.add_bos and toks[:1] == [model.vocab.bos]:
+            toks = toks[1:]
+        texts[p.id] = model.detokenize(toks, special=True)
+    return texts
+
+
+def _peer_settings(s: Settings) -> peer_mod.PeerSettings:
+    assert s.target is not None and s.draft is not None and s.n_threads is not None
+    return peer_mod.PeerSettings(
+        target=s.target,
+        draft=s.draft,
+        n_threads=s.n_threads,
+        n_ctx=s.n_ctx,
+        n_batch=s.n_batch,
+        n_ubatch=s.n_ubatch,
+        flash_attn=s.flash_attn,
+        kv_type=s.kv_type,
+        top_k=s.top_k,
+        top_p=s.top_p,
+        min_p=s.min_p,
+    )

@@ -1,0 +1,152 @@
+"""`localspec bench`: plain vs speculative decoding over draft lengths on a fixed prompt set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import LocalspecError
+from ..settings import DEFAULT_PAIR
+from .common import resolve_settings, settings_options
+
+# the bench sets these itself: one value per configuration, or fixed by the method
+_OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec")
+
+
+def _temperatures(value: str) -> list[float]:
+    try:
+        temps = [float(t) for t in value.split(",") if t.strip()]
+    except ValueError:
+        raise LocalspecError(f"--temperature takes numbers, comma-separated (got {value!r})") from None
+    if not temps or any(t < 0 for t in temps):
+        raise LocalspecError(f"--temperature needs values >= 0 (got {value!r})")
+    return temps
+
+
+@click.command()
+@settings_options("model", "sampling", "spec", exclude=_OWN)
+@click.option(
+    "--draft-max",
+    "draft_max_list",
+    default="1,2,3,4,6,8,auto",
+    show_default=True,
+    help="Draft lengths to compare, comma-separated; 'auto' is the online tuner.",
+)
+@click.option(
+    "--temperature",
+    "temperatures",
+    default="0",
+    show_default=True,
+    help="Sampling temperature(s), comma-separated; every configuration uses the same.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Base seed (same for every configuration)."
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help='JSONL prompt set ({"id", "kind", "text", "chat"}); default: the bundled one.',
+)
+@click.option("--per-kind", type=int, default=None, help="Use only the first N prompts of each kind.")
+@click.option(
+    "--prompt-tokens",
+    type=int,
+    default=128,
+    show_default=True,
+    help="Every prompt is cut or padded to exactly this many target tokens.",
+)
+@click.option(
+    "--gen-tokens",
+    type=int,
+    default=128,
+    show_default=True,
+    help="Tokens to generate per prompt (fewer if the model ends its answer).",
+)
+@click.option("--runs", type=int, default=3, show_default=True, help="Measured runs over the prompt set.")
+@click.option(
+    "--warmup",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Unmeasured warm-up generations per configuration (first prompt).",
+)
+@click.option(
+    "--json", "json_out", type=click.Path(path_type=Path), default=None, help="Write results as JSON."
+)
+@click.option(
+    "--markdown", "md_out", type=click.Path(path_type=Path), default=None, help="Write a Markdown report."
+)
+@click.option(
+    "--plot",
+    "plot_out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a PNG of tok/s and acceptance against K.",
+)
+@click.option(
+    "--peer",
+    is_flag=True,
+    help="Also run llama.cpp's llama-speculative-simple on the same work "
+    "(build it first: scripts/build_peer.sh).",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+def bench(
+    draft_max_list: str,
+    temperatures: str,
+    seed: int,
+    prompts_file: Path | None,
+    per_kind: int | None,
+    prompt_tokens: int,
+    gen_tokens: int,
+    runs: int,
+    warmup: int,
+    json_out: Path | None,
+    md_out: Path | None,
+    plot_out: Path | None,
+    peer: bool,
+    quiet: bool,
+    **kwargs,
+) -> None:  # noqa: ANN003
+    """Benchmark plain vs speculative decoding over draft lengths (decode tok/s, speedup, acceptance)."""
+    from ..bench import report  # noqa: PLC0415
+    from ..bench.runner import parse_draft_max  # noqa: PLC0415
+    from ..bench.suite import BenchPlan, run_benchmark  # noqa: PLC0415
+
+    if kwargs.get("pair") is None and kwargs.get("target") is None and (DEFAULT_PAIR / "pair.toml").exists():
+        kwargs["pair"] = DEFAULT_PAIR
+    settings = resolve_settings(kwargs)
+    if settings.target is None:
+        raise LocalspecError("no model to benchmark: pass --pair DIR or --target T.gguf [--draft D.gguf]")
+    if runs < 1 or warmup < 0 or (per_kind is not None and per_kind < 1):
+        raise LocalspecError("--runs must be >= 1, --warmup >= 0 and --per-kind >= 1")
+    plan = BenchPlan(
+        draft_max=parse_draft_max(draft_max_list),
+        temperatures=_temperatures(temperatures),
+        prompts=prompts_file,
+        per_kind=per_kind,
+        prompt_tokens=prompt_tokens,
+        gen_tokens=gen_tokens,
+        runs=runs,
+        warmup=warmup,
+        seed=seed,
+        peer=peer,
+    )
+    progress = None if quiet else (lambda msg: click.echo(f"  {msg}", err=True))
+    rep = run_benchmark(settings, plan, progress=progress)
+    report.print_rich(rep)
+    if json_out:
+        report.write_json(rep, json_out)
+    if plot_out:
+        report.plot(rep, plot_out)
+    if md_out:
+        rel = _relative(plot_out, md_out.parent) if plot_out else None
+        report.write_markdown(rep, md_out, plot=rel)
+
+
+def _relative(path: Path, base: Path) -> str:
+    import os  # noqa: PLC0415
+
+    return os.path.relpath(path.resolve(), base.resolve())

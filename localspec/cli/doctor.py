@@ -1,0 +1,182 @@
+"""`localspec doctor`: the llama.cpp build, its devices, the memory plan of a pair, the verdict and the
+placement llama.cpp actually chose (both models loaded with a tiny context). `collect()` returns
+data; the table and --json are two renderings of it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from .common import resolve_settings, settings_options
+
+VERIFY_N_CTX = 512  # enough to reserve every buffer; the plan is recomputed at this size to compare
+
+
+@click.command()
+@settings_options("model")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
+@click.option("--no-load", is_flag=True, help="Plan only: do not load the models to verify placement.")
+def doctor(as_json: bool, no_load: bool, **kwargs: Any) -> None:
+    """Devices, memory plan, verdict and verified placement (models optional)."""
+    settings = resolve_settings(kwargs)
+    report = collect(settings, load=not no_load)
+    click.echo(json.dumps(report, indent=2) if as_json else render(report))
+
+
+def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
+    from .. import backend, placement  # noqa: PLC0415 - keep --help instant
+    from ..errors import LocalspecError  # noqa: PLC0415
+    from ..memory_plan import fmt_bytes  # noqa: PLC0415
+
+    devices = backend.devices()
+    out: dict[str, Any] = {
+        "llama_cpp_python": backend.llama_cpp_version(),
+        "gpu_offload": backend.supports_gpu_offload(),
+        "system_info": backend.system_info(),
+        "devices": [d.__dict__ | {"offloads": d.offloads} for d in devices],
+    }
+    if settings.target is None:
+        return out
+    plan = placement.plan_for(settings)
+    out["plan"] = plan.to_dict()
+    cpu = next((d for d in devices if d.kind == "cpu"), None)
+    out["system_memory"] = {"need_bytes": plan.cpu_bytes, "free_bytes": cpu.free_bytes if cpu else None}
+    try:
+        decision = placement.enforce(plan, devices, settings)
+    except LocalspecError as e:
+        out["refused"] = str(e)
+        return out
+    out["decision"] = decision.to_dict()
+    if not load:
+        return out
+    tiny = settings.replace(n_ctx=min(settings.n_ctx, VERIFY_N_CTX))
+    vplan = placement.plan_for(tiny)
+    logs = [
+        _load_log(backend, path, layers, tiny)
+        for path, layers in (
+            (tiny.target, decision.target_gpu_layers),
+            *(((tiny.draft, decision.draft_gpu_layers),) if vplan.draft else ()),
+        )
+    ]
+    verified = placement.verify(vplan, decision, logs[0], logs[1] if len(logs) > 1 else None)
+    out["verified"] = verified.to_dict() | {"n_ctx": vplan.rt.n_ctx, "summary": verified.summary()}
+    out["verified"]["accuracy"] = {
+        m.role: {
+            k: f"{m.off_by(k):.1%} ({fmt_bytes(p)} planned, {fmt_bytes(s)} seen)"
+            for k, (p, s) in m.sizes.items()
+        }
+        for m in verified.models
+    }
+    return out
+
+
+def _load_log(backend: Any, path: Any, n_gpu_layers: int, s: Any) -> list[str]:
+    with (
+        backend.Model(path, n_gpu_layers=n_gpu_layers) as model,
+        backend.Context(
+            model,
+            n_ctx=s.n_ctx,
+            n_batch=s.n_batch,
+            n_ubatch=s.n_ubatch,
+            n_threads=s.n_threads,
+            flash_attn=s.flash_attn,
+            kv_type=s.kv_type,
+        ) as ctx,
+    ):
+        return model.load_log + ctx.init_log
+
+
+# ---------------------------------------------------------------------------------------------------
+def render(r: dict[str, Any]) -> str:
+    from ..memory_plan import fmt_bytes  # noqa: PLC0415
+
+    rows = [
+        (
+            "llama.cpp",
+            f"llama-cpp-python {r['llama_cpp_python']}; GPU offload: "
+            + ("yes" if r["gpu_offload"] else "no (CPU-only build)"),
+        ),
+        ("features", r["system_info"]),
+    ]
+    for i, d in enumerate(r["devices"]):
+        rows.append(
+            (
+                "devices" if i == 0 else "",
+                f"{d['name']:<10} {d['kind']:<5} "
+                f"{fmt_bytes(d['free_bytes'])} free of {fmt_bytes(d['total_bytes'])}  {d['description']}",
+            )
+        )
+    plan = r.get("plan")
+    if plan is None:
+        rows.append(("models", "none given (pass --pair DIR or --target/--draft to plan and verify)"))
+        return _table(rows)
+    rows.append(
+        (
+            "plan",
+            f"n_ctx {plan['n_ctx']}, KV {plan['kv_type']}, flash-attn {plan['flash_attn']}, "
+            f"n_ubatch {plan['n_ubatch']}",
+        )
+    )
+    for m in plan["models"]:
+        swa = f", SWA cache {m['swa_cells']} cells" if m["swa_cells"] else ""
+        rows.append(("", f"{m['role']:<6} {m['name']} ({m['arch']}, {m['n_layer']} layers{swa})"))
+        rows.append(
+            (
+                "",
+                f"       weights {fmt_bytes(m['weights_device_bytes'])} on device "
+                f"(+{fmt_bytes(m['weights_host_bytes'])} input layer in RAM), KV "
+                f"{fmt_bytes(m['kv_bytes'])}, compute {fmt_bytes(m['compute_bytes'])}",
+            )
+        )
+    rows.append(
+        (
+            "",
+            f"full offload needs {fmt_bytes(plan['device_bytes'])} (headroom "
+            f"{fmt_bytes(plan['headroom_bytes'])}); CPU-only needs {fmt_bytes(plan['cpu_bytes'])}",
+        )
+    )
+    if "refused" in r:
+        rows.append(("verdict", "REFUSED: " + r["refused"]))
+        return _table(rows)
+    dec = r["decision"]
+    v = dec["verdict"]
+    if v is None:
+        mem = r["system_memory"]
+        free = f", {fmt_bytes(mem['free_bytes'])} free" if mem["free_bytes"] else ""
+        rows.append(("verdict", f"CPU: needs {fmt_bytes(mem['need_bytes'])} of system memory{free}"))
+    else:
+        status = "fits" if v["fits"] else "does NOT fit"
+        rows.append(
+            (
+                "verdict",
+                f"full offload {status}: {fmt_bytes(v['need_bytes'])} needed on {v['device']}, "
+                f"{fmt_bytes(v['free_bytes'])} free",
+            )
+        )
+        for f in v["fixes"]:
+            rows.append(("", f"fix: {f['flags']} (needs {fmt_bytes(f['device_bytes'])})"))
+    rows.append(
+        (
+            "decision",
+            f"{dec['mode']}: n_gpu_layers target {dec['target_gpu_layers']}, "
+            f"draft {dec['draft_gpu_layers']}"
+            + (f" on {', '.join(dec['devices'])}" if dec["devices"] else ""),
+        )
+    )
+    for line in ([dec["banner"]] if dec["banner"] else []) + [f"warning: {w}" for w in dec["warnings"]]:
+        rows.append(("", line))
+    ver = r.get("verified")
+    if ver:
+        rows.append(("verified", f"loaded with n_ctx {ver['n_ctx']}; llama.cpp's log vs the plan:"))
+        rows += [("", line) for line in ver["summary"].splitlines()]
+        for role, acc in ver["accuracy"].items():
+            rows.append(("", f"{role:<6} plan error: " + ", ".join(f"{k} {v}" for k, v in acc.items())))
+        if not ver["problems"]:
+            rows.append(("", "placement as planned"))
+    return _table(rows)
+
+
+def _table(rows: list[tuple[str, str]]) -> str:
+    return "\n".join(f"{k:<10} {v}".rstrip() for k, v in rows)
