@@ -9,7 +9,7 @@ LLAMA_CPP_VERSION := 0.3.36
 # built wheels are kept per CMAKE_ARGS: pip's own cache ignores CMAKE_ARGS and would reuse a wrong build
 WHEEL_DIR := .wheels/$(shell printf '%s' "$(CMAKE_ARGS)" | sha1sum | cut -c1-12)
 
-.PHONY: setup models demo test test-fast bench lint format clean
+.PHONY: setup models demo test test-fast bench bench-full lint format clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,9 @@ test-fast: setup
 
 bench: models
 	$(PY) scripts/make_bench.py
+
+bench-full: models
+	$(PY) scripts/make_bench.py --full
 
 lint:
 	$(VENV)/bin/ruff check localspec tests scripts

@@ -16,14 +16,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
-
 import llama_cpp as C
+import numpy as np
 
 from .errors import LocalspecError
 from .gguf_file import validate_gguf
 
-KV_TYPES = {"f32": C.GGML_TYPE_F32, "f16": C.GGML_TYPE_F16, "q8_0": C.GGML_TYPE_Q8_0, "q4_0": C.GGML_TYPE_Q4_0}
+KV_TYPES = {
+    "f32": C.GGML_TYPE_F32,
+    "f16": C.GGML_TYPE_F16,
+    "q8_0": C.GGML_TYPE_Q8_0,
+    "q4_0": C.GGML_TYPE_Q4_0,
+}
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 
 # ---------------------------------------------------------------------------------------------------
@@ -246,7 +250,9 @@ class Model:
         return self._piece_buf.raw[:n]
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
-        return b"".join(self.token_bytes(t, special=special) for t in tokens).decode("utf-8", errors="replace")
+        return b"".join(self.token_bytes(t, special=special) for t in tokens).decode(
+            "utf-8", errors="replace"
+        )
 
 
 def _last_error(mark: int) -> str:

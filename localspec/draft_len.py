@@ -2,7 +2,8 @@
 
 `FixedK` always asks for K. `AutoK` picks K to maximise expected tokens per second from online
 measurements: per-position acceptance a_i, the draft's per-token time t_d and the target's verify
-time T(n) for a batch of n tokens (fit as a + b*n; nearly flat on a GPU, steep on a CPU):
+time T(n) for a batch of n tokens (nearly flat on a GPU; steep and saw-toothed on a CPU, so it is
+measured per batch size, with a line through the measurements only for sizes not yet seen):
 
     rate(K) = (1 + sum_{k<=K} prod_{i<=k} a_i) / (K * t_d + T(K + 1) + o)
 
@@ -24,11 +25,23 @@ class FixedK:
         self.k = k
         self.fallbacks = 0
 
+    def begin(self) -> None:
+        pass
+
     def choose(self) -> int:
         return self.k
 
-    def observe(self, *, k: int, n_drafted: int, n_accepted: int, n_emitted: int, draft_s: float,
-                verify_s: float, round_s: float) -> None:
+    def observe(
+        self,
+        *,
+        k: int,
+        n_drafted: int,
+        n_accepted: int,
+        n_emitted: int,
+        draft_s: float,
+        verify_s: float,
+        round_s: float,
+    ) -> None:
         pass
 
 
@@ -56,6 +69,10 @@ class _Floor:
     def value(self) -> float | None:
         return min(self.samples) if self.samples else None
 
+    @property
+    def mean(self) -> float | None:
+        return sum(self.samples) / len(self.samples) if self.samples else None
+
 
 @dataclass
 class AutoK:
@@ -63,9 +80,10 @@ class AutoK:
     k_min: int = 1
     prior_accept: float = 0.7  # before any evidence: a typical same-family pair
     prior_weight: float = 2.0
-    window: int = 8  # rounds over which the realised speculative rate is judged
+    window: int = 16  # rounds over which the realised speculative rate is judged
     reprobe_after: int = 32  # plain steps before speculation is tried again
     decay: float = 0.98  # per-round forgetting of acceptance evidence (~50-round memory)
+    explore_every: int = 16  # every Nth round tries a neighbour of the best K, so its cost stays measured
     # state ------------------------------------------------------------------------------------
     acc: np.ndarray = field(default=None)  # type: ignore[assignment]
     tried: np.ndarray = field(default=None)  # type: ignore[assignment]
@@ -77,14 +95,29 @@ class AutoK:
     fallbacks: int = 0
     _reprobe: bool = False
     _seen_first: bool = False
-    # probe rounds: batch sizes 2, 5 and 1 twice each, so the verify-time line has two good points
-    _probe: list[int] = field(default_factory=lambda: [1, 4, 0, 1, 4, 0])
+    _rounds: int = 0
+    _explores: int = 0
+    _seen_at: dict[int, int] = field(default_factory=dict)  # batch size -> round last measured
+    # probe rounds (the first is not timed): every small K twice, and plain twice. Verify time is not linear in the batch size
+    # on a CPU (repacked Q4_K kernels take rows in fours: 3 tokens cost more than 4), so each batch
+    # size the model relies on is measured rather than interpolated.
+    _probe: list[int] = field(default_factory=lambda: [1, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0])
 
     def __post_init__(self) -> None:
         self.acc = np.zeros(self.k_max)
         self.tried = np.zeros(self.k_max)
         self.recent = deque(maxlen=self.window)
         self.k_min = max(1, self.k_min)
+        self._probe = [k if k == 0 else min(max(k, self.k_min), self.k_max) for k in self._probe]
+
+    def begin(self) -> None:
+        """A new request on the same pair: timings carry over (they belong to the machine), the
+        acceptance evidence is kept at a quarter weight (the new text may draft better or worse),
+        and the per-request state starts afresh."""
+        self.acc *= 0.25
+        self.tried *= 0.25
+        self.recent.clear()
+        self.plain_left, self.fallbacks, self._reprobe = 0, 0, False
 
     # -- model --------------------------------------------------------------------------------
     def accept_probs(self) -> np.ndarray:
@@ -93,16 +126,20 @@ class AutoK:
         return (self.acc + a0 * w) / (self.tried + w)
 
     def verify_time(self, n: int) -> float:
-        pts = [(b, e.value) for b, e in self.verify.items() if e.value is not None]
+        """The measured floor for a batch of n tokens; batch sizes not yet seen come from a line
+        through the measured ones (exploration then measures them if they look worth it)."""
+        pts = {b: e.value for b, e in self.verify.items() if e.value is not None}
+        if n in pts:
+            return pts[n]
         if not pts:
             return 1.0
         if len(pts) == 1:  # one batch size seen: assume the CPU-like slope of 10% per token
-            b, t = pts[0]
+            ((b, t),) = pts.items()
             return t * (1 + 0.1 * (n - b)) if n > b else t / (1 + 0.1 * (b - n))
-        x = np.array([p[0] for p in pts], dtype=float)
-        y = np.array([p[1] for p in pts], dtype=float)
+        x = np.array(list(pts), dtype=float)
+        y = np.array(list(pts.values()), dtype=float)
         b1, b0 = np.polyfit(x, y, 1)
-        return max(b0 + max(b1, 0.0) * n, 1e-6)
+        return max(b0 + max(b1, 0.0) * n, min(pts.values()))
 
     def expected_rate(self, k: int) -> float:
         o = self.t_overhead.value or 0.0
@@ -118,30 +155,56 @@ class AutoK:
 
     # -- protocol -----------------------------------------------------------------------------
     def choose(self) -> int:
-        if self._probe:  # a few probe rounds measure T(1) and the slope before trusting the model
+        if self._probe:  # a few probe rounds measure the costs before the model is trusted
             return self._probe.pop(0)
         if self.plain_left > 0:
             self.plain_left -= 1
             self._reprobe = self.plain_left == 0
             return 0
         k = self.best_k()
-        if self._reprobe:  # one real round after a fallback, so fresh evidence can win it back
-            self._reprobe = False
-            return k
+        if self._reprobe:  # one real round after a fallback, at the K measured longest ago: fresh
+            self._reprobe = False  # evidence where the estimate is stalest can win speculation back
+            return self._stalest(range(self.k_min, k + 1), k)
         if self.expected_rate(k) < self.expected_rate(0):
             self._fall_back()
             return 0
+        if self._rounds % self.explore_every == 0:
+            return self._explore(k)
         return k
+
+    def _explore(self, best: int) -> int:
+        """In turn: one more than the best (a hill climb, for flat GPU verify curves), and the
+        smaller K measured longest ago (so a timing a one-off stall left too high gets retaken)."""
+        self._explores += 1
+        if self._explores % 2 and best < self.k_max:
+            return best + 1
+        if best == self.k_min:
+            return min(best + 1, self.k_max)
+        return self._stalest(range(self.k_min, best), best)
+
+    def _stalest(self, ks: range, best: int) -> int:
+        return min(ks, key=lambda j: (self._seen_at.get(j + 1, -1), abs(best - j)))
 
     def _fall_back(self) -> None:
         self.fallbacks += 1
         self.plain_left = self.reprobe_after - 1
         self.recent.clear()
 
-    def observe(self, *, k: int, n_drafted: int, n_accepted: int, n_emitted: int, draft_s: float,
-                verify_s: float, round_s: float) -> None:
+    def observe(
+        self,
+        *,
+        k: int,
+        n_drafted: int,
+        n_accepted: int,
+        n_emitted: int,
+        draft_s: float,
+        verify_s: float,
+        round_s: float,
+    ) -> None:
+        self._rounds += 1
         if self._seen_first:  # the first round pays one-off costs (graph building): not a timing
             self.verify.setdefault(n_drafted + 1, _Floor()).add(verify_s)
+            self._seen_at[n_drafted + 1] = self._rounds
             self.t_overhead.add(max(round_s - draft_s - verify_s, 0.0))
             if n_drafted:
                 self.t_draft.add(draft_s / n_drafted)
@@ -157,5 +220,8 @@ class AutoK:
         if len(self.recent) == self.recent.maxlen and self.verify.get(1):
             toks = sum(n for n, _ in self.recent)
             secs = sum(s for _, s in self.recent)
-            if toks / secs < self.expected_rate(0):
+            # like with like: realised rounds (stalls included) against the mean plain step, not its
+            # floor; a 10% margin, as a 16-round window is noisy and the model already judges close calls
+            self.recent.clear()  # windows do not overlap: one verdict per window, not a test per round
+            if toks / secs < 0.9 / (self.verify[1].mean + (self.t_overhead.value or 0.0)):
                 self._fall_back()

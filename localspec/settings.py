@@ -8,6 +8,7 @@ pair.toml [runtime] table < explicit CLI flags / request fields.
 from __future__ import annotations
 
 import dataclasses
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -27,6 +28,9 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
+SPEC_MODES = ("pq", "match")  # speculative sampling; llama.cpp's sample-and-match
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     # -- models --------------------------------------------------------------------------------
@@ -38,10 +42,15 @@ class Settings:
     n_ubatch: int = _f(512, "Physical micro-batch size.", group="model")
     n_threads: int | None = _f(None, "CPU threads (default: physical cores).", group="model")
     n_gpu_layers: int = _f(-1, "Layers to offload to the GPU (-1 = all).", group="model")
-    flash_attn: str = _f("auto", "Flash attention: auto, on or off.", group="model", choices=("auto", "on", "off"))
-    kv_type: str = _f("f16", "KV cache type: f16, q8_0, q4_0 or f32.", group="model",
-                      choices=("f16", "q8_0", "q4_0", "f32"))
-    allow_partial_offload: bool = _f(False, "Run even if a model does not fit fully on the GPU.", group="model")
+    flash_attn: str = _f(
+        "auto", "Flash attention: auto, on or off.", group="model", choices=("auto", "on", "off")
+    )
+    kv_type: str = _f(
+        "f16", "KV cache type: f16, q8_0, q4_0 or f32.", group="model", choices=("f16", "q8_0", "q4_0", "f32")
+    )
+    allow_partial_offload: bool = _f(
+        False, "Run even if a model does not fit fully on the GPU.", group="model"
+    )
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling")
     temperature: float = _f(0.8, "Sampling temperature; 0 = greedy.", group="sampling")
@@ -49,15 +58,22 @@ class Settings:
     top_p: float = _f(0.95, "Nucleus sampling mass (1 = off).", group="sampling")
     min_p: float = _f(0.05, "Drop tokens below min_p x the top probability (0 = off).", group="sampling")
     seed: int | None = _f(None, "Random seed (default: random).", group="sampling")
-    stop: tuple[str, ...] = _f((), "Stop string (repeatable); never emitted.", group="sampling", multiple=True)
+    stop: tuple[str, ...] = _f(
+        (), "Stop string (repeatable); never emitted.", group="sampling", multiple=True
+    )
     # -- speculation ---------------------------------------------------------------------------
     spec: bool = _f(True, "Use speculative decoding when a draft is given.", group="spec")
     draft_max: str = _f("auto", "Tokens drafted per round: a number, or auto (tuned online).", group="spec")
     draft_min: int = _f(0, "Never draft fewer than this many tokens per round.", group="spec")
-    draft_p_min: float = _f(0.0, "Stop drafting when the draft's top probability falls below this.",
-                            group="spec")
-    spec_mode: str = _f("pq", "Verification for sampling: pq (speculative sampling) or match.",
-                        group="spec", choices=("pq", "match"))
+    draft_p_min: float = _f(
+        0.0, "Stop drafting when the draft's top probability falls below this.", group="spec"
+    )
+    spec_mode: str = _f(
+        "pq",
+        "Verification for sampling: pq (speculative sampling) or match.",
+        group="spec",
+        choices=SPEC_MODES,
+    )
 
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:

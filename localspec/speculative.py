@@ -76,7 +76,11 @@ def prefill(target: Evaluator, draft: Evaluator | None, seq: Sequence[int], c: C
 
 
 def plain_steps(
-    target: Evaluator, prompt: Sequence[int], sp: SamplingParams, rng: np.random.Generator, c: Counters,
+    target: Evaluator,
+    prompt: Sequence[int],
+    sp: SamplingParams,
+    rng: np.random.Generator,
+    c: Counters,
     max_new: int | None = None,
 ) -> Iterator[Step]:
     """Target-only decoding: the baseline, and what --no-spec runs."""
@@ -187,8 +191,15 @@ def speculative_steps(
         c.llama_s += (t2 - t1) + t_deval
         round_s = time.perf_counter() - t_round
         c.loop_s += round_s
-        k_ctl.observe(k=k, n_drafted=len(drafts), n_accepted=n_acc, n_emitted=len(new),
-                      draft_s=t1 - t0, verify_s=t2 - t1, round_s=round_s)
+        k_ctl.observe(
+            k=k,
+            n_drafted=len(drafts),
+            n_accepted=n_acc,
+            n_emitted=len(new),
+            draft_s=t1 - t0,
+            verify_s=t2 - t1,
+            round_s=round_s,
+        )
         c.fallbacks = k_ctl.fallbacks
 
         for i, tok in enumerate(new):

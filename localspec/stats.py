@@ -72,7 +72,14 @@ class Stats:
 
     @classmethod
     def build(
-        cls, c: Counters, *, speculative: bool, n_prompt: int, n_generated: int, decode_s: float, total_s: float
+        cls,
+        c: Counters,
+        *,
+        speculative: bool,
+        n_prompt: int,
+        n_generated: int,
+        decode_s: float,
+        total_s: float,
     ) -> "Stats":
         passes = c.rounds + c.plain_steps
         # decode_s runs from the first token: that token's own pass is part of prefill

@@ -13,8 +13,9 @@ from .speculative import Step
 
 
 class TextStream:
-    def __init__(self, token_bytes: Callable[[int], bytes], is_eog: Callable[[int], bool],
-                 stop: Sequence[str] = ()) -> None:
+    def __init__(
+        self, token_bytes: Callable[[int], bytes], is_eog: Callable[[int], bool], stop: Sequence[str] = ()
+    ) -> None:
         self._detok = Detokenizer(token_bytes)
         self._stops = StopMatcher(stop)
         self._is_eog = is_eog

@@ -17,7 +17,9 @@ class FakeContext:
         self.n_vocab = self.table.shape[1]
         self.eog = eog
         self.cache: list[int] = []
-        self.calls: list[tuple[str, list[int] | int, int]] = []  # ("eval", tokens, pos) / ("truncate", pos, 0)
+        self.calls: list[
+            tuple[str, list[int] | int, int]
+        ] = []  # ("eval", tokens, pos) / ("truncate", pos, 0)
         self.hook = None  # called after every eval/truncate with self
 
     @property

@@ -279,6 +279,10 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
         "0",
         "--draft-max",
         "2,auto",
+        "--temperature",
+        "0,0.8",
+        "--spec-mode",
+        "pq,match",
         "--n-ctx",
         "256",
         "--n-threads",  # one thread: two OpenMP threads crawl when the 2 shared cores are busy
@@ -294,7 +298,12 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(out_json.read_text())
-    (table,) = data["tables"]
+    table, t_pq, t_match = data["tables"]  # greedy once; at T=0.8 the two rules side by side
+    assert (t_pq["temperature"], t_pq["spec_mode"], t_match["spec_mode"]) == (0.8, "pq", "match")
+    acc = {t["spec_mode"]: {r["config"]: r["acceptance_rate"] for r in t["localspec"]} for t in (t_pq, t_match)}
+    # drafting for itself, p = q up to batch noise: the p/q rule keeps nearly everything, while
+    # sample-and-match keeps a draft only when the target's sample happens to equal it
+    assert acc["pq"]["K=2"] > 0.85 and acc["pq"]["K=2"] >= acc["match"]["K=2"]
     rows = {r["config"]: r for r in table["localspec"]}
     assert list(rows) == ["plain", "K=2", "auto"]
     plain = rows["plain"]["decode_tok_s"]["median"]
@@ -308,7 +317,7 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
     assert {s["n_prompt"] for s in table["samples"]} == {40}
     assert len(table["samples"]) == 3 * 4  # configurations x one prompt per kind
     md = out_md.read_text()
-    assert "| plain |" in md and "b.png" in md
+    assert "| plain |" in md and "b.png" in md and "### T=0.8 match" in md
     assert out_png.read_bytes()[:4] == b"\x89PNG"
 
 

@@ -15,8 +15,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def localspec(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_DEBUG"}
-    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True,
-                          input=stdin, env=env, cwd=ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "localspec", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
 
 
 def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None:
@@ -30,8 +37,18 @@ def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None
 
 
 def test_run_json_greedy_is_valid_and_repeatable(smollm2_path):
-    args = ["run", "Write a haiku about the sea.", "--target", str(smollm2_path), "--max-tokens", "32",
-            "--temperature", "0", "--chat", "--json"]
+    args = [
+        "run",
+        "Write a haiku about the sea.",
+        "--target",
+        str(smollm2_path),
+        "--max-tokens",
+        "32",
+        "--temperature",
+        "0",
+        "--chat",
+        "--json",
+    ]
     a, b = localspec(*args), localspec(*args)
     assert a.returncode == 0, a.stderr
     da, db = json.loads(a.stdout), json.loads(b.stdout)
@@ -42,8 +59,18 @@ def test_run_json_greedy_is_valid_and_repeatable(smollm2_path):
 
 
 def test_run_seeded_sampling_cli(smollm2_path):
-    base = ["run", "Write a haiku about the sea.", "--target", str(smollm2_path), "--max-tokens", "24",
-            "--temperature", "0.8", "--chat", "--json"]
+    base = [
+        "run",
+        "Write a haiku about the sea.",
+        "--target",
+        str(smollm2_path),
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0.8",
+        "--chat",
+        "--json",
+    ]
     s7a = json.loads(localspec(*base, "--seed", "7").stdout)["tokens"]
     s7b = json.loads(localspec(*base, "--seed", "7").stdout)["tokens"]
     s9 = json.loads(localspec(*base, "--seed", "9").stdout)["tokens"]
@@ -75,18 +102,23 @@ def test_header_only_truncation(tmp_path, smollm2_path):
 
 
 def test_context_smaller_than_prompt(smollm2_path):
-    proc = localspec("run", "word " * 400, "--target", str(smollm2_path), "--n-ctx", "256", "--max-tokens", "8")
+    proc = localspec(
+        "run", "word " * 400, "--target", str(smollm2_path), "--n-ctx", "256", "--max-tokens", "8"
+    )
     assert_clean_error(proc, "n_ctx=256", "prompt (")
 
 
 def test_negative_temperature(smollm2_path):
-    assert_clean_error(localspec("run", "hi", "--target", str(smollm2_path), "--temperature", "-1"),
-                       "temperature must be >= 0")
+    assert_clean_error(
+        localspec("run", "hi", "--target", str(smollm2_path), "--temperature", "-1"),
+        "temperature must be >= 0",
+    )
 
 
 def test_bad_draft_max(smollm2_path):
-    assert_clean_error(localspec("run", "hi", "--target", str(smollm2_path), "--draft-max", "lots"),
-                       "--draft-max")
+    assert_clean_error(
+        localspec("run", "hi", "--target", str(smollm2_path), "--draft-max", "lots"), "--draft-max"
+    )
 
 
 def test_missing_pair():
@@ -95,9 +127,11 @@ def test_missing_pair():
 
 def test_help_does_not_import_heavy_modules():
     # `localspec --help` must be instant: neither numpy nor llama.cpp may load for it
-    code = ("import sys; from click.testing import CliRunner; from localspec.cli import cli; "
-            "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0 and 'run' in r.output; "
-            "print(sorted(m for m in ('numpy', 'llama_cpp', 'localspec.engine') if m in sys.modules))")
+    code = (
+        "import sys; from click.testing import CliRunner; from localspec.cli import cli; "
+        "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0 and 'run' in r.output; "
+        "print(sorted(m for m in ('numpy', 'llama_cpp', 'localspec.engine') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -57,7 +57,10 @@ def test_self_draft_is_accepted_and_lossless(self_pair, k):
     # identical text, unless a near-tie flipped (then the gap check above already bounds it)
     if spec.tokens != plain.tokens:
         i = next(i for i, (a, b) in enumerate(zip(spec.tokens, plain.tokens)) if a != b)
-        assert teacher_forced_gaps(self_pair, plain.prompt_tokens, plain.tokens)[i] <= MARGIN or gaps[i] <= MARGIN
+        assert (
+            teacher_forced_gaps(self_pair, plain.prompt_tokens, plain.tokens)[i] <= MARGIN
+            or gaps[i] <= MARGIN
+        )
 
 
 @pytest.mark.slow
@@ -78,8 +81,18 @@ def test_standin_pair_pq_accepts_more_than_sample_and_match(standin):
     for mode in ("pq", "match"):
         drafted = accepted = 0
         for seed in (1, 2):
-            r = standin.generate(PROMPTS["english"], chat=True, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-                                 max_tokens=48, draft_max="4", spec_mode=mode, seed=seed)
+            r = standin.generate(
+                PROMPTS["english"],
+                chat=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                min_p=0.0,
+                max_tokens=48,
+                draft_max="4",
+                spec_mode=mode,
+                seed=seed,
+            )
             drafted += r.stats.n_drafted
             accepted += r.stats.n_accepted
         rates[mode] = accepted / drafted

@@ -19,10 +19,16 @@ class TempResult:
     ours: BenchTable
     peer: BenchTable | None = None
     peer_plain: Spread | None = None  # llama-bench plain decode of the target
+    spec_mode: str = "pq"  # localspec's verification rule (only matters at T > 0)
 
     @property
     def temperature(self) -> float:
         return self.ours.temperature
+
+    @property
+    def label(self) -> str:
+        """'T=0', or 'T=0.8 pq' / 'T=0.8 match' where the rule matters."""
+        return f"T={self.temperature:g}" + (f" {self.spec_mode}" if self.temperature > 0 else "")
 
     def comparison(self) -> dict[str, Any] | None:
         """Each side at its best draft length, and localspec's speed over llama.cpp's."""
@@ -54,6 +60,7 @@ def to_dict(rep: BenchReport, *, samples: bool = True) -> dict[str, Any]:
     for r in rep.results:
         t: dict[str, Any] = {
             "temperature": r.temperature,
+            "spec_mode": r.spec_mode,
             "localspec": [s.to_dict() for s in r.ours.summaries],
         }
         if r.peer is not None:
@@ -167,7 +174,7 @@ def markdown(rep: BenchReport, *, plot: str | None = None) -> str:
     ]
     for r in rep.results:
         out += [
-            f"### Temperature {r.temperature:g}",
+            f"### {r.label}" + (" (localspec verification)" if r.temperature > 0 else ""),
             "",
             _md_table(HEADERS, [_row(s) for s in r.ours.summaries]),
             "",
@@ -194,14 +201,14 @@ def print_rich(rep: BenchReport, console=None) -> None:  # noqa: ANN001
     if console is None:  # piped output would wrap the table at 80 columns
         console = Console() if Console().is_terminal else Console(width=150)
     for r in rep.results:
-        t = Table(title=f"localspec, temperature {r.temperature:g}", title_justify="left")
+        t = Table(title=f"localspec, {r.label}", title_justify="left")
         for h in HEADERS:
             t.add_column(h, justify="left" if h == "config" else "right")
         for s in r.ours.summaries:
             t.add_row(*_row(s))
         console.print(t)
         if r.peer is not None:
-            pt = Table(title=f"llama.cpp, temperature {r.temperature:g}", title_justify="left")
+            pt = Table(title=f"llama.cpp (sample-and-match), T={r.temperature:g}", title_justify="left")
             for h in PEER_HEADERS:
                 pt.add_column(h, justify="left" if h == PEER_HEADERS[0] else "right")
             for row in _peer_rows(r):
@@ -226,7 +233,7 @@ def plot(rep: BenchReport, path: Path) -> None:
     x_auto = (max(ks) + 1) if ks else 1
     for i, r in enumerate(rep.results):
         color = f"C{i}"
-        label = f"T={r.temperature:g}"
+        label = r.label
         xs, ys, lo, hi, acc = [], [], [], [], []
         for s in _spec(r):
             x = int(s.draft_max) if s.draft_max.isdigit() else x_auto

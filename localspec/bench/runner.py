@@ -106,15 +106,26 @@ class EngineSide:
     label = "localspec"
 
     def __init__(
-        self, engine, configs: Sequence[BenchConfig], *, temperature: float, gen_tokens: int
+        self,
+        engine,
+        configs: Sequence[BenchConfig],
+        *,
+        temperature: float,
+        gen_tokens: int,
+        spec_mode: str = "pq",
     ) -> None:  # noqa: ANN001
         self.engine, self.configs = engine, list(configs)
-        self.temperature, self.gen_tokens = temperature, gen_tokens
+        self.temperature, self.gen_tokens, self.spec_mode = temperature, gen_tokens, spec_mode
 
     def one(self, cfg: BenchConfig, prompt: FittedPrompt, run: int, seed: int) -> Sample:
-        _forget_cache(self.engine)  # each generation pays its own prefill: no prompt reuse across runs
+        self.engine.clear_cache()  # each generation pays its own prefill: no prompt reuse across runs
         overrides = dict(
-            max_tokens=self.gen_tokens, stop=(), temperature=self.temperature, seed=seed, spec=cfg.spec
+            max_tokens=self.gen_tokens,
+            stop=(),
+            temperature=self.temperature,
+            seed=seed,
+            spec=cfg.spec,
+            spec_mode=self.spec_mode,
         )
         if cfg.spec:
             overrides["draft_max"] = cfg.draft_max
@@ -158,13 +169,3 @@ def measure(
         BenchTable(temperature, summarize_all(ss, [c.key for c in side.configs], gen_tokens), ss)
         for side, ss in zip(sides, samples)
     ]
-
-
-def _forget_cache(engine) -> None:  # noqa: ANN001
-    # TODO(lead): a public Engine method for this; until then the slots are cleared directly
-    clear = getattr(engine, "clear_cache", None)
-    if clear is not None:
-        clear()
-        return
-    for slot in engine._slots():
-        slot.clear()

@@ -20,6 +20,7 @@ from .runner import EngineSide, Side, configs_for, measure
 class BenchPlan:
     draft_max: Sequence[str] = ("1", "2", "3", "4", "6", "8", "auto")
     temperatures: Sequence[float] = (0.0,)
+    spec_modes: Sequence[str] = ("pq",)  # at T > 0, each rule gets its own table (side by side)
     prompts: Path | None = None  # None: the bundled set
     per_kind: int | None = None  # the first N prompts of each kind
     prompt_tokens: int = 128
@@ -28,6 +29,7 @@ class BenchPlan:
     warmup: int = 1
     seed: int = 0
     peer: bool = False
+    peer_temperatures: Sequence[float] | None = None  # where llama.cpp runs too; None: everywhere
 
 
 def run_benchmark(
@@ -57,9 +59,16 @@ def run_benchmark(
         fitted = fit_prompts(chosen, eng.target, plan.prompt_tokens)
         peer_texts = _peer_texts(eng.target, fitted)
         configs = configs_for(plan.draft_max, has_draft=eng.draft is not None)
-        for t in plan.temperatures:
-            sides: list[Side] = [EngineSide(eng, configs, temperature=t, gen_tokens=plan.gen_tokens)]
-            if ps is not None:
+        for t, mode in ((x, m) for x in plan.temperatures for m in (plan.spec_modes if x > 0 else ["pq"])):
+            sides: list[Side] = [
+                EngineSide(eng, configs, temperature=t, gen_tokens=plan.gen_tokens, spec_mode=mode)
+            ]
+            # llama.cpp has one rule: it runs once per temperature, beside the first of ours
+            if (
+                ps is not None
+                and mode == (plan.spec_modes[0] if t > 0 else "pq")
+                and (plan.peer_temperatures is None or t in plan.peer_temperatures)
+            ):
                 sides.append(
                     peer_mod.PeerSide(
                         ps, lambda p: peer_texts[p.id], fixed_k, temperature=t, gen_tokens=plan.gen_tokens
@@ -75,7 +84,7 @@ def run_benchmark(
                 seed=plan.seed,
                 progress=progress,
             )
-            results.append(TempResult(*tables))
+            results.append(TempResult(*tables, spec_mode=mode))
         if ps is not None:
             if progress:
                 progress("llama-bench: plain decode of the target")
@@ -83,7 +92,7 @@ def run_benchmark(
                 ps, ps.target, depth=plan.prompt_tokens, gen_tokens=plan.gen_tokens, runs=plan.runs
             )
             # plain decoding does not depend on temperature in llama-bench: one measurement for all
-            results = [TempResult(r.ours, r.peer, plain) for r in results]
+            results = [TempResult(r.ours, r.peer, plain, spec_mode=r.spec_mode) for r in results]
     params = {
         "target": str(settings.target),
         "draft": str(settings.draft) if settings.draft else None,
@@ -92,7 +101,7 @@ def run_benchmark(
         "top_k": settings.top_k,
         "top_p": settings.top_p,
         "min_p": settings.min_p,
-        "spec_mode": settings.spec_mode,
+        "spec_modes": list(plan.spec_modes),
         "prompt_tokens": plan.prompt_tokens,
         "gen_tokens": plan.gen_tokens,
         "runs": plan.runs,

@@ -7,11 +7,11 @@ from pathlib import Path
 import click
 
 from ..errors import LocalspecError
-from ..settings import DEFAULT_PAIR
+from ..settings import DEFAULT_PAIR, SPEC_MODES
 from .common import resolve_settings, settings_options
 
 # the bench sets these itself: one value per configuration, or fixed by the method
-_OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec")
+_OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_mode")
 
 
 def _temperatures(value: str) -> list[float]:
@@ -22,6 +22,13 @@ def _temperatures(value: str) -> list[float]:
     if not temps or any(t < 0 for t in temps):
         raise LocalspecError(f"--temperature needs values >= 0 (got {value!r})")
     return temps
+
+
+def _spec_modes(value: str) -> list[str]:
+    modes = list(dict.fromkeys(m.strip().lower() for m in value.split(",") if m.strip()))
+    if not modes or any(m not in SPEC_MODES for m in modes):
+        raise LocalspecError(f"--spec-mode takes {', '.join(SPEC_MODES)}, comma-separated (got {value!r})")
+    return modes
 
 
 @click.command()
@@ -39,6 +46,14 @@ def _temperatures(value: str) -> list[float]:
     default="0",
     show_default=True,
     help="Sampling temperature(s), comma-separated; every configuration uses the same.",
+)
+@click.option(
+    "--spec-mode",
+    "spec_modes",
+    default="pq",
+    show_default=True,
+    help="Verification rule(s) at T > 0, comma-separated: pq (speculative sampling), match "
+    "(llama.cpp's sample-and-match); 'pq,match' puts them side by side.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Base seed (same for every configuration)."
@@ -96,6 +111,7 @@ def _temperatures(value: str) -> list[float]:
 def bench(
     draft_max_list: str,
     temperatures: str,
+    spec_modes: str,
     seed: int,
     prompts_file: Path | None,
     per_kind: int | None,
@@ -125,6 +141,7 @@ def bench(
     plan = BenchPlan(
         draft_max=parse_draft_max(draft_max_list),
         temperatures=_temperatures(temperatures),
+        spec_modes=_spec_modes(spec_modes),
         prompts=prompts_file,
         per_kind=per_kind,
         prompt_tokens=prompt_tokens,

@@ -37,13 +37,24 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
             flag = "--" + f.name.replace("_", "-")
             help_text = f.metadata["help"]
             if f.type in ("bool", bool) or str(f.type) == "bool":
-                fn = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None,
-                                  help=help_text)(fn)
+                fn = click.option(
+                    f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None, help=help_text
+                )(fn)
             else:
-                fn = click.option(flag, f.name, type=_click_type(f), default=None,
-                                  multiple=bool(f.metadata.get("multiple")), help=help_text)(fn)
-        return click.option("--config", type=click.Path(path_type=Path), default=None,
-                            help="A TOML file of settings (see configs/defaults.toml).")(fn)
+                fn = click.option(
+                    flag,
+                    f.name,
+                    type=_click_type(f),
+                    default=None,
+                    multiple=bool(f.metadata.get("multiple")),
+                    help=help_text,
+                )(fn)
+        return click.option(
+            "--config",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="A TOML file of settings (see configs/defaults.toml).",
+        )(fn)
 
     return deco
 
@@ -80,5 +91,7 @@ def run_cli(group: click.Group) -> None:
     except Exception as e:  # a bug of ours: still one line, with a way to get the traceback
         if os.environ.get("LOCALSPEC_DEBUG"):
             raise
-        click.echo(f"internal error: {type(e).__name__}: {e} (set LOCALSPEC_DEBUG=1 for a traceback)", err=True)
+        click.echo(
+            f"internal error: {type(e).__name__}: {e} (set LOCALSPEC_DEBUG=1 for a traceback)", err=True
+        )
         sys.exit(2)

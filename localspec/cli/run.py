@@ -40,11 +40,15 @@ def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs)
 
 
 def format_stats(st) -> str:  # noqa: ANN001
-    line = (f"[{st.n_generated} tokens, {st.decode_tok_s:.1f} tok/s decode, {st.e2e_tok_s:.1f} tok/s end-to-end, "
-            f"prefill {st.prefill_ms:.0f} ms")
+    line = (
+        f"[{st.n_generated} tokens, {st.decode_tok_s:.1f} tok/s decode, {st.e2e_tok_s:.1f} tok/s end-to-end, "
+        f"prefill {st.prefill_ms:.0f} ms"
+    )
     if st.speculative:
-        line += (f", acceptance {st.acceptance_rate:.0%} ({st.n_accepted}/{st.n_drafted}), "
-                 f"{st.tokens_per_round:.2f} tokens/pass")
+        line += (
+            f", acceptance {st.acceptance_rate:.0%} ({st.n_accepted}/{st.n_drafted}), "
+            f"{st.tokens_per_round:.2f} tokens/pass"
+        )
         if st.fell_back:
             line += f", fell back to plain decoding {st.fallbacks}x"
     return line + "]"
