@@ -131,6 +131,7 @@ class Model:
         *,
         n_gpu_layers: int = -1,
         vocab_only: bool = False,
+        devices: Sequence[str] | None = None,
     ) -> None:
         self.path = Path(path)
         validate_gguf(self.path)
@@ -138,6 +139,9 @@ class Model:
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        if devices:  # pin to these devices (llama.cpp otherwise spreads layers over every GPU)
+            self._devices = device_array(devices)  # referenced until the load has read it
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         mark = log_mark()
         ptr = C.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:

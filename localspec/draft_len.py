@@ -31,17 +31,7 @@ class FixedK:
     def choose(self) -> int:
         return self.k
 
-    def observe(
-        self,
-        *,
-        k: int,
-        n_drafted: int,
-        n_accepted: int,
-        n_emitted: int,
-        draft_s: float,
-        verify_s: float,
-        round_s: float,
-    ) -> None:
+    def observe(self, **_round: float) -> None:  # a fixed K learns nothing from a round
         pass
 
 

@@ -104,26 +104,20 @@ class Engine:
         use_draft = s.draft is not None and s.spec
         if use_draft:
             _check_pair(s.target, s.draft)  # before any weights are loaded
-        common = dict(
-            n_ctx=s.n_ctx,
-            n_batch=s.n_batch,
-            n_ubatch=s.n_ubatch,
-            n_threads=s.n_threads,
-            flash_attn=s.flash_attn,
-            kv_type=s.kv_type,
-        )
+        common = s.context_args()
         # -- placement (issue #5): plan from the headers, never spill to system RAM silently ----------
         plan = placement.plan_for(s)
         self.decision = placement.enforce(plan, backend.devices(), s)
         for line in self.decision.messages():
             self._log(line)
+        pin = self.decision.devices if self.decision.pin else None  # several GPUs: both on one card
         self.target = self._stack.enter_context(
-            backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers)
+            backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers, devices=pin)
         )
         self.target_slot = _Slot(self._stack.enter_context(backend.Context(self.target, **common)))
         if use_draft:
             self.draft = self._stack.enter_context(
-                backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers)
+                backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers, devices=pin)
             )
             self.draft_slot = _Slot(self._stack.enter_context(backend.Context(self.draft, **common)))
         self.placement = placement.verify(

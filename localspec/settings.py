@@ -109,6 +109,11 @@ class Settings:
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
 
+    def context_args(self) -> dict[str, Any]:
+        """The keyword arguments of `backend.Context` that these settings decide."""
+        names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type")
+        return {n: getattr(self, n) for n in names}
+
     @property
     def speculative(self) -> bool:
         return self.spec and self.draft is not None

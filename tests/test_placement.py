@@ -291,3 +291,10 @@ def test_engine_refuses_before_loading_when_the_card_is_too_small(smollm2_path, 
     with pytest.raises(LocalspecError, match="full offload does not fit.*--n-ctx"):
         Engine(Settings(target=smollm2_path, draft=smollm2_path, n_ctx=8192))
     assert loaded == []
+
+
+def test_pinning_to_an_unknown_device_is_a_clear_error(smollm2_path):
+    from localspec import backend
+
+    with pytest.raises(LocalspecError, match="no llama.cpp device named 'CUDA7'"):
+        backend.Model(smollm2_path, devices=["CUDA7"])

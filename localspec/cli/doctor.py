@@ -75,15 +75,7 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
 def _load_log(backend: Any, path: Any, n_gpu_layers: int, s: Any) -> list[str]:
     with (
         backend.Model(path, n_gpu_layers=n_gpu_layers) as model,
-        backend.Context(
-            model,
-            n_ctx=s.n_ctx,
-            n_batch=s.n_batch,
-            n_ubatch=s.n_ubatch,
-            n_threads=s.n_threads,
-            flash_attn=s.flash_attn,
-            kv_type=s.kv_type,
-        ) as ctx,
+        backend.Context(model, **s.context_args()) as ctx,
     ):
         return model.load_log + ctx.init_log
 
