@@ -111,9 +111,12 @@ class AutoK:
 
     # -- model --------------------------------------------------------------------------------
     def accept_probs(self) -> np.ndarray:
-        """Posterior-mean acceptance per position, conditional on reaching that position."""
-        a0, w = self.prior_accept, self.prior_weight
-        return (self.acc + a0 * w) / (self.tried + w)
+        """Posterior-mean acceptance per position, conditional on reaching that position. Deeper
+        positions, rarely reached, take the first position's estimate as their prior rather than a
+        fixed guess, which would pull the chosen K towards whatever the guess favours."""
+        w = self.prior_weight
+        first = (self.acc[0] + self.prior_accept * w) / (self.tried[0] + w)
+        return (self.acc + first * w) / (self.tried + w)
 
     def verify_time(self, n: int) -> float:
         """The measured floor for a batch of n tokens; batch sizes not yet seen come from a line
@@ -166,8 +169,9 @@ class AutoK:
         """In turn: one more than the best (a hill climb, for flat GPU verify curves), and the
         smaller K measured longest ago (so a timing a one-off stall left too high gets retaken)."""
         self._explores += 1
-        if self._explores % 2 and best < self.k_max:
-            return best + 1
+        if self._explores % 2 and best < self.k_max:  # two above: on a saw-toothed CPU curve the
+            return self._stalest(range(best + 1, min(best + 2, self.k_max) + 1), best)  # next K can
+            # be a bad batch size while the one after it is the true optimum
         if best == self.k_min:
             return min(best + 1, self.k_max)
         return self._stalest(range(self.k_min, best), best)

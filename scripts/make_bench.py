@@ -1,7 +1,7 @@
 """`make bench`: the default benchmark on the embedded pair (models/default), written to
 docs/benchmarks.md and docs/bench.png together with a description of the machine.
 
-Default (`make bench`, about 10 minutes on a 2-core CPU): one prompt per kind, 128 prompt tokens,
+Default (`make bench`, about 20 minutes on a 2-core CPU): one prompt per kind, 128 prompt tokens,
 64 generated, K = 1, 2, 3, 4 and auto, greedy, 3 measured runs after 1 warm-up. `--full`
 (`make bench-full`, about 1.5 hours there): 128 generated tokens, K = 1, 2, 3, 4, 6, 8 and auto, at
 temperature 0 and 0.8, where the p/q rule and sample-and-match run side by side. llama.cpp's own

@@ -164,6 +164,9 @@ class _FakeTok:
     def token_text(self, token):
         return "<s>"
 
+    def token_bytes(self, token, *, special=False):
+        return chr(token).encode() if token > 3 else b""
+
     def chat_template(self):
         return "{% for m in messages %}<u>{{ m['content'] }}</u>{% endfor %}"
 
@@ -254,6 +257,19 @@ def test_reports_from_fixed_numbers(tmp_path):
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_fitted_prompts_never_cut_through_a_character(smollm2):
+    """Byte-level BPE splits CJK characters and emoji into several tokens: a cut at a fixed token
+    count must not leave half a character (llama.cpp would see U+FFFD and loop on garbage)."""
+    prompts = [p for p in load_prompts() if p.kind == "chinese"]
+    prompts.append(
+        BenchPrompt("emoji", "chat", "Party time 🎉🎊🥳 with friends 👩‍👩‍👧‍👦 and cake 🍰! " * 6, False)
+    )
+    for n in range(60, 90):
+        for p in fit_prompts(prompts, smollm2, n):
+            assert len(p.tokens) == n
+            b"".join(smollm2.token_bytes(t) for t in p.tokens).decode("utf-8")  # raises if cut
+
+
 # -- the command, for real but tiny -----------------------------------------------------------
 def test_bench_command_tiny(smollm2_path, tmp_path):
     from click.testing import CliRunner
@@ -300,7 +316,9 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
     data = json.loads(out_json.read_text())
     table, t_pq, t_match = data["tables"]  # greedy once; at T=0.8 the two rules side by side
     assert (t_pq["temperature"], t_pq["spec_mode"], t_match["spec_mode"]) == (0.8, "pq", "match")
-    acc = {t["spec_mode"]: {r["config"]: r["acceptance_rate"] for r in t["localspec"]} for t in (t_pq, t_match)}
+    acc = {
+        t["spec_mode"]: {r["config"]: r["acceptance_rate"] for r in t["localspec"]} for t in (t_pq, t_match)
+    }
     # drafting for itself, p = q up to batch noise: the p/q rule keeps nearly everything, while
     # sample-and-match keeps a draft only when the target's sample happens to equal it
     assert acc["pq"]["K=2"] > 0.85 and acc["pq"]["K=2"] >= acc["match"]["K=2"]

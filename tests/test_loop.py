@@ -364,7 +364,8 @@ def test_auto_k_carries_its_measurements_to_the_next_request():
     ctl.fallbacks = 3
     ctl.begin()
     assert ctl.fallbacks == 0 and ctl.verify == timed  # per-request counters reset, timings kept
-    assert ctl.choose() == best  # no second round of probes
+    ks = [ctl.choose() for _ in range(5)]
+    assert ks != [1, 1, 2, 3, 4] and all(abs(k - best) <= 1 for k in ks), ks  # no second probe round
     assert ctl.accept_probs()[0] > 0.75  # acceptance evidence kept, at reduced weight
 
 

@@ -46,6 +46,8 @@ class Tokenizer(Protocol):  # what backend.Model offers
 
     def token_text(self, token: int) -> str: ...
 
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
+
     def chat_template(self) -> str | None: ...
 
 
@@ -106,6 +108,23 @@ def fit(body: Sequence[int], n: int, separator: Sequence[int] = ()) -> list[int]
     return out[:n]
 
 
+def _whole_characters(model: Tokenizer, tokens: list[int], n: int) -> list[int]:
+    """The first n tokens, but never ending inside a character: byte-level BPE splits CJK and emoji
+    into several tokens, and a prompt cut through one is broken text (a peer that re-tokenizes it
+    sees U+FFFD and may loop on garbage). The cut moves back to a boundary; newlines fill the rest."""
+    cut = n
+    while cut > 0:
+        try:
+            b"".join(model.token_bytes(t) for t in tokens[:cut]).decode("utf-8")
+            break
+        except UnicodeDecodeError:
+            cut -= 1
+    if cut == 0:  # no boundary at all (binary-ish text): keep the plain cut
+        return tokens[:n]
+    newline = model.tokenize("\n", add_special=False)[:1]
+    return tokens[:cut] + newline * (n - cut)
+
+
 def chat_frame(model: Tokenizer) -> tuple[str, str] | None:
     """The text the chat template puts before and after one user message, or None without a template."""
     template = model.chat_template()
@@ -137,6 +156,6 @@ def fit_prompts(prompts: Sequence[BenchPrompt], model: Tokenizer, n_tokens: int)
                 f"--prompt-tokens {n_tokens} is too small for prompt {p.id!r}: the chat template alone "
                 f"takes {len(head) + len(tail)} tokens"
             )
-        body = fit(model.tokenize(p.text, add_special=False), room, sep)
+        body = _whole_characters(model, fit(model.tokenize(p.text, add_special=False), room, sep), room)
         out.append(FittedPrompt(p.id, p.kind, tuple(head + body + tail)))
     return out
