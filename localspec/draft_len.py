@@ -88,9 +88,9 @@ class AutoK:
     _rounds: int = 0
     _explores: int = 0
     _seen_at: dict[int, int] = field(default_factory=dict)  # batch size -> round last measured
-    # probe rounds (the first is not timed): every small K twice, and plain twice. Verify time is not linear in the batch size
-    # on a CPU (repacked Q4_K kernels take rows in fours: 3 tokens cost more than 4), so each batch
-    # size the model relies on is measured rather than interpolated.
+    # probe rounds (the first is not timed): every small K twice, and plain twice. Verify time is not
+    # linear in the batch size on a CPU (repacked Q4_K kernels take rows in fours: 3 tokens cost more
+    # than 4), so each batch size the model relies on is measured rather than interpolated.
     _probe: list[int] = field(default_factory=lambda: [1, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0])
 
     def __post_init__(self) -> None:
@@ -166,12 +166,12 @@ class AutoK:
         return k
 
     def _explore(self, best: int) -> int:
-        """In turn: one more than the best (a hill climb, for flat GPU verify curves), and the
-        smaller K measured longest ago (so a timing a one-off stall left too high gets retaken)."""
+        """In turn: whichever of the two K above the best was measured longer ago (a hill climb for
+        flat GPU verify curves that can step over a bad batch size on a saw-toothed CPU curve), and
+        the smaller K measured longest ago (so a timing a one-off stall left too high is retaken)."""
         self._explores += 1
-        if self._explores % 2 and best < self.k_max:  # two above: on a saw-toothed CPU curve the
-            return self._stalest(range(best + 1, min(best + 2, self.k_max) + 1), best)  # next K can
-            # be a bad batch size while the one after it is the true optimum
+        if self._explores % 2 and best < self.k_max:
+            return self._stalest(range(best + 1, min(best + 2, self.k_max) + 1), best)
         if best == self.k_min:
             return min(best + 1, self.k_max)
         return self._stalest(range(self.k_min, best), best)

@@ -210,7 +210,10 @@ class Engine:
         elif s.draft_k is None:
             # one tuner per engine: what it measured of this machine's costs carries over to the
             # next request, so only the first pays the probe rounds
-            k_ctl = self._auto.setdefault(max(1, s.draft_min), AutoK(k_min=max(1, s.draft_min)))
+            k_min = max(1, s.draft_min)
+            if k_min not in self._auto:
+                self._auto[k_min] = AutoK(k_min=k_min)
+            k_ctl = self._auto[k_min]
         else:
             k_ctl = FixedK(s.draft_k)
         k_ctl.begin()

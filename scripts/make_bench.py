@@ -88,9 +88,9 @@ def main() -> int:
         warmup=1,
         seed=0,
         peer=peer,
-        # llama.cpp only at T=0 in the full grid: at T=0.8 our `match` rows are its rule on our
-        # loop, and skipping it there saves a third of an hour
-        peer_temperatures=(0.0,),
+        # llama.cpp only at the first temperature: at T>0 our `match` rows are its rule on our
+        # loop, and skipping it there saves a third of an hour of the full grid
+        peer_temperatures=(float(temps.split(",")[0]),),
     )
     try:
         settings = Settings.load(pair=args.pair, n_threads=args.threads)

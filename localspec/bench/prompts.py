@@ -112,10 +112,11 @@ def _whole_characters(model: Tokenizer, tokens: list[int], n: int) -> list[int]:
     """The first n tokens, but never ending inside a character: byte-level BPE splits CJK and emoji
     into several tokens, and a prompt cut through one is broken text (a peer that re-tokenizes it
     sees U+FFFD and may loop on garbage). The cut moves back to a boundary; newlines fill the rest."""
+    pieces = [model.token_bytes(t) for t in tokens[:n]]
     cut = n
     while cut > 0:
         try:
-            b"".join(model.token_bytes(t) for t in tokens[:cut]).decode("utf-8")
+            b"".join(pieces[:cut]).decode("utf-8")
             break
         except UnicodeDecodeError:
             cut -= 1

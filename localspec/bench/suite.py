@@ -59,14 +59,14 @@ def run_benchmark(
         fitted = fit_prompts(chosen, eng.target, plan.prompt_tokens)
         peer_texts = _peer_texts(eng.target, fitted)
         configs = configs_for(plan.draft_max, has_draft=eng.draft is not None)
-        for t, mode in ((x, m) for x in plan.temperatures for m in (plan.spec_modes if x > 0 else ["pq"])):
+        for t, mode, first_mode in _passes(plan):
             sides: list[Side] = [
                 EngineSide(eng, configs, temperature=t, gen_tokens=plan.gen_tokens, spec_mode=mode)
             ]
             # llama.cpp has one rule: it runs once per temperature, beside the first of ours
             if (
                 ps is not None
-                and mode == (plan.spec_modes[0] if t > 0 else "pq")
+                and first_mode
                 and (plan.peer_temperatures is None or t in plan.peer_temperatures)
             ):
                 sides.append(
@@ -114,6 +114,16 @@ def run_benchmark(
         "peer": plan.peer,
     }
     return BenchReport(params=params, machine=machine.describe(), results=results)
+
+
+def _passes(plan: BenchPlan) -> list[tuple[float, str, bool]]:
+    """(temperature, verification rule, first rule at that temperature) of each table: the rule
+    only matters when sampling, so greedy gets one table."""
+    out = []
+    for t in plan.temperatures:
+        modes = plan.spec_modes if t > 0 else ["pq"]
+        out += [(t, m, i == 0) for i, m in enumerate(modes)]
+    return out
 
 
 def _peer_texts(model, fitted: Sequence[FittedPrompt]) -> dict[str, str]:  # noqa: ANN001 - backend.Model
