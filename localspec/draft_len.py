@@ -72,8 +72,8 @@ class AutoK:
     prior_weight: float = 2.0
     window: int = 16  # rounds over which the realised speculative rate is judged
     reprobe_after: int = 32  # plain steps before speculation is tried again
-    decay: float = 0.98  # per-round forgetting of acceptance evidence (~50-round memory)
-    explore_every: int = 16  # every Nth round tries a neighbour of the best K, so its cost stays measured
+    decay: float = 0.95  # per-round forgetting of acceptance evidence (~20-round memory)
+    explore_every: int = 32  # every Nth round tries a neighbour of the best K, so its cost stays measured
     # state ------------------------------------------------------------------------------------
     acc: np.ndarray = field(default=None)  # type: ignore[assignment]
     tried: np.ndarray = field(default=None)  # type: ignore[assignment]
