@@ -1,7 +1,7 @@
 """`make bench`: the default benchmark on the embedded pair (models/default), written to
 docs/benchmarks.md and docs/bench.png together with a description of the machine.
 
-Default (`make bench`, about 6 minutes on a 2-core CPU): one prompt per kind, 128 prompt tokens,
+Default (`make bench`, about 8 minutes on a 2-core CPU): one prompt per kind, 128 prompt tokens,
 64 generated, plain vs K = 1, 3 and auto, greedy, 3 measured runs after 1 warm-up. `--full`
 (`make bench-full`, about 1.8 hours there; written to docs/benchmarks-full.md and
 docs/bench-full.png): 128 generated tokens, K = 1, 2, 3, 4, 6, 8 and auto, at temperature 0 and
