@@ -15,7 +15,7 @@ script takes both out, to judge the tuner itself:
    K=1..8 over the bench's order of requests (a warm-up request, then runs x prompts on one tuner),
    with seeded timing noise (4% jitter, 5% of rounds stalled by 30%).
 
-    .venv/bin/python scripts/replay_autok.py                 # models/default, ~5 min on 2 cores
+    .venv/bin/python scripts/replay_autok.py                 # models/default, ~10 min on 2 cores
 """
 
 from __future__ import annotations
