@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from localspec.bench import report  # noqa: E402
 from localspec.bench.peer import PEER_BIN  # noqa: E402
+from localspec.bench.runner import parse_temperatures  # noqa: E402
 from localspec.bench.suite import BenchPlan, run_benchmark  # noqa: E402
 from localspec.errors import LocalspecError  # noqa: E402
 from localspec.pair_file import read_pair  # noqa: E402
@@ -80,10 +81,14 @@ def main() -> int:
     args.out = args.out or ROOT / "docs" / f"benchmarks{suffix}.md"
     args.plot = args.plot or ROOT / "docs" / f"bench{suffix}.png"
     peer = args.peer if args.peer is not None else (PEER_BIN / "llama-speculative-simple").exists()
-    temps = args.temperatures or ("0,0.8" if args.full else "0")
+    try:
+        temps = parse_temperatures(args.temperatures or ("0,0.8" if args.full else "0"))
+    except LocalspecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     plan = BenchPlan(
         draft_max=("1", "2", "3", "4", "6", "8", "auto") if args.full else ("1", "3", "auto"),
-        temperatures=tuple(float(t) for t in temps.split(",")),
+        temperatures=temps,
         spec_modes=("pq", "match"),
         per_kind=args.per_kind,
         prompt_tokens=128,
@@ -94,7 +99,7 @@ def main() -> int:
         peer=peer,
         # llama.cpp only at the first temperature: at T>0 our `match` rows are its rule on our
         # loop, and skipping it there saves a third of an hour of the full grid
-        peer_temperatures=(float(temps.split(",")[0]),),
+        peer_temperatures=temps[:1],
     )
     try:
         settings = Settings.load(pair=args.pair, n_threads=args.threads)

@@ -37,22 +37,20 @@ from localspec.engine import Engine  # noqa: E402
 from localspec.settings import DEFAULT_PAIR, Settings  # noqa: E402
 
 K_MAX = 8
-OVERHEAD_S = 0.0013  # the loop's own time per round, as measured in the engine
+OVERHEAD_S = 0.0013  # a round's time outside draft and verify (0.4-1.3 ms measured in the engine)
 
 
 def match_traces(eng: Engine, prompts, n: int) -> dict[str, list[int]]:  # noqa: ANN001
     out = {}
     for p in prompts:
         eng.clear_cache()
-        toks = eng.generate(list(p.tokens), max_tokens=n, temperature=0, stop=(), spec=True, draft_max="3")
-        toks = list(toks.tokens)
-        ctx = eng.draft_ctx
-        ctx.reset()
-        rows = ctx.eval(list(p.tokens) + toks, 0, n_logits=len(toks) + 1)
+        resp = eng.generate(list(p.tokens), max_tokens=n, temperature=0, stop=(), spec=True, draft_max="3")
+        toks = list(resp.tokens)
+        eng.clear_cache()  # empties both contexts: the draft is teacher-forced below from position 0
+        rows = eng.draft_ctx.eval(list(p.tokens) + toks, 0, n_logits=len(toks) + 1)
         guess = rows.argmax(axis=1)  # row j predicts generated token j
         out[p.id] = [int(guess[j] == toks[j]) for j in range(len(toks))]
-        ctx.reset()
-        eng.clear_cache()
+    eng.clear_cache()
     return out
 
 
@@ -70,12 +68,9 @@ def costs(eng: Engine, prompt: list[int], tries: int = 3) -> tuple[dict[int, flo
 
     eng.clear_cache()
     for ctx in (eng.target_ctx, eng.draft_ctx):
-        ctx.reset()
         ctx.eval(prompt, 0)
     verify = {n: floor(eng.target_ctx, n) for n in range(1, K_MAX + 2)}
     draft = floor(eng.draft_ctx, 1)
-    for ctx in (eng.target_ctx, eng.draft_ctx):
-        ctx.reset()
     eng.clear_cache()
     return verify, draft
 

@@ -49,6 +49,17 @@ def parse_draft_max(value: str) -> list[str]:
     return out
 
 
+def parse_temperatures(value: str) -> list[float]:
+    """'0,0.8' -> [0.0, 0.8], each checked."""
+    try:
+        temps = [float(t) for t in value.split(",") if t.strip()]
+    except ValueError:
+        raise LocalspecError(f"--temperature takes numbers, comma-separated (got {value!r})") from None
+    if not temps or any(t < 0 for t in temps):
+        raise LocalspecError(f"--temperature needs values >= 0 (got {value!r})")
+    return temps
+
+
 def configs_for(draft_max: Sequence[str], *, has_draft: bool) -> list[BenchConfig]:
     """The plain baseline, then one speculative configuration per draft length."""
     if not has_draft:

@@ -14,16 +14,6 @@ from .common import resolve_settings, settings_options
 _OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_mode")
 
 
-def _temperatures(value: str) -> list[float]:
-    try:
-        temps = [float(t) for t in value.split(",") if t.strip()]
-    except ValueError:
-        raise LocalspecError(f"--temperature takes numbers, comma-separated (got {value!r})") from None
-    if not temps or any(t < 0 for t in temps):
-        raise LocalspecError(f"--temperature needs values >= 0 (got {value!r})")
-    return temps
-
-
 def _spec_modes(value: str) -> list[str]:
     modes = list(dict.fromkeys(m.strip().lower() for m in value.split(",") if m.strip()))
     if not modes or any(m not in SPEC_MODES for m in modes):
@@ -128,7 +118,7 @@ def bench(
 ) -> None:  # noqa: ANN003
     """Benchmark plain vs speculative decoding over draft lengths (decode tok/s, speedup, acceptance)."""
     from ..bench import report  # noqa: PLC0415
-    from ..bench.runner import parse_draft_max  # noqa: PLC0415
+    from ..bench.runner import parse_draft_max, parse_temperatures  # noqa: PLC0415
     from ..bench.suite import BenchPlan, run_benchmark  # noqa: PLC0415
 
     if kwargs.get("pair") is None and kwargs.get("target") is None and (DEFAULT_PAIR / "pair.toml").exists():
@@ -140,7 +130,7 @@ def bench(
         raise LocalspecError("--runs must be >= 1, --warmup >= 0 and --per-kind >= 1")
     plan = BenchPlan(
         draft_max=parse_draft_max(draft_max_list),
-        temperatures=_temperatures(temperatures),
+        temperatures=parse_temperatures(temperatures),
         spec_modes=_spec_modes(spec_modes),
         prompts=prompts_file,
         per_kind=per_kind,
