@@ -8,6 +8,7 @@ request is reused for the longest common prompt prefix.
 
 from __future__ import annotations
 
+import queue
 import secrets
 import threading
 import time
@@ -55,6 +56,7 @@ class Response:
 class Chunk:
     text: str
     tokens: list[int] = field(default_factory=list)
+    from_draft: list[bool] = field(default_factory=list)  # per token: a draft token the target accepted
     response: Response | None = None  # set on the last chunk only
 
 
@@ -185,14 +187,25 @@ class Engine:
     ) -> Iterator[Chunk]:
         s = self.settings.replace(**overrides) if overrides else self.settings
         ids = self.tokenize(prompt, chat_mode=chat)
+        self._check_fits(ids, s)
+        with self._lock:
+            yield from self._stream(ids, s)
+
+    def _check_fits(self, ids: list[int], s: Settings) -> None:
         if len(ids) + s.max_tokens > self.target_ctx.n_ctx:
             raise LocalspecError(
                 f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) = {len(ids) + s.max_tokens} "
                 f"exceeds the context size n_ctx={self.target_ctx.n_ctx}; shorten the prompt, lower "
                 "--max-tokens or raise --n-ctx"
             )
-        with self._lock:
-            yield from self._stream(ids, s)
+
+    def submit(self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any) -> "Handle":
+        """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
+        Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued."""
+        s = self.settings.replace(**overrides) if overrides else self.settings
+        ids = self.tokenize(prompt, chat_mode=chat)
+        self._check_fits(ids, s)
+        return Handle(self, ids, s)
 
     def generate(self, prompt: str | Sequence[int] | list[dict], **overrides: Any) -> Response:
         for chunk in self.stream(prompt, **overrides):
@@ -235,9 +248,9 @@ class Engine:
         text_parts: list[str] = []
         t_start = time.perf_counter()
         try:
-            for delta, toks in ts.run(steps, time.perf_counter):
+            for delta, done in ts.run(steps, time.perf_counter):
                 text_parts.append(delta)
-                yield Chunk(delta, toks)
+                yield Chunk(delta, [st.token for st in done], [st.from_draft for st in done])
         except ContextFull:
             ts.finish = "context"
         except BaseException:
@@ -257,6 +270,53 @@ class Engine:
             total_s=t_end - t_start,
         )
         yield Chunk("", [], Response("".join(text_parts), ts.tokens, ts.finish, stats, ids, seed))
+
+
+class Handle:
+    """One submitted request. Iterating yields its chunks (the last carries the Response); cancel()
+    stops it at the next token, after which iteration ends without a response. Today a worker thread
+    runs the request under the engine lock; the batched scheduler replaces that (issue #12)."""
+
+    def __init__(self, engine: Engine, ids: list[int], settings: Settings) -> None:
+        self.prompt_tokens = ids
+        self.response: Response | None = None
+        self._cancel = threading.Event()
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._work, args=(engine, ids, settings), daemon=True)
+        self._thread.start()
+
+    def _work(self, engine: Engine, ids: list[int], s: Settings) -> None:
+        try:
+            with engine._lock:
+                gen = engine._stream(ids, s)
+                try:
+                    for chunk in gen:
+                        if self._cancel.is_set():
+                            break
+                        self._queue.put(chunk)
+                finally:
+                    gen.close()
+        except BaseException as e:  # handed to the consumer, raised where it iterates
+            self._queue.put(e)
+        self._queue.put(None)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def __iter__(self) -> Iterator[Chunk]:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            if item.response is not None:
+                self.response = item.response
+            yield item
 
 
 def _check_pair(target, draft) -> None:  # noqa: ANN001

@@ -24,9 +24,9 @@ class TextStream:
         self.saw_eog = False
         self.first_token_at: float | None = None
 
-    def run(self, steps: Iterator[Step], clock: Callable[[], float]) -> Iterator[tuple[str, list[int]]]:
-        """Yield (text, tokens) deltas. A delta's tokens may carry no text yet (held-back bytes)."""
-        pending: list[int] = []
+    def run(self, steps: Iterator[Step], clock: Callable[[], float]) -> Iterator[tuple[str, list[Step]]]:
+        """Yield (text, steps) deltas. A delta's steps may carry no text yet (held-back bytes)."""
+        pending: list[Step] = []
         try:
             for step in steps:
                 if self.first_token_at is None:
@@ -35,7 +35,7 @@ class TextStream:
                     self.finish, self.saw_eog = "stop", True
                     break
                 self.tokens.append(step.token)
-                pending.append(step.token)
+                pending.append(step)
                 delta = self._stops.push(self._detok.push(step.token))
                 if delta or self._stops.hit is not None:
                     yield delta, pending
