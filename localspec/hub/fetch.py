@@ -110,13 +110,19 @@ def _cached(ref: ModelRef, file: str) -> Path | None:
 
 
 def repo_files(ref: ModelRef) -> dict[str, int | None]:
-    """File name -> size for a repo (GET /api/models/{repo}/revision/{rev}?blobs=true)."""
+    """File name -> size for a repo (GET /api/models/{repo}/revision/{rev}?blobs=true); offline,
+    the files of its snapshot in the cache."""
+    from huggingface_hub import HfApi, snapshot_download  # noqa: PLC0415
+
     if offline():
-        raise LocalspecError(
-            f"{ref.repo}: offline (HF_HUB_OFFLINE=1), so its file list cannot be fetched; "
-            f"name the file: {ref.repo}:FILE.gguf"
-        )
-    from huggingface_hub import HfApi  # noqa: PLC0415
+        try:
+            folder = Path(snapshot_download(ref.repo, revision=ref.revision, local_files_only=True))
+        except Exception:  # noqa: BLE001 - whatever the reason, nothing usable is cached
+            raise LocalspecError(
+                f"{ref.repo}: offline (HF_HUB_OFFLINE=1) and not in the Hugging Face cache ({cache_dir()}); "
+                "pull it once while online, or unset HF_HUB_OFFLINE"
+            ) from None
+        return {str(f.relative_to(folder)): f.stat().st_size for f in folder.rglob("*") if f.is_file()}
 
     info = hub_call(
         ref.repo, lambda: HfApi().model_info(ref.repo, revision=ref.revision, files_metadata=True)

@@ -19,6 +19,7 @@ sources = ["https://huggingface.co/..."]
 from __future__ import annotations
 
 import difflib
+import os
 import re
 
 try:
@@ -109,16 +110,22 @@ def read_preset(path: Path) -> Preset:
     )
 
 
-def load_presets(folder: Path = PRESETS_DIR) -> dict[str, Preset]:
-    presets = [read_preset(p) for p in sorted(Path(folder).glob("*.toml"))]
+def presets_dir() -> Path:
+    """configs/pairs in the checkout; LOCALSPEC_PRESETS names another folder (your own presets)."""
+    return Path(os.environ.get("LOCALSPEC_PRESETS") or PRESETS_DIR)
+
+
+def load_presets(folder: Path | None = None) -> dict[str, Preset]:
+    presets = [read_preset(p) for p in sorted(Path(folder or presets_dir()).glob("*.toml"))]
     return {p.name: p for p in presets}
 
 
-def find_preset(name: str, folder: Path = PRESETS_DIR) -> Preset | None:
-    return load_presets(folder).get(name) or load_presets(folder).get(name.lower())
+def find_preset(name: str, folder: Path | None = None) -> Preset | None:
+    presets = load_presets(folder)
+    return presets.get(name) or presets.get(name.lower())
 
 
-def unknown_preset(name: str, folder: Path = PRESETS_DIR) -> LocalspecError:
+def unknown_preset(name: str, folder: Path | None = None) -> LocalspecError:
     names = sorted(load_presets(folder))
     near = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.5)
     hint = f"did you mean {' or '.join(near)}? " if near else ""

@@ -150,6 +150,7 @@ def _materialize(p: Planned, out_dir: Path, log: Log) -> Path:
     from ..convert.hf import convert_hf  # noqa: PLC0415
 
     folder = fetch.snapshot(p.ref)
+    out_dir.mkdir(parents=True, exist_ok=True)
     dst = out_dir / f"{p.role}-{p.ref.quant}.gguf"
     with StageBars() as bars:
         return convert_hf(folder, dst, out_type=p.ref.quant, log=bars.write, progress=bars.update)
