@@ -274,3 +274,22 @@ def test_qwen_vocab_rows_152064_vs_151936_pass_the_128_rule():
     assert ok.ok and not ok.identical and "sizes differ: target 152064, draft 151936" in ok.message
     bad = compare(_vocab(152064), _vocab(151935))
     assert not bad.ok and "differ by 129" in bad.message
+
+
+def test_local_verdict_stores_the_n_ctx_that_fits_the_gpu(gemma_path, monkeypatch):
+    """With a GPU, pull stores the largest n_ctx that fits its free memory (doctor's plan)."""
+    from localspec import backend
+    from localspec.hub.pull import local_verdict
+    from localspec.memory_plan import GiB, Runtime, plan_pair, read_spec
+
+    def gpu(free):
+        return [backend.Device("CUDA0", "Fake 12 GB", "gpu", 12 * GiB, free, "CUDA")]
+
+    spec = read_spec(gemma_path)
+    free = plan_pair(spec, spec, Runtime(n_ctx=8192)).device_bytes + (1 << 20)  # 8192 fits, 9216 not
+    monkeypatch.setattr(backend, "devices", lambda: gpu(free))
+    text, n_ctx = local_verdict(gemma_path, gemma_path, None)
+    assert n_ctx == 8192 and text.startswith("n_ctx 8192 stored in pair.toml; full offload fits")
+    monkeypatch.setattr(backend, "devices", lambda: gpu(1 << 20))
+    text, n_ctx = local_verdict(gemma_path, gemma_path, None)
+    assert n_ctx is None and "does not fit" in text and "CUDA0" in text
