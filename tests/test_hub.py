@@ -92,7 +92,7 @@ def blobs(env) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------------
-def test_pull_resumes_a_cut_transfer_and_the_pair_runs(hub, env, tmp_path):
+def test_pull_resumes_a_cut_transfer_lists_and_works_offline(hub, env, tmp_path):
     from localspec.pair_file import read_pair
 
     hub.cut_once.add(TARGET)
@@ -112,13 +112,11 @@ def test_pull_resumes_a_cut_transfer_and_the_pair_runs(hub, env, tmp_path):
     assert "compatible: identical vocabularies" in p.stdout and "memory " in p.stdout
     assert not list(Path(env["HF_HOME"]).rglob("*.incomplete"))
 
-    # --pair NAME finds the pulled pair; the run logs nothing we read unless the log exists
+    # list: the pulled pair with the acceptance last logged for its two files (bad lines skipped)
     Path(env["LOCALSPEC_ACCLOG"]).write_text(
         json.dumps({"target": str(pair.target), "draft": str(pair.draft), "stats": {"acceptance_rate": 0.75}})
         + "\n{not json\n"
     )
-    run = cli(env, "run", "--pair", "tiny", "--max-tokens", "4", "--temperature", "0", "--n-ctx", "64", "hi")
-    assert run.returncode == 0, run.stderr
     listing = cli(env, "list")
     assert listing.returncode == 0, listing.stderr
     line = next(
