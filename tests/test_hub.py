@@ -143,8 +143,7 @@ def test_pair_preset_needs_yes_without_a_terminal_then_pulls(hub, env, tmp_path)
     assert p.returncode == 1
     assert "localspec pull tiny" in p.stderr and "--yes" in p.stderr
     assert not blobs(env)
-    p = cli(
-        env,
+    args = (
         "run",
         "--pair",
         "tiny",
@@ -157,8 +156,15 @@ def test_pair_preset_needs_yes_without_a_terminal_then_pulls(hub, env, tmp_path)
         "64",
         "hi",
     )
+    p = cli(env, *args)
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "models" / "tiny" / "pair.toml").exists()
+    # the Hugging Face cache emptied under a pulled pair: --pair NAME pulls it again
+    for f in Path(env["HF_HOME"]).rglob("*.gguf"):
+        f.unlink()
+    p = cli(env, *args)
+    assert p.returncode == 0, p.stderr
+    assert "pull     tiny" in p.stderr
 
 
 def test_unknown_preset_suggests_names(hub, monkeypatch):
@@ -291,3 +297,14 @@ def test_local_verdict_stores_the_n_ctx_that_fits_the_gpu(gemma_path, monkeypatc
     monkeypatch.setattr(backend, "devices", lambda: gpu(1 << 20))
     text, n_ctx = local_verdict(gemma_path, gemma_path, None)
     assert n_ctx is None and "does not fit" in text and "CUDA0" in text
+
+
+def test_pull_one_repo_picks_by_quant_or_names_the_choices(hub, env):
+    p = cli(env, "pull", "acme/spm-GGUF")  # one repo: just the file, Q4_K_M by default
+    assert p.returncode == 1
+    assert (
+        "acme/spm-GGUF has no q4_k_m GGUF; pick one with acme/spm-GGUF:FILE from: spm-Q8_0.gguf" in p.stderr
+    )
+    p = cli(env, "pull", "acme/spm-GGUF:spm-Q8_0.gguf")
+    assert p.returncode == 0, p.stderr
+    assert Path(p.stdout.split()[-1]).read_bytes() == hub.repos["acme/spm-GGUF"]["spm-Q8_0.gguf"]

@@ -18,9 +18,9 @@ def resolve_pair(pair: str | Path, *, yes: bool = False) -> Path:
 
     name = str(pair)
     local = is_pulled(name)
-    if local is not None:
-        return local
     preset = find_preset(name)
+    if local is not None and (preset is None or _files_present(local)):
+        return local  # a pulled pair whose cache was emptied is pulled again below
     if preset is None:
         raise unknown_preset(name)
     size = f"about {preset.size_gb:.1f} GB" if preset.size_gb else "size unknown"
@@ -32,6 +32,16 @@ def resolve_pair(pair: str | Path, *, yes: bool = False) -> Path:
             "or pass --yes to download it now"
         )
     return pull_preset(preset, log=lambda line: print(line, file=sys.stderr)).pair_dir
+
+
+def _files_present(folder: Path) -> bool:
+    from ..pair_file import read_pair  # noqa: PLC0415
+
+    try:
+        p = read_pair(folder)
+    except LocalspecError:
+        return False
+    return p.target.exists() and p.draft.exists()
 
 
 def _confirm(question: str) -> bool:
