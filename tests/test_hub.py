@@ -28,6 +28,7 @@ description = "test pair"
 repo = "acme/tiny-GGUF"
 file = "tiny-a-Q4_K_M.gguf"
 size_gb = 0.0001
+sha256 = "{sha}"
 [draft]
 repo = "{draft}"
 quant = "q8_0"
@@ -49,8 +50,8 @@ def hub(tmp_path_factory):
     gs = convert_hf(spm, d / "s.gguf", out_type="q8_0", log=quiet)
     presets = d / "presets"
     presets.mkdir()
-    (presets / "tiny.toml").write_text(PRESET.format(name="tiny", draft=DRAFT[0]))
-    (presets / "bad.toml").write_text(PRESET.format(name="bad", draft="acme/spm-GGUF"))
+    (presets / "tiny.toml").write_text(PRESET.format(name="tiny", draft=DRAFT[0], sha="0" * 64))
+    (presets / "bad.toml").write_text(PRESET.format(name="bad", draft="acme/spm-GGUF", sha=""))
     with FakeHub() as h:
         h.add(TARGET[0], {TARGET[1]: ga.read_bytes(), "README.md": b"tiny"})
         h.add(DRAFT[0], {DRAFT[1]: gb.read_bytes(), "tiny-b-Q4_K_M.gguf": ga.read_bytes()})
@@ -110,6 +111,7 @@ def test_pull_resumes_a_cut_transfer_lists_and_works_offline(hub, env, tmp_path)
     assert pair.draft.read_bytes() == hub.repos[DRAFT[0]][DRAFT[1]]  # picked by quant: Q8_0
     assert pair.info["preset"] == "tiny" and pair.info["draft_file"] == DRAFT[1]
     assert "compatible: identical vocabularies" in p.stdout and "memory " in p.stdout
+    assert "changed on the Hub since the preset was written (sha256 " in p.stdout  # preset says 000...
     assert not list(Path(env["HF_HOME"]).rglob("*.incomplete"))
 
     # list: the pulled pair with the acceptance last logged for its two files (bad lines skipped)
