@@ -3,7 +3,7 @@
 It answers what hf_hub_download, model_info and snapshot_download ask (read from huggingface_hub's
 file_download.py / hf_api.py / _snapshot_download.py):
   HEAD|GET /{repo}/resolve/{rev}/{file}   X-Repo-Commit, ETag (the sha256 for LFS-like files),
-                                          Content-Length; GET honours Range: bytes=N- with a 206
+                                          Content-Length; GET honours Range: bytes=N-[M] with a 206
   GET /api/models/{repo}[/revision/{rev}] {"id", "sha", "siblings": [{"rfilename", "size", "lfs"}]}
   GET /api/models/{repo}/tree/{rev}       [{"type": "file", "path", "size", "oid", "lfs"}]
 Unknown repos and files get 404 with the X-Error-Code the client maps to its exceptions.
@@ -128,28 +128,31 @@ class _Handler(BaseHTTPRequestHandler):
         key = (repo, name)
         if not head and key in self.hub.fail:
             return self._error(500, None)
-        start = 0
+        start, end = 0, len(data)
         rng = self.headers.get("Range")
         if not head and rng:
-            start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1))  # type: ignore[union-attr]
-        self.send_response(206 if start else 200)
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng)
+            assert m, rng
+            start, end = int(m.group(1)), min(end, int(m.group(2) or end - 1) + 1)
+        partial = (start, end) != (0, len(data))
+        self.send_response(206 if partial else 200)
         self.send_header("X-Repo-Commit", COMMIT)
         self.send_header("ETag", f'"{_sha256(data) if name.endswith(_LFS) else _oid(data)}"')
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(len(data) - start))
-        if start:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+        self.send_header("Content-Length", str(end - start))
+        if partial:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
         self.end_headers()
         if head:
             return
-        if key in self.hub.cut_once and not start:
+        if key in self.hub.cut_once and not rng:  # a whole-file download, not a header probe
             self.hub.cut_once.discard(key)
             self.wfile.write(data[: len(data) // 2])
             self.wfile.flush()
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)  # mid-body: the client sees a short read
             return
-        self.wfile.write(data[start:])
+        self.wfile.write(data[start:end])
 
     def _error(self, status: int, code: str | None) -> None:
         raw = json.dumps({"error": code or "server error"}).encode()

@@ -223,6 +223,7 @@ def test_preset_whose_files_do_not_pair(env, tmp_path):
     p = cli(env, "pull", "bad")
     assert p.returncode == 1
     assert "cannot be paired" in p.stderr and "vocabulary types differ" in p.stderr
+    assert "nothing was downloaded" in p.stderr and not blobs(env)  # judged from Range-read headers
     assert not (tmp_path / "models" / "bad").exists()
 
 

@@ -16,6 +16,7 @@ from .presets import ModelRef
 
 T = TypeVar("T")
 DISK_MARGIN = 256 << 20  # keep this much free beyond the files themselves
+HEADER_PROBE, HEADER_MAX = 8 << 20, 128 << 20  # a GGUF header (vocabulary included) is a few MB
 # a converted GGUF's size relative to its bf16/f16 safetensors, per output quant (bits per weight / 16)
 CONVERTED_RATIO = {"q8_0": 8.5 / 16, "q4_k_m": 4.85 / 16, "f16": 1.0, "bf16": 1.0}
 HF_FILES = ("*.json", "*.safetensors", "*.jinja", "*.txt")  # what the converter needs from a repo
@@ -102,7 +103,7 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:200]
 
 
-def _cached(ref: ModelRef, file: str) -> Path | None:
+def cached_path(ref: ModelRef, file: str) -> Path | None:
     from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415
 
     got = try_to_load_from_cache(ref.repo, file, revision=ref.revision)
@@ -154,7 +155,7 @@ def pick_gguf(files: dict[str, Any], ref: ModelRef) -> str | None:
 
 def stat_file(ref: ModelRef, file: str) -> RemoteFile:
     """Size and sha256 of one file from a HEAD request (GET-free), or from the cache when offline."""
-    cached = _cached(ref, file)
+    cached = cached_path(ref, file)
     if offline():
         if cached is None:
             raise LocalspecError(
@@ -210,3 +211,61 @@ def snapshot(ref: ModelRef) -> Path:
         ref.repo, lambda: snapshot_download(ref.repo, revision=ref.revision, allow_patterns=list(HF_FILES))
     )
     return Path(got)
+
+
+def remote_header(f: RemoteFile, scratch: Path) -> Path | None:
+    """The first megabytes of a remote GGUF (Range requests, doubling until the header parses), as a
+    file the header readers accept, so the pair can be checked before gigabytes move. None when the
+    server does not answer ranges; the checks then run after the download."""
+    if f.cached is not None:
+        return f.cached
+    from huggingface_hub import hf_hub_url  # noqa: PLC0415
+
+    from ..gguf_file import read_header  # noqa: PLC0415
+
+    url = hf_hub_url(f.repo, f.file, revision=f.revision)
+    dst = Path(scratch) / f"{f.repo.replace('/', '--')}--{Path(f.file).name}"
+    n = HEADER_PROBE
+    while n <= HEADER_MAX:
+        data = _range(url, n)
+        if data is None:
+            return None
+        dst.write_bytes(data)
+        try:
+            read_header(dst)
+            return dst
+        except LocalspecError:
+            if len(data) < n:  # the whole file, and still no header: not ours to judge here
+                return None
+        n *= 2
+    return None
+
+
+def _range(url: str, n: int) -> bytes | None:
+    """The first n bytes of url through huggingface_hub's session (its auth headers, its redirects),
+    read as a stream so a server that ignores Range does not send us the whole file."""
+    from huggingface_hub.utils import build_hf_headers, get_session  # noqa: PLC0415
+
+    headers = {**build_hf_headers(), "Range": f"bytes=0-{n - 1}"}
+    session = get_session()
+    out = bytearray()
+    try:
+        if hasattr(session, "stream"):  # httpx (huggingface_hub >= 1.0)
+            with session.stream("GET", url, headers=headers) as r:
+                if r.status_code not in (200, 206):
+                    return None
+                for chunk in r.iter_bytes():
+                    out += chunk
+                    if len(out) >= n:
+                        break
+        else:  # requests (huggingface_hub < 1.0)
+            with session.get(url, headers=headers, stream=True) as r:
+                if r.status_code not in (200, 206):
+                    return None
+                for chunk in r.iter_content(1 << 20):
+                    out += chunk
+                    if len(out) >= n:
+                        break
+    except Exception:  # noqa: BLE001 - no early check then; the download reports real errors
+        return None
+    return bytes(out[:n])

@@ -8,8 +8,10 @@ anything is downloaded, so a full disk is refused up front.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,13 +71,13 @@ def plan_model(ref: ModelRef, role: str) -> Planned:
     files = fetch.repo_files(ref)
     name = fetch.pick_gguf(files, ref)
     if name is not None:
-        return Planned(role, ModelRef(**{**ref.__dict__, "file": name}), gguf=fetch.stat_file(ref, name))
+        return Planned(role, dataclasses.replace(ref, file=name), gguf=fetch.stat_file(ref, name))
     weights = [f for f in files if f.endswith(".safetensors")]
     if not weights or "config.json" not in files:
         raise LocalspecError(f"{ref.repo} holds neither a GGUF nor a safetensors checkpoint (config.json)")
     # the cache may already hold part of it; the converter's output is counted in disk_bytes
     wanted = [f for f in files if f.endswith((".json", ".safetensors", ".jinja", ".txt"))]
-    size = sum(files[f] or 0 for f in wanted if fetch._cached(ref, f) is None)
+    size = sum(files[f] or 0 for f in wanted if fetch.cached_path(ref, f) is None)
     return Planned(role, ref, hf_bytes=size)
 
 
@@ -101,6 +103,7 @@ def pull_pair(
     fetch.check_disk(sum(p.download_bytes for p in plans), fetch.cache_dir(), name)
     if any(p.gguf is None for p in plans):  # converted models land in out_dir
         fetch.check_disk(need, out_dir, name)
+    _check_before_download(plans, name)
     todo = sum(p.download_bytes for p in plans)
     log(f"pull     {name}: {fmt_bytes(todo)} to download" if todo else f"pull     {name}: all files cached")
     paths = {p.role: _materialize(p, out_dir, log) for p in plans}
@@ -129,6 +132,22 @@ def pull_pair(
     log(f"memory   {verdict}")
     log(f"done     {toml}")
     return PullResult(out_dir, toml, paths["target"], paths["draft"], report.message, verdict, n_ctx)
+
+
+def _check_before_download(plans: list[Planned], name: str) -> None:
+    """Refuse a pair whose vocabularies differ from the GGUF headers alone (a Range request for the
+    first MBs of each file), before downloading gigabytes; skipped when a header cannot be had."""
+    if any(p.gguf is None for p in plans):
+        return
+    with tempfile.TemporaryDirectory(prefix="localspec-hdr-") as scratch:
+        heads = [fetch.remote_header(p.gguf, Path(scratch)) for p in plans if p.gguf]
+        if None in heads:
+            return
+        report = check_pair(heads[0], heads[1])  # type: ignore[arg-type]
+    if not report.ok:
+        raise LocalspecError(
+            f"{name}: these files cannot be paired ({'; '.join(report.problems)}); nothing was downloaded"
+        )
 
 
 def _note_checksum(p: Planned, log: Log) -> None:
