@@ -99,13 +99,12 @@ def pull_pair(
     plans = [plan_model(target, "target"), plan_model(draft, "draft")]
     for p in plans:
         _note_checksum(p, log)
-    need = sum(p.disk_bytes for p in plans)
-    fetch.check_disk(sum(p.download_bytes for p in plans), fetch.cache_dir(), name)
-    if any(p.gguf is None for p in plans):  # converted models land in out_dir
-        fetch.check_disk(need, out_dir, name)
-    _check_before_download(plans, name)
     todo = sum(p.download_bytes for p in plans)
+    fetch.check_disk(todo, fetch.cache_dir(), name)
+    if any(p.gguf is None for p in plans):  # converted models land in out_dir
+        fetch.check_disk(sum(p.disk_bytes for p in plans), out_dir, name)
     log(f"pull     {name}: {fmt_bytes(todo)} to download" if todo else f"pull     {name}: all files cached")
+    early = _check_before_download(plans, name, preset, log)
     paths = {p.role: _materialize(p, out_dir, log) for p in plans}
     report = check_pair(paths["target"], paths["draft"])
     if not report.ok:
@@ -113,7 +112,7 @@ def pull_pair(
             f"{name}: the downloaded files cannot be paired ({'; '.join(report.problems)}); "
             "the files stay in the Hugging Face cache, no pair.toml was written"
         )
-    verdict, n_ctx = local_verdict(paths["target"], paths["draft"], preset)
+    verdict, n_ctx = early or local_verdict(paths["target"], paths["draft"], preset)
     runtime: dict[str, Any] = {"draft_max": "auto", **(preset.runtime if preset else {})}
     if n_ctx:
         runtime["n_ctx"] = n_ctx
@@ -129,25 +128,33 @@ def pull_pair(
 
     toml = write_pair_toml(out_dir, paths["target"], paths["draft"], info=info, runtime=runtime)
     log(f"check    {report.message}")
-    log(f"memory   {verdict}")
+    if early is None or not todo:
+        log(f"memory   {verdict}")
     log(f"done     {toml}")
     return PullResult(out_dir, toml, paths["target"], paths["draft"], report.message, verdict, n_ctx)
 
 
-def _check_before_download(plans: list[Planned], name: str) -> None:
-    """Refuse a pair whose vocabularies differ from the GGUF headers alone (a Range request for the
-    first MBs of each file), before downloading gigabytes; skipped when a header cannot be had."""
+def _check_before_download(
+    plans: list[Planned], name: str, preset: Preset | None, log: Log
+) -> tuple[str, int | None] | None:
+    """From the GGUF headers alone (a Range request for the first MBs of each file), before
+    gigabytes move: refuse a pair whose vocabularies differ, and tell what this machine's GPU will
+    hold. None when a header cannot be had (a converted model, a server without ranges)."""
     if any(p.gguf is None for p in plans):
-        return
+        return None
     with tempfile.TemporaryDirectory(prefix="localspec-hdr-") as scratch:
         heads = [fetch.remote_header(p.gguf, Path(scratch)) for p in plans if p.gguf]
         if None in heads:
-            return
+            return None
         report = check_pair(heads[0], heads[1])  # type: ignore[arg-type]
-    if not report.ok:
-        raise LocalspecError(
-            f"{name}: these files cannot be paired ({'; '.join(report.problems)}); nothing was downloaded"
-        )
+        if not report.ok:
+            raise LocalspecError(
+                f"{name}: these files cannot be paired ({'; '.join(report.problems)}); nothing was downloaded"
+            )
+        verdict = local_verdict(heads[0], heads[1], preset)  # type: ignore[arg-type]
+    if any(p.download_bytes for p in plans):
+        log(f"memory   {verdict[0]}")
+    return verdict
 
 
 def _note_checksum(p: Planned, log: Log) -> None:
