@@ -36,7 +36,9 @@ class Settings:
     # -- models --------------------------------------------------------------------------------
     target: Path | None = _f(None, "Target model GGUF (the big model whose output you get).", group="model")
     draft: Path | None = _f(None, "Draft model GGUF (small, same vocabulary).", group="model")
-    pair: Path | None = _f(None, "A pair folder or its pair.toml (from `localspec pair`).", group="model")
+    pair: Path | None = _f(
+        None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
+    )
     n_ctx: int = _f(4096, "Context size in tokens, allocated once at load.", group="model")
     n_batch: int = _f(512, "Logical batch size for prompt processing.", group="model")
     n_ubatch: int = _f(512, "Physical micro-batch size.", group="model")
@@ -51,6 +53,7 @@ class Settings:
     allow_partial_offload: bool = _f(
         False, "Run even if a model does not fit fully on the GPU.", group="model"
     )
+    yes: bool = _f(False, "Download a --pair preset that is not here yet without asking.", group="model")
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling")
     temperature: float = _f(0.8, "Sampling temperature; 0 = greedy.", group="sampling")
@@ -132,8 +135,13 @@ class Settings:
         given = {k: v for k, v in overrides.items() if v is not None and v != ()}
         pair = given.get("pair", values.get("pair"))
         if pair is not None and not (given.get("target") or given.get("draft")):
-            from .pair_file import read_pair  # noqa: PLC0415 - only when a pair is used
+            from .hub.resolve import resolve_pair  # noqa: PLC0415 - only when a pair is used
+            from .pair_file import read_pair  # noqa: PLC0415
 
+            pair = resolve_pair(pair, yes=bool(given.get("yes", values.get("yes", False))))
+            values["pair"] = pair
+            if "pair" in given:
+                given["pair"] = pair
             p = read_pair(Path(pair))
             values.update(p.runtime)
             values["target"], values["draft"] = p.target, p.draft

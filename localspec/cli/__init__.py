@@ -18,6 +18,8 @@ COMMANDS = {
     "check-pair": "localspec.cli.pair:check_pair",
     "doctor": "localspec.cli.doctor:doctor",
     "models": "localspec.cli.models:models",
+    "pull": "localspec.cli.pull:pull",
+    "list": "localspec.cli.listing:list_pairs",
 }
 
 HELP = {
@@ -29,6 +31,8 @@ HELP = {
     "check-pair": "Check that two GGUF models can draft for each other.",
     "doctor": "Devices, memory plan and verified placement of a pair.",
     "models": "Fetch the embedded models and build the default pair.",
+    "pull": "Download a pair preset or Hub repos, check them, write pair.toml.",
+    "list": "Pair presets and local pairs, with sizes and last acceptance.",
 }
 
 

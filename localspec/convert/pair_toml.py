@@ -24,14 +24,20 @@ def model_facts(path: Path, prefix: str) -> dict[str, Any]:
     }
 
 
+def _stored_path(path: Path, out_dir: Path) -> str:
+    path, base = Path(os.path.abspath(path)), Path(os.path.abspath(out_dir))
+    return os.path.relpath(path, base) if base in path.parents else str(path)
+
+
 def write_pair_toml(
     out_dir: Path, target: Path, draft: Path, *, info: dict[str, Any], runtime: dict[str, Any]
 ) -> Path:
-    """pair.toml beside the models; paths are stored relative to out_dir so the folder can move."""
+    """pair.toml beside the models; paths inside out_dir are stored relative to it so the folder can
+    move, others (e.g. files in the Hugging Face cache) as absolute paths."""
     out_dir = Path(out_dir)
     pair: dict[str, Any] = {
-        "target": os.path.relpath(Path(target).resolve(), out_dir.resolve()),
-        "draft": os.path.relpath(Path(draft).resolve(), out_dir.resolve()),
+        "target": _stored_path(Path(target), out_dir),
+        "draft": _stored_path(Path(draft), out_dir),
         "vocab_fingerprint": vocab_fingerprint(target),
         **model_facts(target, "target"),
         **model_facts(draft, "draft"),

@@ -1,0 +1,147 @@
+"""Pair presets: configs/pairs/NAME.toml names a Q4_K_M target and a Q8_0 draft on the Hub.
+
+name = "llama3.1-8b"
+description = "..."
+notes = ["..."]
+[target]                 # and [draft]
+repo = "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"
+file = "Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"
+quant = "q4_k_m"
+size_gb = 4.92           # as the Hub shows it (GB = 1e9 bytes); pull uses the live HEAD size
+sha256 = "..."           # the LFS sha256 (the Hub's X-Linked-Etag) where the Hub page shows it
+verified = ["repo", "file", "size_gb"]   # fields checked against a Hub page (see sources)
+expected = ["sha256"]                     # fields believed but not checked
+sources = ["https://huggingface.co/..."]
+[target.arch]            # config.json facts the n_ctx table is computed from (localspec.hub.sizing)
+[n_ctx]                  # recommended n_ctx per card, computed from the memory plan; 0 = does not fit
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import LocalspecError
+from ..settings import REPO_ROOT
+
+PRESETS_DIR = REPO_ROOT / "configs" / "pairs"
+CARDS_GB = (12, 16, 24)
+_REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """One model on the Hub: a repo and, for GGUF repos, the file in it (None: pick by quant)."""
+
+    repo: str
+    file: str | None = None
+    quant: str = "q4_k_m"
+    revision: str | None = None
+    size_gb: float | None = None
+    sha256: str | None = None
+    arch: dict[str, Any] = field(default_factory=dict)
+    verified: tuple[str, ...] = ()
+    expected: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.repo}:{self.file}" if self.file else self.repo
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    path: Path
+    description: str
+    target: ModelRef
+    draft: ModelRef
+    notes: tuple[str, ...] = ()
+    n_ctx: dict[str, int] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size_gb(self) -> float | None:
+        sizes = [m.size_gb for m in (self.target, self.draft)]
+        return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+
+
+def _ref(d: dict[str, Any], where: Path, role: str) -> ModelRef:
+    if "repo" not in d:
+        raise LocalspecError(f'{where}: [{role}] needs repo = "owner/name"')
+    return ModelRef(
+        repo=str(d["repo"]),
+        file=d.get("file"),
+        quant=str(d.get("quant", "q4_k_m" if role == "target" else "q8_0")).lower(),
+        revision=d.get("revision"),
+        size_gb=d.get("size_gb"),
+        sha256=d.get("sha256"),
+        arch=dict(d.get("arch", {})),
+        verified=tuple(d.get("verified", ())),
+        expected=tuple(d.get("expected", ())),
+    )
+
+
+def read_preset(path: Path) -> Preset:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise LocalspecError(f"{path} is not valid TOML: {e}") from None
+    for role in ("target", "draft"):
+        if role not in data:
+            raise LocalspecError(f"{path}: a preset needs a [{role}] table")
+    return Preset(
+        name=str(data.get("name", path.stem)),
+        path=path,
+        description=str(data.get("description", "")),
+        target=_ref(data["target"], path, "target"),
+        draft=_ref(data["draft"], path, "draft"),
+        notes=tuple(data.get("notes", ())),
+        n_ctx={k: int(v) for k, v in data.get("n_ctx", {}).items()},
+        runtime=dict(data.get("runtime", {})),
+    )
+
+
+def presets_dir() -> Path:
+    """configs/pairs in the checkout; LOCALSPEC_PRESETS names another folder (your own presets)."""
+    return Path(os.environ.get("LOCALSPEC_PRESETS") or PRESETS_DIR)
+
+
+def load_presets(folder: Path | None = None) -> dict[str, Preset]:
+    presets = [read_preset(p) for p in sorted(Path(folder or presets_dir()).glob("*.toml"))]
+    return {p.name: p for p in presets}
+
+
+def find_preset(name: str, folder: Path | None = None) -> Preset | None:
+    presets = load_presets(folder)
+    return presets.get(name) or presets.get(name.lower())
+
+
+def unknown_preset(name: str, folder: Path | None = None) -> LocalspecError:
+    names = sorted(load_presets(folder))
+    near = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    return LocalspecError(
+        f"unknown pair preset {name!r}: {hint}known presets: {', '.join(names) or 'none'} "
+        "(or give a Hub repo as OWNER/NAME[:FILE])"
+    )
+
+
+def parse_ref(text: str, *, quant: str) -> ModelRef:
+    """`OWNER/NAME[:FILE]` -> ModelRef (the file is picked by `quant` when not given)."""
+    repo, _, file = text.partition(":")
+    if not _REPO_ID.fullmatch(repo):
+        raise LocalspecError(f"{text!r} is neither a preset nor a Hub repo (OWNER/NAME[:FILE])")
+    return ModelRef(repo=repo, file=file or None, quant=quant)
+
+
+def is_repo_ref(text: str) -> bool:
+    return bool(_REPO_ID.fullmatch(text.partition(":")[0]))

@@ -1,0 +1,232 @@
+"""`pull`: a preset (or two Hub repos) -> both models in the Hugging Face cache, checked, with a
+pair.toml in models/NAME and a memory verdict for this machine.
+
+GGUF repos are downloaded as they are (the file matching the quant); a repo with only safetensors is
+fetched and converted by our converter (Q4_K_M target, Q8_0 draft). Sizes come from the Hub before
+anything is downloaded, so a full disk is refused up front.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..compat import check_pair
+from ..errors import LocalspecError
+from ..memory_plan import fmt_bytes
+from ..pair_file import PAIR_TOML
+from ..settings import REPO_ROOT
+from . import fetch
+from .presets import ModelRef, Preset
+
+Log = Callable[[str], None]
+
+
+def models_dir() -> Path:
+    """Where pulled pairs live: models/ in the checkout (LOCALSPEC_MODELS overrides)."""
+    return Path(os.environ.get("LOCALSPEC_MODELS") or REPO_ROOT / "models")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One model of the pair: a GGUF file to download, or a safetensors repo to convert."""
+
+    role: str
+    ref: ModelRef
+    gguf: fetch.RemoteFile | None = None
+    hf_bytes: int = 0  # safetensors repo: bytes to download before converting
+
+    @property
+    def download_bytes(self) -> int:
+        return self.gguf.missing_bytes if self.gguf else self.hf_bytes
+
+    @property
+    def disk_bytes(self) -> int:
+        """Everything this model adds to the disk (the converted GGUF too)."""
+        if self.gguf:
+            return self.gguf.missing_bytes
+        return self.hf_bytes + int(self.hf_bytes * fetch.CONVERTED_RATIO.get(self.ref.quant, 1.0))
+
+
+@dataclass(frozen=True)
+class PullResult:
+    pair_dir: Path
+    pair_toml: Path
+    target: Path
+    draft: Path
+    compat: str
+    verdict: str
+    n_ctx: int | None
+
+
+def plan_model(ref: ModelRef, role: str) -> Planned:
+    if ref.file:
+        return Planned(role, ref, gguf=fetch.stat_file(ref, ref.file))
+    files = fetch.repo_files(ref)
+    name = fetch.pick_gguf(files, ref)
+    if name is not None:
+        return Planned(role, dataclasses.replace(ref, file=name), gguf=fetch.stat_file(ref, name))
+    weights = [f for f in files if f.endswith(".safetensors")]
+    if not weights or "config.json" not in files:
+        raise LocalspecError(f"{ref.repo} holds neither a GGUF nor a safetensors checkpoint (config.json)")
+    # the cache may already hold part of it; the converter's output is counted in disk_bytes
+    wanted = [f for f in files if f.endswith((".json", ".safetensors", ".jinja", ".txt"))]
+    size = sum(files[f] or 0 for f in wanted if fetch.cached_path(ref, f) is None)
+    return Planned(role, ref, hf_bytes=size)
+
+
+def pair_name(target: ModelRef, draft: ModelRef) -> str:
+    stem = lambda r: re.sub(r"(?i)[-_.]?gguf$", "", r.repo.split("/")[-1])  # noqa: E731
+    return f"{stem(target)}+{stem(draft)}".lower()
+
+
+def pull_pair(
+    target: ModelRef,
+    draft: ModelRef,
+    *,
+    name: str,
+    out_dir: Path | None = None,
+    preset: Preset | None = None,
+    log: Log = print,
+) -> PullResult:
+    out_dir = Path(out_dir) if out_dir else models_dir() / name
+    plans = [plan_model(target, "target"), plan_model(draft, "draft")]
+    for p in plans:
+        _note_checksum(p, log)
+    todo = sum(p.download_bytes for p in plans)
+    fetch.check_disk(todo, fetch.cache_dir(), name)
+    if any(p.gguf is None for p in plans):  # converted models land in out_dir
+        fetch.check_disk(sum(p.disk_bytes for p in plans), out_dir, name)
+    log(f"pull     {name}: {fmt_bytes(todo)} to download" if todo else f"pull     {name}: all files cached")
+    early = _check_before_download(plans, name, preset, log)
+    paths = {p.role: _materialize(p, out_dir, log) for p in plans}
+    report = check_pair(paths["target"], paths["draft"])
+    if not report.ok:
+        raise LocalspecError(
+            f"{name}: the downloaded files cannot be paired ({'; '.join(report.problems)}); "
+            "the files stay in the Hugging Face cache, no pair.toml was written"
+        )
+    verdict, n_ctx = early or local_verdict(paths["target"], paths["draft"], preset)
+    runtime: dict[str, Any] = {"draft_max": "auto", **(preset.runtime if preset else {})}
+    if n_ctx:
+        runtime["n_ctx"] = n_ctx
+    info = {
+        "source": "hub",
+        "preset": preset.name if preset else "",
+        "target_repo": plans[0].ref.repo,
+        "target_file": plans[0].ref.file or "(converted)",
+        "draft_repo": plans[1].ref.repo,
+        "draft_file": plans[1].ref.file or "(converted)",
+    }
+    from ..convert.pair_toml import write_pair_toml  # noqa: PLC0415
+
+    toml = write_pair_toml(out_dir, paths["target"], paths["draft"], info=info, runtime=runtime)
+    log(f"check    {report.message}")
+    if early is None or not todo:
+        log(f"memory   {verdict}")
+    log(f"done     {toml}")
+    return PullResult(out_dir, toml, paths["target"], paths["draft"], report.message, verdict, n_ctx)
+
+
+def _check_before_download(
+    plans: list[Planned], name: str, preset: Preset | None, log: Log
+) -> tuple[str, int | None] | None:
+    """From the GGUF headers alone (a Range request for the first MBs of each file), before
+    gigabytes move: refuse a pair whose vocabularies differ, and tell what this machine's GPU will
+    hold. None when a header cannot be had (a converted model, a server without ranges)."""
+    if any(p.gguf is None for p in plans):
+        return None
+    with tempfile.TemporaryDirectory(prefix="localspec-hdr-") as scratch:
+        heads = [fetch.remote_header(p.gguf, Path(scratch)) for p in plans if p.gguf]
+        if None in heads:
+            return None
+        report = check_pair(heads[0], heads[1])  # type: ignore[arg-type]
+        if not report.ok:
+            raise LocalspecError(
+                f"{name}: these files cannot be paired ({'; '.join(report.problems)}); nothing was downloaded"
+            )
+        verdict = local_verdict(heads[0], heads[1], preset)  # type: ignore[arg-type]
+    if any(p.download_bytes for p in plans):
+        log(f"memory   {verdict[0]}")
+    return verdict
+
+
+def _note_checksum(p: Planned, log: Log) -> None:
+    """The preset's sha256 against the one the Hub reports (free: the LFS etag is the sha256)."""
+    got, want = (p.gguf.sha256 if p.gguf else None), p.ref.sha256
+    if got and want and got != want:
+        log(
+            f"note     {p.ref.repo}:{p.ref.file} changed on the Hub since the preset was written "
+            f"(sha256 {got[:12]}..., preset {want[:12]}...)"
+        )
+
+
+def _materialize(p: Planned, out_dir: Path, log: Log) -> Path:
+    if p.gguf is not None:
+        path = p.gguf.cached or fetch.download(p.gguf)
+        log(f"{p.role:<8} {p.gguf.repo}:{p.gguf.file} -> {path}")
+        return path
+    from ..cli.progress import StageBars  # noqa: PLC0415
+    from ..convert.hf import convert_hf  # noqa: PLC0415
+
+    folder = fetch.snapshot(p.ref)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dst = out_dir / f"{p.role}-{p.ref.quant}.gguf"
+    with StageBars() as bars:
+        return convert_hf(folder, dst, out_type=p.ref.quant, log=bars.write, progress=bars.update)
+
+
+def local_verdict(target: Path, draft: Path, preset: Preset | None) -> tuple[str, int | None]:
+    """What this machine can do with the pair (doctor's plan), and the n_ctx to store for it: the
+    largest that fits the GPU fully (None on a CPU-only machine, or when not even 1024 fits)."""
+    from .. import backend  # noqa: PLC0415 - llama.cpp only for the device list
+    from ..memory_plan import Runtime, plan_pair, read_spec, verdict  # noqa: PLC0415
+    from .sizing import CTX_CAP, largest_fitting_ctx  # noqa: PLC0415
+
+    t, d = read_spec(target), read_spec(draft)
+    devices = backend.devices()
+    acc = [x for x in devices if x.kind == "gpu"] or [x for x in devices if x.kind == "igpu"]
+    if not acc:
+        cpu = next((x for x in devices if x.kind == "cpu"), None)
+        need = plan_pair(t, d, Runtime()).cpu_bytes
+        free = f", {fmt_bytes(cpu.free_bytes)} free" if cpu and cpu.free_bytes else ""
+        return (
+            f"no GPU offload in this build: CPU run needs {fmt_bytes(need)} of RAM at n_ctx 4096{free}",
+            None,
+        )
+    best = max(acc, key=lambda x: x.free_bytes)
+    max_ctx = min(CTX_CAP, int((preset.target.arch if preset else {}).get("n_ctx_train", CTX_CAP)))
+    n_ctx = largest_fitting_ctx(t, d, best.free_bytes, max_ctx=max_ctx) or None
+    v = verdict(
+        plan_pair(t, d, Runtime(n_ctx=n_ctx or 4096)), best.free_bytes, f"{best.name} ({best.description})"
+    )
+    head = f"n_ctx {n_ctx} stored in pair.toml; " if n_ctx else ""
+    return head + v.message(), n_ctx
+
+
+def pull_preset(preset: Preset, *, out_dir: Path | None = None, log: Log = print) -> PullResult:
+    return pull_pair(preset.target, preset.draft, name=preset.name, out_dir=out_dir, preset=preset, log=log)
+
+
+def pull_one(ref: ModelRef, *, log: Log = print) -> Path:
+    """A single model (no pair): download the GGUF, or fetch a safetensors repo for the converter."""
+    p = plan_model(ref, "model")
+    fetch.check_disk(p.download_bytes, fetch.cache_dir(), ref.label)
+    if p.gguf is None:
+        folder = fetch.snapshot(ref)
+        log(f"done     {folder} (safetensors; convert it with `localspec convert` or pair it)")
+        return folder
+    path = p.gguf.cached or fetch.download(p.gguf)
+    log(f"done     {path}")
+    return path
+
+
+def is_pulled(name: str) -> Path | None:
+    d = models_dir() / name
+    return d if (d / PAIR_TOML).exists() else None

@@ -1,0 +1,53 @@
+"""`--pair NAME` for every command: a folder or pair.toml as before, else a pair pulled into
+models/NAME, else a preset, pulled first (after asking, or at once with --yes)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import LocalspecError
+
+
+def resolve_pair(pair: str | Path, *, yes: bool = False) -> Path:
+    p = Path(pair)
+    if p.exists() or len(p.parts) > 1 or p.suffix == ".toml":
+        return p  # a path: read_pair says what is wrong with it if anything
+    from .presets import find_preset, unknown_preset  # noqa: PLC0415
+    from .pull import is_pulled, pull_preset  # noqa: PLC0415
+
+    name = str(pair)
+    local = is_pulled(name)
+    preset = find_preset(name)
+    if local is not None and (preset is None or _files_present(local)):
+        return local  # a pulled pair whose cache was emptied is pulled again below
+    if preset is None:
+        raise unknown_preset(name)
+    size = f"about {preset.size_gb:.1f} GB" if preset.size_gb else "size unknown"
+    if not yes and not _confirm(
+        f"{name} is not downloaded yet: fetch it from the Hugging Face Hub ({size})?"
+    ):
+        raise LocalspecError(
+            f"pair preset {name!r} is not downloaded yet ({size}); run `localspec pull {name}` first, "
+            "or pass --yes to download it now"
+        )
+    return pull_preset(preset, log=lambda line: print(line, file=sys.stderr)).pair_dir
+
+
+def _files_present(folder: Path) -> bool:
+    from ..pair_file import read_pair  # noqa: PLC0415
+
+    try:
+        p = read_pair(folder)
+    except LocalspecError:
+        return False
+    return p.target.exists() and p.draft.exists()
+
+
+def _confirm(question: str) -> bool:
+    """Ask on the terminal; never wait on a pipe or a closed stdin (answer no instead)."""
+    if not (sys.stdin and sys.stdin.isatty()):
+        return False
+    import click  # noqa: PLC0415
+
+    return click.confirm(question, default=True, err=True)
