@@ -53,7 +53,9 @@ class Settings:
     allow_partial_offload: bool = _f(
         False, "Run even if a model does not fit fully on the GPU.", group="model"
     )
-    yes: bool = _f(False, "Download a --pair preset that is not here yet without asking.", group="model")
+    yes: bool = _f(
+        False, "Download a --pair preset that is not here yet without asking.", group="model", is_flag=True
+    )
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling")
     temperature: float = _f(0.8, "Sampling temperature; 0 = greedy.", group="sampling")
