@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ipaddress
 import signal
+from importlib.util import find_spec
 
 import click
 
+from ..errors import LocalspecError
 from .common import resolve_settings, settings_options
 
 SERVE_DEFAULTS = {"parallel": 4}  # below config files and flags
@@ -19,6 +21,7 @@ def serve(**kwargs) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
     /v1/models, /health, /metrics)."""
     settings = resolve_settings(kwargs, defaults=SERVE_DEFAULTS)
+    _need_server_extras()
     import uvicorn  # noqa: PLC0415 - keep --help instant
 
     from ..engine import Engine  # noqa: PLC0415
@@ -48,6 +51,12 @@ def serve(**kwargs) -> None:
     server.run()
     if not server.started:
         raise SystemExit(1)  # the port was taken or the models failed to load: uvicorn said why
+
+
+def _need_server_extras() -> None:
+    missing = [m for m in ("fastapi", "uvicorn", "sse_starlette", "prometheus_client") if not find_spec(m)]
+    if missing:
+        raise LocalspecError(f"the server needs {', '.join(missing)}: pip install 'localspec[server]'")
 
 
 def exposure_warnings(host: str, api_key: str | None) -> list[str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Any, AsyncIterator
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -16,6 +18,8 @@ from . import render
 from . import schemas as s
 from .errors import APIError, from_localspec
 from .service import Dispatcher, Job
+
+SHUTDOWN_GRACE_S = 5  # a stream gets this long to end cleanly after shutdown starts (below uvicorn's)
 
 
 def require_key(request: Request) -> None:
@@ -116,14 +120,40 @@ async def _serve(request: Request, body: s._Request, prompt: Any, *, chat: bool)
         raise APIError(400, str(e)) from None
     reply = render.Reply(model=request.app.state.model_id, chat=chat)
     if body.stream:
-        return EventSourceResponse(_events(job, reply, body), sep="\n", ping=15)
+        shutdown = anyio.Event()  # set by sse-starlette when the server shuts down
+        return EventSourceResponse(
+            _events(job, reply, body, shutdown),
+            sep="\n",
+            ping=15,
+            shutdown_event=shutdown,
+            shutdown_grace_period=SHUTDOWN_GRACE_S,
+        )
     resp = await job.result(request.is_disconnected)
     return JSONResponse(reply.full(resp).model_dump(mode="json"))
 
 
-async def _events(job: Job, reply: render.Reply, body: s._Request) -> AsyncIterator[dict[str, str]]:
+async def _events(
+    job: Job, reply: render.Reply, body: s._Request, shutdown: anyio.Event
+) -> AsyncIterator[dict[str, str]]:
     """SSE events of one streamed response. Leaving this generator early (the client closed the
-    connection, the server shuts down) cancels the generation in Job.chunks."""
+    connection) cancels the generation in Job.chunks; a server shutdown cancels it too, and the
+    stream then ends with an error event instead of being cut."""
+
+    async def cancel_on_shutdown() -> None:
+        await shutdown.wait()
+        job.cancel()
+
+    watcher = asyncio.ensure_future(cancel_on_shutdown())
+    try:
+        async for item in _pieces(job, reply, body):
+            yield item
+    finally:
+        watcher.cancel()
+        if job.response is None:  # however we left (closed while suspended at a yield included)
+            job.cancel()
+
+
+async def _pieces(job: Job, reply: render.Reply, body: s._Request) -> AsyncIterator[dict[str, str]]:
     usage_null = body.include_usage
 
     def event(obj: Any) -> dict[str, str]:
@@ -148,7 +178,9 @@ async def _events(job: Job, reply: render.Reply, body: s._Request) -> AsyncItera
         yield {"data": err.response().body.decode()}
         return
     resp = job.response
-    if resp is None:  # cancelled under us (shutdown): end the stream without a finish
+    if resp is None:  # cancelled under us: the server is shutting down
+        err = APIError(503, "the server is shutting down; the generation was cancelled", type="server_error")
+        yield {"data": err.response().body.decode()}
         return
     yield event(reply.piece(None if reply.chat else "", finish=render.finish_reason(resp), resp=resp))
     if body.include_usage:
