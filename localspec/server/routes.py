@@ -69,7 +69,9 @@ async def completions(body: s.CompletionRequest, request: Request) -> Any:
     if body.echo or body.suffix:
         raise APIError(400, "echo and suffix are not supported", param="echo" if body.echo else "suffix")
     prompt: Any = body.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+    if isinstance(prompt, list) and not prompt:
+        raise APIError(400, "the prompt is empty", param="prompt")
+    if isinstance(prompt, list) and isinstance(prompt[0], str):
         if len(prompt) != 1:
             raise APIError(400, "one prompt per request (a list of prompts is not supported)", param="prompt")
         prompt = prompt[0]
