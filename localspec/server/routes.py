@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import time
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 from fastapi import APIRouter, Depends, Request
@@ -14,12 +13,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse
 
 from ..errors import LocalspecError
-from . import render
+from . import render, sse
 from . import schemas as s
 from .errors import APIError, from_localspec
-from .service import Dispatcher, Job
-
-SHUTDOWN_GRACE_S = 5  # a stream gets this long to end cleanly after shutdown starts (below uvicorn's)
+from .service import Dispatcher
 
 
 def require_key(request: Request) -> None:
@@ -83,7 +80,7 @@ _STARTED = int(time.time())
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def _check_common(body: s._Request, request: Request) -> None:
+def _check_common(body: s.RequestBase, request: Request) -> None:
     if body.n != 1:
         raise APIError(400, f"n must be 1 (got {body.n}): one choice per request", param="n")
     if body.logprobs:
@@ -112,7 +109,7 @@ def _messages(messages: list[s.Message]) -> list[dict[str, str]]:
     return out
 
 
-async def _serve(request: Request, body: s._Request, prompt: Any, *, chat: bool) -> Any:
+async def _serve(request: Request, body: s.RequestBase, prompt: Any, *, chat: bool) -> Any:
     dispatcher: Dispatcher = request.app.state.dispatcher
     try:
         job = await dispatcher.submit(prompt, chat=chat, overrides=body.overrides())
@@ -124,67 +121,11 @@ async def _serve(request: Request, body: s._Request, prompt: Any, *, chat: bool)
     if body.stream:
         shutdown = anyio.Event()  # set by sse-starlette when the server shuts down
         return EventSourceResponse(
-            _events(job, reply, body, shutdown),
+            sse.events(job, reply, body, shutdown),
             sep="\n",
             ping=15,
             shutdown_event=shutdown,
-            shutdown_grace_period=SHUTDOWN_GRACE_S,
+            shutdown_grace_period=sse.SHUTDOWN_GRACE_S,
         )
     resp = await job.result(request.is_disconnected)
     return JSONResponse(reply.full(resp).model_dump(mode="json"))
-
-
-async def _events(
-    job: Job, reply: render.Reply, body: s._Request, shutdown: anyio.Event
-) -> AsyncIterator[dict[str, str]]:
-    """SSE events of one streamed response. Leaving this generator early (the client closed the
-    connection) cancels the generation in Job.chunks; a server shutdown cancels it too, and the
-    stream then ends with an error event instead of being cut."""
-
-    async def cancel_on_shutdown() -> None:
-        await shutdown.wait()
-        job.cancel()
-
-    watcher = asyncio.ensure_future(cancel_on_shutdown())
-    try:
-        async for item in _pieces(job, reply, body):
-            yield item
-    finally:
-        watcher.cancel()
-        if job.response is None:  # however we left (closed while suspended at a yield included)
-            job.cancel()
-
-
-async def _pieces(job: Job, reply: render.Reply, body: s._Request) -> AsyncIterator[dict[str, str]]:
-    usage_null = body.include_usage
-
-    def event(obj: Any) -> dict[str, str]:
-        return {"data": render.dump(obj, usage_null=usage_null)}
-
-    if reply.chat:
-        yield event(reply.piece("", role=True))
-    held: list[bool] = []  # draft flags of tokens whose text is still held back (partial UTF-8, stops)
-    try:
-        async for chunk in job.chunks():
-            held += chunk.from_draft
-            if chunk.text:
-                marks = (
-                    s.DraftMarks(from_draft=held, all_draft=all(held)) if body.mark_drafts and held else None
-                )
-                yield event(reply.piece(chunk.text, draft_marks=marks))
-                held = []
-    except Exception as e:  # headers are sent: the error goes down the stream in OpenAI's shape
-        err = (
-            from_localspec(e) if isinstance(e, LocalspecError) else APIError(500, str(e), type="server_error")
-        )
-        yield {"data": err.response().body.decode()}
-        return
-    resp = job.response
-    if resp is None:  # cancelled under us: the server is shutting down
-        err = APIError(503, "the server is shutting down; the generation was cancelled", type="server_error")
-        yield {"data": err.response().body.decode()}
-        return
-    yield event(reply.piece(None if reply.chat else "", finish=render.finish_reason(resp), resp=resp))
-    if body.include_usage:
-        yield {"data": render.dump(reply.usage_piece(resp))}
-    yield {"data": "[DONE]"}

@@ -52,7 +52,7 @@ _overrides = create_model(
 )
 
 
-class _Request(_overrides):  # type: ignore[misc, valid-type]
+class RequestBase(_overrides):  # type: ignore[misc, valid-type]
     model: str | None = None
     n: int = 1
     stream: bool = False
@@ -93,7 +93,7 @@ class Message(_Base):
     content: str | list[ContentPart] | None = None
 
 
-class ChatRequest(_Request):
+class ChatRequest(RequestBase):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = None
 
@@ -104,7 +104,7 @@ class ChatRequest(_Request):
         return out
 
 
-class CompletionRequest(_Request):
+class CompletionRequest(RequestBase):
     prompt: str | list[str] | list[int]
     echo: bool = False
     suffix: str | None = None
