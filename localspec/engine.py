@@ -21,7 +21,7 @@ import numpy as np
 from . import backend, chat, placement
 from .compat import check_pair
 from .draft_len import AutoK, FixedK
-from .errors import LocalspecError
+from .errors import LocalspecError, PromptTooLong
 from .sampling import SamplingParams
 from .settings import Settings
 from .speculative import ContextFull, SpecConfig, speculative_steps
@@ -193,10 +193,12 @@ class Engine:
 
     def _check_fits(self, ids: list[int], s: Settings) -> None:
         if len(ids) + s.max_tokens > self.target_ctx.n_ctx:
-            raise LocalspecError(
+            raise PromptTooLong(
                 f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) = {len(ids) + s.max_tokens} "
                 f"exceeds the context size n_ctx={self.target_ctx.n_ctx}; shorten the prompt, lower "
-                "--max-tokens or raise --n-ctx"
+                "--max-tokens or raise --n-ctx",
+                n_prompt=len(ids),
+                n_ctx=self.target_ctx.n_ctx,
             )
 
     def submit(self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any) -> "Handle":

@@ -3,3 +3,12 @@
 
 class LocalspecError(Exception):
     """A user-facing error: the CLI prints its message on one line and exits non-zero."""
+
+
+class PromptTooLong(LocalspecError):
+    """The prompt plus max_tokens does not fit the context; carries both numbers for API errors."""
+
+    def __init__(self, message: str, *, n_prompt: int, n_ctx: int) -> None:
+        super().__init__(message)
+        self.n_prompt = n_prompt
+        self.n_ctx = n_ctx

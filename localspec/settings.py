@@ -56,6 +56,7 @@ class Settings:
     yes: bool = _f(
         False, "Download a --pair preset that is not here yet without asking.", group="model", is_flag=True
     )
+    parallel: int = _f(1, "Sequences served at once (slots); the server defaults to 4.", group="model")
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling")
     temperature: float = _f(0.8, "Sampling temperature; 0 = greedy.", group="sampling")
@@ -80,6 +81,23 @@ class Settings:
         choices=SPEC_MODES,
     )
 
+    # -- server (`localspec serve`) -----------------------------------------------------------
+    host: str = _f(
+        "127.0.0.1", "Address to listen on (anything but loopback exposes the model).", group="server"
+    )
+    port: int = _f(8080, "TCP port to listen on.", group="server")
+    api_key: str | None = field(  # repr=False: never printed in a log or a traceback
+        default=None,
+        repr=False,
+        metadata={
+            "help": "Require 'Authorization: Bearer KEY' on every request.",
+            "group": "server",
+            "envvar": "LOCALSPEC_API_KEY",
+        },
+    )
+    max_queue: int = _f(64, "Requests that may wait for a slot; more get 503 + Retry-After.", group="server")
+    max_body: int = _f(8_000_000, "Largest request body in bytes; larger gets 413.", group="server")
+
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -96,6 +114,12 @@ class Settings:
             raise LocalspecError(f"n_ctx must be >= 8 (got {self.n_ctx})")
         if self.draft_min < 0 or self.draft_p_min < 0 or self.draft_p_min >= 1:
             raise LocalspecError("draft_min must be >= 0 and draft_p_min in [0, 1)")
+        if self.parallel < 1:
+            raise LocalspecError(f"parallel must be >= 1 (got {self.parallel})")
+        if self.max_queue < 0 or self.max_body < 1:
+            raise LocalspecError("max_queue must be >= 0 and max_body >= 1")
+        if not 0 <= self.port <= 65535:
+            raise LocalspecError(f"port must be in 0..65535 (got {self.port})")
         self.draft_k  # validates
 
     @property
@@ -125,10 +149,12 @@ class Settings:
 
     # -- sources -------------------------------------------------------------------------------
     @classmethod
-    def load(cls, *, config: Path | None = None, **overrides: Any) -> "Settings":
-        """Build settings from defaults.toml, an optional config file, the pair and `overrides`
-        (None values in overrides mean 'not given')."""
-        values: dict[str, Any] = {}
+    def load(
+        cls, *, config: Path | None = None, defaults: dict[str, Any] | None = None, **overrides: Any
+    ) -> "Settings":
+        """Build settings from a command's own `defaults` (e.g. serve's parallel=4), defaults.toml, an
+        optional config file, the pair and `overrides` (None values in overrides mean 'not given')."""
+        values: dict[str, Any] = dict(defaults or {})
         for path in (DEFAULTS_TOML, config):
             if path is not None and Path(path).exists():
                 values.update(_read_toml_settings(Path(path)))

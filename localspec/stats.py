@@ -55,6 +55,8 @@ class Stats:
     mean_accepted_len: float  # accepted drafted tokens per verification round
     tokens_per_round: float  # emitted tokens per target pass (accepted + the target's own token)
     acceptance_by_pos: list[float]  # P(accepted at position i | drafted at i)
+    drafted_by_pos: list[int]  # rounds that drafted a token at position i (the counts behind the rates)
+    accepted_by_pos: list[int]  # ... and of those, rounds whose token i was accepted
     draft_ms: float
     verify_ms: float
     sample_ms: float
@@ -96,6 +98,8 @@ class Stats:
             mean_accepted_len=c.n_accepted / c.rounds if c.rounds else 0.0,
             tokens_per_round=n_generated / passes if passes else 0.0,
             acceptance_by_pos=[a / d for a, d in zip(c.accepted_by_pos, c.drafted_by_pos)],
+            drafted_by_pos=list(c.drafted_by_pos),
+            accepted_by_pos=list(c.accepted_by_pos),
             draft_ms=c.draft_s * 1e3,
             verify_ms=c.verify_s * 1e3,
             sample_ms=c.sample_s * 1e3,

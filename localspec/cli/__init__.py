@@ -11,6 +11,7 @@ import click
 # command name -> "module:function"; each command lives in its own module.
 COMMANDS = {
     "run": "localspec.cli.run:run",
+    "serve": "localspec.cli.serve:serve",
     "bench": "localspec.cli.bench:bench",
     "convert": "localspec.cli.convert:convert",
     "quantize": "localspec.cli.convert:quantize",
@@ -24,6 +25,7 @@ COMMANDS = {
 
 HELP = {
     "run": "Generate text for one prompt (speculative when a draft is given).",
+    "serve": "Serve the model over an OpenAI-compatible HTTP API.",
     "bench": "Benchmark plain vs speculative decoding over draft lengths.",
     "convert": "Convert a Hugging Face checkpoint to GGUF.",
     "quantize": "Quantize a GGUF file (q4_k_m, q8_0, ...).",

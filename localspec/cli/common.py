@@ -49,6 +49,8 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
                     type=_click_type(f),
                     default=None,
                     multiple=bool(f.metadata.get("multiple")),
+                    envvar=f.metadata.get("envvar"),
+                    show_envvar=bool(f.metadata.get("envvar")),
                     help=help_text,
                 )(fn)
         return click.option(
@@ -61,12 +63,13 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
     return deco
 
 
-def resolve_settings(kwargs: dict[str, Any]) -> Settings:
-    """Settings from the options added by `settings_options` (pops them from kwargs)."""
+def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:
+    """Settings from the options added by `settings_options` (pops them from kwargs); `defaults` are
+    the command's own defaults, below config files and flags."""
     names = {f.name for f in setting_fields()}
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     config = kwargs.pop("config", None)
-    return Settings.load(config=config, **given)
+    return Settings.load(config=config, defaults=defaults, **given)
 
 
 def run_cli(group: click.Group) -> None:

@@ -1,0 +1,84 @@
+"""`localspec serve`: the OpenAI-compatible server (see localspec/server/)."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+from importlib.util import find_spec
+
+import click
+
+from ..errors import LocalspecError
+from .common import resolve_settings, settings_options
+
+SERVE_DEFAULTS = {"parallel": 4}  # below config files and flags
+SHUTDOWN_GRACE_S = 10  # SIGTERM: in-flight requests get this long to finish, then are cancelled
+
+
+@click.command()
+@settings_options("model", "sampling", "spec", "server")
+def serve(**kwargs) -> None:
+    """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
+    /v1/models, /health, /metrics)."""
+    settings = resolve_settings(kwargs, defaults=SERVE_DEFAULTS)
+    _need_server_extras()
+    import uvicorn  # noqa: PLC0415 - keep --help instant
+
+    from ..engine import Engine  # noqa: PLC0415
+    from ..server import create_app  # noqa: PLC0415
+
+    def say(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    for line in exposure_warnings(settings.host, settings.api_key):
+        say(line)
+    engine = Engine(settings, log=say)  # loaded here, so a bad model is one `error:` line, not a traceback
+    app = create_app(settings, lambda: engine)  # the app closes it on shutdown
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with 143; a handler
+    # of our own is what it re-raises into, so a clean shutdown exits 0
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    say(
+        f"serving {app.state.model_id} on http://{_url_host(settings.host)}:{settings.port}/v1 (Ctrl-C to stop)"
+    )
+    server.run()
+    if not server.started:
+        raise SystemExit(1)  # the port was taken or the models failed to load: uvicorn said why
+
+
+def _need_server_extras() -> None:
+    missing = [m for m in ("fastapi", "uvicorn", "sse_starlette", "prometheus_client") if not find_spec(m)]
+    if missing:
+        raise LocalspecError(f"the server needs {', '.join(missing)}: pip install 'localspec[server]'")
+
+
+def exposure_warnings(host: str, api_key: str | None) -> list[str]:
+    lines = []
+    if not _is_loopback(host):
+        lines.append(
+            f"warning: listening on {host}, not loopback: anyone who can reach this machine on the network "
+            "can use the model" + ("" if api_key else " (and there is no API key)")
+        )
+    if not api_key:
+        lines.append("no API key: requests are not authenticated (set --api-key or LOCALSPEC_API_KEY)")
+    return lines
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: assume it may resolve off the machine
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

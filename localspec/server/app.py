@@ -1,0 +1,100 @@
+"""The app factory: `create_app(settings, engine_provider)` gives an ASGI app that loads the engine
+at startup (before the port opens), serves the routes, and on shutdown cancels what is still running
+and waits for the engine to let go of it before closing the models."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..settings import Settings
+from . import errors, routes
+from .service import Dispatcher
+
+log = logging.getLogger("localspec.server")
+DRAIN_TIMEOUT_S = 30.0
+
+
+def model_id(settings: Settings) -> str:
+    """The name /v1/models lists and requests may use: the pair's folder, else the target's file."""
+    if settings.pair is not None:
+        p = Path(settings.pair)
+        return (p.parent if p.suffix == ".toml" else p).resolve().name
+    return Path(settings.target).stem if settings.target else "localspec"
+
+
+def create_app(settings: Settings, engine_provider: Callable[[], Any]) -> FastAPI:
+    """`engine_provider()` returns a loaded engine (anything with `submit` and optionally `close`)."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = await anyio.to_thread.run_sync(engine_provider)
+        app.state.dispatcher = Dispatcher(engine, settings)
+        try:
+            yield
+        finally:
+            clean = await app.state.dispatcher.drain(DRAIN_TIMEOUT_S)
+            if clean and hasattr(engine, "close"):
+                engine.close()  # never while a generation still runs on the models
+            elif not clean:
+                log.warning(
+                    "requests still running after %.0f s; leaving the models to the OS", DRAIN_TIMEOUT_S
+                )
+
+    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.settings = settings
+    app.state.model_id = model_id(settings)
+    errors.install(app)
+    app.include_router(routes.router)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    return app
+
+
+class BodyLimit:
+    """413 for a body over max_bytes, whether it says its length or is chunked. The body is read
+    here (bounded) and replayed to the app, so the app never sees a partial one."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._too_large(scope, receive, send)
+        body, more = [], True
+        size = 0
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left before sending it all
+                return
+            body.append(message.get("body", b""))
+            size += len(body[-1])
+            more = message.get("more_body", False)
+            if size > self.max_bytes:
+                return await self._too_large(scope, receive, send)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(body), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = errors.APIError(
+            413,
+            f"the request body is larger than {self.max_bytes} bytes (--max-body)",
+            code="request_too_large",
+        ).response()
+        await response(scope, receive, send)

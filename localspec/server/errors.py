@@ -1,0 +1,84 @@
+"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, whatever went wrong."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from ..errors import LocalspecError, PromptTooLong
+from .schemas import ErrorBody, ErrorResponse
+
+log = logging.getLogger("localspec.server")
+
+
+class APIError(Exception):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        body = ErrorResponse(
+            error=ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
+        )
+        return JSONResponse(body.model_dump(), status_code=self.status, headers=self.headers)
+
+
+def from_localspec(e: LocalspecError, prompt_param: str | None = None) -> APIError:
+    """Bad input the engine refused (it raises before anything is queued)."""
+    if isinstance(e, PromptTooLong):
+        return APIError(400, str(e), param=prompt_param, code="context_length_exceeded")
+    return APIError(400, str(e))
+
+
+def _validation_message(e: RequestValidationError, content_type: str) -> tuple[str, str | None]:
+    first = e.errors()[0] if e.errors() else {}
+    if first.get("type") == "json_invalid":
+        return f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(
+            ": "
+        ), None
+    if tuple(first.get("loc", ())) == ("body",) and "json" not in content_type:
+        return "send the body as a JSON object with 'Content-Type: application/json'", None
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    param = ".".join(loc) or None
+    return (
+        f"{param}: {first.get('msg', 'invalid')}" if param else first.get("msg", "invalid request")
+    ), param
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api(request: Request, e: APIError) -> JSONResponse:
+        return e.response()
+
+    @app.exception_handler(LocalspecError)
+    async def _localspec(request: Request, e: LocalspecError) -> JSONResponse:
+        return from_localspec(e).response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(e, request.headers.get("content-type", ""))
+        return APIError(400, message, param=param).response()
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, e: HTTPException) -> JSONResponse:
+        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
+        return APIError(e.status_code, str(e.detail), type=kind, headers=dict(e.headers or {})).response()
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, e: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error").response()

@@ -1,0 +1,235 @@
+"""The OpenAI wire format as pydantic models: requests in, responses out.
+
+Sampling and speculation request fields are generated from the `Settings` fields of those groups, so
+a request field means what the flag and TOML key of the same name mean (top_k, min_p, draft_max, ...).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from ..settings import Settings, setting_fields
+
+
+def _optional(name: str) -> Any:
+    base = typing.get_type_hints(Settings)[name]
+    if typing.get_origin(base) in (Union, types.UnionType):  # X | None -> X
+        base = next(a for a in typing.get_args(base) if a is not type(None))
+    if typing.get_origin(base) is tuple:
+        return Union[str, list[str], None]
+    if name == "draft_max":  # "auto" or a number
+        return Union[int, str, None]
+    return Union[base, None]
+
+
+class _Base(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, tools, ...)
+
+
+class StreamOptions(_Base):
+    include_usage: bool = False
+
+
+class LocalspecOptions(BaseModel):
+    """The extra request field `localspec`, ours alone."""
+
+    model_config = ConfigDict(extra="forbid")
+    mark_drafts: bool = Field(False, description="Mark streamed text that came from accepted drafts.")
+
+
+_overrides = create_model(
+    "_Overrides",
+    __base__=_Base,
+    **{
+        f.name: (_optional(f.name), Field(None, description=f.metadata["help"]))
+        for g in ("sampling", "spec")
+        for f in setting_fields(g)
+    },
+)
+
+
+class RequestBase(_overrides):  # type: ignore[misc, valid-type]
+    model: str | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: Any = None
+    localspec: LocalspecOptions | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """Settings overrides for Engine.submit: every generated field the client set."""
+        out: dict[str, Any] = {}
+        for f in setting_fields():
+            v = getattr(self, f.name, None)
+            if v is None:
+                continue
+            if f.name == "stop":
+                v = (v,) if isinstance(v, str) else tuple(v)
+            elif f.name == "draft_max":
+                v = str(v)
+            out[f.name] = v
+        return out
+
+    @property
+    def mark_drafts(self) -> bool:
+        return bool(self.localspec and self.localspec.mark_drafts)
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream and self.stream_options and self.stream_options.include_usage)
+
+
+class ContentPart(_Base):
+    type: str
+    text: str | None = None
+
+
+class Message(_Base):
+    role: str
+    content: str | list[ContentPart] | None = None
+
+
+class ChatRequest(RequestBase):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        out = super().overrides()
+        if self.max_completion_tokens is not None:  # the newer name wins, as OpenAI documents
+            out["max_tokens"] = self.max_completion_tokens
+        return out
+
+
+class CompletionRequest(RequestBase):
+    prompt: str | list[str] | list[int]
+    echo: bool = False
+    suffix: str | None = None
+
+
+# -- responses ------------------------------------------------------------------------------------
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class Timings(BaseModel):
+    """llama.cpp's `timings` object (same keys, so tools that read llama-server read us), plus the
+    speculation figures llama.cpp does not report."""
+
+    prompt_n: int
+    prompt_ms: float
+    prompt_per_token_ms: float
+    prompt_per_second: float
+    predicted_n: int
+    predicted_ms: float
+    predicted_per_token_ms: float
+    predicted_per_second: float
+    draft_n: int
+    draft_n_accepted: int
+    # ours
+    speculative: bool
+    acceptance_rate: float
+    mean_accepted_len: float  # accepted draft tokens per verification round (bonus token excluded)
+    tokens_per_round: float
+    acceptance_by_pos: list[float]
+    k_history: list[int]
+    fell_back: bool
+    seed: int
+
+
+class ChatMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int = 0
+    message: ChatMessage
+    logprobs: None = None
+    finish_reason: str
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    timings: Timings
+
+
+class Delta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int = 0
+    delta: Delta
+    logprobs: None = None
+    finish_reason: str | None = None
+
+
+class DraftMarks(BaseModel):
+    """Which of this chunk's tokens were accepted draft tokens (request `localspec.mark_drafts`)."""
+
+    from_draft: list[bool]
+    all_draft: bool  # the chunk's whole text came from accepted drafts: colour it
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+    timings: Timings | None = None
+    localspec: DraftMarks | None = None
+
+
+class CompletionChoice(BaseModel):
+    index: int = 0
+    text: str
+    logprobs: None = None
+    finish_reason: str | None = None
+
+
+class Completion(BaseModel):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage | None = None
+    timings: Timings | None = None
+    localspec: DraftMarks | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "localspec"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorBody(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody

@@ -1,0 +1,165 @@
+"""Between HTTP and the engine: admission (slots + a bounded queue), the hop from the engine's
+threads onto the event loop, cancellation, and the one place a finished response is handled.
+
+The engine does the scheduling (today one request at a time under a lock; the batched scheduler
+runs `parallel` at once): the server only bounds how many requests may be in the engine at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import anyio
+
+from ..engine import Chunk, Handle, Response
+from ..settings import Settings
+from .errors import APIError
+from .metrics import ServerMetrics
+
+_END = object()
+RETRY_AFTER_S = 1
+
+
+class Job:
+    """One admitted request. A thread drains the engine handle (whose iteration blocks) onto an
+    asyncio queue, so no request holds a worker of the event loop's thread pool while it waits."""
+
+    def __init__(
+        self, handle: Handle, loop: asyncio.AbstractEventLoop, done: Callable[["Job"], None]
+    ) -> None:
+        self.handle = handle
+        self._loop = loop
+        self._queue: asyncio.Queue = asyncio.Queue()
+        self._done = done
+        threading.Thread(target=self._pump, daemon=True, name="localspec-job").start()
+
+    def _pump(self) -> None:
+        try:
+            for chunk in self.handle:
+                self._post(chunk)
+        except BaseException as e:  # raised again where the route iterates
+            self._post(e)
+        finally:
+            self._post(_END)
+            self._post(self)  # marks the engine free of this request, see chunks()
+
+    def _post(self, item: object) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._deliver, item)
+        except RuntimeError:  # the loop is closed: the server is gone, nobody is listening
+            pass
+
+    def _deliver(self, item: object) -> None:
+        if item is self:
+            self._done(self)
+        else:
+            self._queue.put_nowait(item)
+
+    @property
+    def response(self) -> Response | None:
+        return self.handle.response
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+    async def chunks(self) -> AsyncIterator[Chunk]:
+        """The request's chunks; leaving early (the client went away, the task was cancelled)
+        cancels the generation, which the engine notices at its next token."""
+        try:
+            while True:
+                item = await self._queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item  # type: ignore[misc]
+        finally:
+            if self.handle.response is None:
+                self.cancel()
+
+    async def result(self, is_disconnected: Callable[[], Awaitable[bool]]) -> Response:
+        """Run to the end (non-streaming), cancelling if the client disconnects meanwhile."""
+
+        async def watch() -> None:
+            while not await is_disconnected():
+                await asyncio.sleep(0.25)
+            self.cancel()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            async for _ in self.chunks():
+                pass
+        finally:
+            watcher.cancel()
+        if self.response is None:
+            raise APIError(503, "the request was cancelled (server shutting down)", type="server_error")
+        return self.response
+
+
+class Dispatcher:
+    def __init__(self, engine: Any, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.jobs: set[Job] = set()
+        self._admitted = 0  # in the engine or about to be: jobs + submits under way
+        self.metrics = ServerMetrics(self.load)
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def load(self) -> tuple[int, int]:
+        """(running, waiting): requests in a slot and requests queued for one."""
+        running = min(self._admitted, self.settings.parallel)
+        return running, self._admitted - running
+
+    async def submit(self, prompt: Any, *, chat: bool, overrides: dict[str, Any]) -> Job:
+        """Admit a request or refuse it with 503. Bad input raises here (Engine.submit checks it)."""
+        if self._admitted >= self.settings.parallel + self.settings.max_queue:
+            self.metrics.count("rejected")
+            raise APIError(
+                503,
+                f"the server is busy ({self._admitted} requests in progress or queued); retry shortly",
+                type="server_error",
+                code="server_overloaded",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        self._admitted += 1
+        self._idle.clear()
+        try:
+            # tokenizing and the prompt-fit check run off the event loop
+            handle = await anyio.to_thread.run_sync(
+                lambda: self.engine.submit(prompt, chat=chat, **overrides)
+            )
+        except BaseException:
+            self._release()
+            raise
+        job = Job(handle, asyncio.get_running_loop(), self._finished)
+        self.jobs.add(job)
+        return job
+
+    def _release(self) -> None:
+        self._admitted -= 1
+        if self._admitted == 0:
+            self._idle.set()
+
+    def _finished(self, job: Job) -> None:
+        self.jobs.discard(job)
+        self._release()
+        resp = job.response
+        if resp is None:
+            self.metrics.count("cancelled")
+            return
+        self.metrics.record(resp.stats, resp.finish_reason)
+        # ---- ACCEPTANCE LOG CALL SITE (wire localspec/acclog.py here at merge) ----
+        # Every finished server response passes here exactly once, on the event loop thread:
+        # e.g. acclog.write(resp, source="server") when the shared writer lands.
+        # ---------------------------------------------------------------------------
+
+    async def drain(self, timeout: float) -> bool:
+        """Cancel everything still running and wait until the engine has let go of it all."""
+        for job in list(self.jobs):
+            job.cancel()
+        with anyio.move_on_after(timeout):
+            await self._idle.wait()
+        return self._idle.is_set()

@@ -1,0 +1,60 @@
+"""The server app in-process (`create_app` + Starlette's TestClient, lifespan included) on SmolLM2:
+what is awkward to provoke through the `openai` client."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from localspec.cli.serve import exposure_warnings
+from localspec.engine import Engine
+from localspec.server import create_app
+from localspec.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def app_client(smollm2_path):
+    settings = Settings(target=smollm2_path, n_ctx=512, max_body=2000, temperature=0, parallel=2)
+    with TestClient(create_app(settings, lambda: Engine(settings))) as client:  # runs the lifespan
+        yield client
+
+
+def test_chat_in_process(app_client):
+    r = app_client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 5},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["usage"]["completion_tokens"] <= 5
+    assert body["timings"]["speculative"] is False and body["timings"]["draft_n"] == 0  # no draft given
+
+
+def test_chunked_body_over_the_limit_is_413(app_client):
+    def chunks():
+        yield b'{"prompt": "'
+        for _ in range(10):
+            yield b"x" * 500
+        yield b'"}'
+
+    r = app_client.post("/v1/completions", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+
+
+def test_errors_keep_openai_shape(app_client):
+    r = app_client.post("/v1/completions", data={"prompt": "hi"})  # a form, not JSON
+    assert r.status_code == 400 and "application/json" in r.json()["error"]["message"]
+    r = app_client.get("/v1/nothing-here")
+    assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    r = app_client.post("/v1/completions", json={"prompt": "hi", "top_p": 0})
+    assert r.status_code == 400 and "top_p" in r.json()["error"]["message"]
+    r = app_client.post("/v1/completions", json={"prompt": "hi", "localspec": {"colour": True}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "localspec.colour"
+
+
+def test_serve_defaults_sit_below_flags_and_warnings():
+    assert Settings.load(defaults={"parallel": 4}).parallel == 4
+    assert Settings.load(defaults={"parallel": 4}, parallel=2).parallel == 2
+    assert exposure_warnings("127.0.0.1", "k") == []
+    assert any("network" in w for w in exposure_warnings("0.0.0.0", None))
+    assert any("no API key" in w for w in exposure_warnings("::1", None))
