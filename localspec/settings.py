@@ -74,6 +74,12 @@ class Settings:
         group="spec",
         choices=SPEC_MODES,
     )
+    # -- acceptance log (localspec/acclog.py) ----------------------------------------------------
+    log: Path | None = _f(
+        None, "Append one JSON line per generation to this file (default: the user state dir).", group="log"
+    )
+    no_log: bool = _f(False, "Do not write the acceptance log.", group="log", flag="--no-log")
+    trace: bool = _f(False, "Add per-round records (K, drafted, accepted, ms) to the log.", group="log")
 
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -162,7 +168,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         raise LocalspecError(f"unknown setting(s): {', '.join(unknown)}")
     out: dict[str, Any] = {}
     for k, v in values.items():
-        if k in ("target", "draft", "pair") and v is not None:
+        if k in ("target", "draft", "pair", "log") and v is not None:
             v = Path(v)
         elif k == "stop":
             v = (v,) if isinstance(v, str) else tuple(v)

@@ -11,6 +11,7 @@ import click
 # command name -> "module:function"; each command lives in its own module.
 COMMANDS = {
     "run": "localspec.cli.run:run",
+    "chat": "localspec.cli.chat:chat",
     "bench": "localspec.cli.bench:bench",
     "convert": "localspec.cli.convert:convert",
     "quantize": "localspec.cli.convert:quantize",
@@ -18,10 +19,12 @@ COMMANDS = {
     "check-pair": "localspec.cli.pair:check_pair",
     "doctor": "localspec.cli.doctor:doctor",
     "models": "localspec.cli.models:models",
+    "stats": "localspec.cli.stats:stats",
 }
 
 HELP = {
     "run": "Generate text for one prompt (speculative when a draft is given).",
+    "chat": "Chat in the terminal (the default pair when no model is given).",
     "bench": "Benchmark plain vs speculative decoding over draft lengths.",
     "convert": "Convert a Hugging Face checkpoint to GGUF.",
     "quantize": "Quantize a GGUF file (q4_k_m, q8_0, ...).",
@@ -29,6 +32,7 @@ HELP = {
     "check-pair": "Check that two GGUF models can draft for each other.",
     "doctor": "Devices, memory plan and verified placement of a pair.",
     "models": "Fetch the embedded models and build the default pair.",
+    "stats": "Summarize the acceptance log (--plot for a chart).",
 }
 
 

@@ -36,7 +36,9 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
         for f in reversed([f for g in groups for f in setting_fields(g) if f.name not in exclude]):
             flag = "--" + f.name.replace("_", "-")
             help_text = f.metadata["help"]
-            if f.type in ("bool", bool) or str(f.type) == "bool":
+            if "flag" in f.metadata:  # a one-way switch such as --no-log
+                fn = click.option(f.metadata["flag"], f.name, is_flag=True, default=None, help=help_text)(fn)
+            elif f.type in ("bool", bool) or str(f.type) == "bool":
                 fn = click.option(
                     f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None, help=help_text
                 )(fn)
