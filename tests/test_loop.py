@@ -158,6 +158,12 @@ def test_utf8_split_across_tokens_is_never_half_printed():
     assert all("\ufffd" not in d for d in deltas)
 
 
+def test_a_character_cut_off_at_the_end_is_dropped_not_replaced():
+    pieces = ["a".encode(), "\U0001f30a".encode()[:2]]  # max_tokens ends inside the emoji
+    ts = TextStream(lambda tok: pieces[tok], lambda tok: False)
+    assert "".join(d for d, _ in ts.run((Step(i, False) for i in range(2)), lambda: 0.0)) == "a"
+
+
 def test_context_end_raises_context_full():
     t, _ = markov_tables(v=8)
     target, draft = FakeContext(t, n_ctx=12), FakeContext(t, n_ctx=12)

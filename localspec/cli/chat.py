@@ -237,25 +237,30 @@ class ChatSession:
 
     def _prompt_that_fits(self, user: str) -> tuple[str, list[int]] | None:
         """The prompt for `user`, dropping the oldest turns (announced) while it outgrows n_ctx."""
-        n_ctx, room = self.settings.n_ctx, self.settings.max_tokens
+        from ..conversation import Conversation  # noqa: PLC0415
+
+        def fits(ids: list[int]) -> bool:
+            return len(ids) + self.settings.max_tokens <= self.settings.n_ctx
+
+        text, ids = self.conv.prompt(self.engine, user)
+        if fits(ids):
+            return text, ids
+        alone = Conversation(system=self.conv.system).prompt(self.engine, user)[1]
+        if not fits(alone):
+            self.screen.note(
+                f"this message does not fit: {len(alone)} prompt tokens + --max-tokens "
+                f"{self.settings.max_tokens} > --n-ctx {self.settings.n_ctx}; shorten it or raise --n-ctx"
+            )
+            return None
         dropped = 0
-        while True:
-            text, ids = self.conv.prompt(self.engine, user)
-            if len(ids) + room <= n_ctx:
-                break
-            if not self.conv.turns:
-                self.screen.note(
-                    f"this message does not fit: {len(ids)} prompt tokens + --max-tokens {room} > "
-                    f"--n-ctx {n_ctx}; shorten it or raise --n-ctx"
-                )
-                return None
+        while not fits(ids):
             self.conv.drop_oldest()
             dropped += 1
-        if dropped:
-            self.screen.note(
-                f"(the conversation outgrew --n-ctx {n_ctx}: dropped the oldest {dropped} turn(s); "
-                "/reset starts over)"
-            )
+            text, ids = self.conv.prompt(self.engine, user)
+        self.screen.note(
+            f"(the conversation outgrew --n-ctx {self.settings.n_ctx}: dropped the oldest {dropped} "
+            "turn(s); /reset starts over)"
+        )
         return text, ids
 
     # -- formatting ------------------------------------------------------------------------------
