@@ -9,7 +9,7 @@ LLAMA_CPP_VERSION := 0.3.36
 # built wheels are kept per CMAKE_ARGS: pip's own cache ignores CMAKE_ARGS and would reuse a wrong build
 WHEEL_DIR := .wheels/$(shell printf '%s' "$(CMAKE_ARGS)" | sha1sum | cut -c1-12)
 
-.PHONY: setup models demo test test-fast bench bench-full lint format clean
+.PHONY: setup models demo chat test test-fast bench bench-full lint format clean
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,10 @@ models: setup
 demo: models
 	$(VENV)/bin/localspec run --pair models/default --chat --temperature 0 --max-tokens 96 \
 		"Write a short poem about the sea."
+
+# a chat with the default pair (localspec chat builds models/default first if it is missing)
+chat: setup
+	$(VENV)/bin/localspec chat
 
 test: models
 	$(PY) -m pytest -q

@@ -10,11 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pexpect
 import pytest
 
 from localspec.conversation import Conversation
-
-pexpect = pytest.importorskip("pexpect")
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = ">>>"  # prompt_toolkit draws the trailing space as a cursor move

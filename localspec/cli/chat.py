@@ -289,7 +289,8 @@ class ChatSession:
             lines.append(f"{i:>4} {r.prompt:>7} {r.prefilled:>9} {r.answer:>7} {r.tok_s:>7.1f} {acc:>7}")
         drafted = sum(r.drafted for r in self.rows)
         accepted = sum(r.accepted for r in self.rows)
-        total = f"{len(self.rows)} answers, {sum(r.answer for r in self.rows)} tokens"
+        n = len(self.rows)
+        total = f"{n} answer{'s' if n != 1 else ''}, {sum(r.answer for r in self.rows)} tokens"
         if drafted:
             total += f", acceptance {accepted / drafted:.0%} ({accepted}/{drafted}), {self.k_policy()}"
         return "\n".join(lines + [total])
