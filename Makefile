@@ -9,7 +9,7 @@ LLAMA_CPP_VERSION := 0.3.36
 # built wheels are kept per CMAKE_ARGS: pip's own cache ignores CMAKE_ARGS and would reuse a wrong build
 WHEEL_DIR := .wheels/$(shell printf '%s' "$(CMAKE_ARGS)" | sha1sum | cut -c1-12)
 
-.PHONY: setup models demo serve test test-fast bench bench-full lint format clean
+.PHONY: setup models demo serve chat test test-fast bench bench-full lint format clean
 
 setup: $(VENV)/.installed
 
@@ -36,6 +36,9 @@ demo: models
 # the OpenAI-compatible server on the embedded pair: http://127.0.0.1:8080/v1 (SERVE_ARGS for more flags)
 serve: models
 	$(VENV)/bin/localspec serve --pair models/default $(SERVE_ARGS)
+# a chat with the default pair (localspec chat builds models/default first if it is missing)
+chat: setup
+	$(VENV)/bin/localspec chat
 
 test: models
 	$(PY) -m pytest -q

@@ -21,7 +21,10 @@ class Detokenizer:
         return self._dec.decode(self._token_bytes(token))
 
     def flush(self) -> str:
-        return self._dec.decode(b"", final=True)
+        """End of the stream. Bytes still held are a character the last token left incomplete (max_tokens
+        cut it off): dropped, not shown as U+FFFD."""
+        self._dec.reset()
+        return ""
 
 
 class StopMatcher:

@@ -167,19 +167,29 @@ class Engine:
         """Token ids for a prompt: a string, a list of chat messages, or ids as they are."""
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
             return list(prompt)
-        m = self.target
         if chat_mode or isinstance(prompt, list):
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-            bos = m.token_text(m.vocab.bos) if m.vocab.bos >= 0 else ""
-            eos = m.token_text(m.vocab.eos) if m.vocab.eos >= 0 else ""
-            text = chat.render(m.chat_template(), messages, bos_token=bos, eos_token=eos)
-            add_bos = m.vocab.add_bos and not (bos and text.startswith(bos))
-            ids = m.tokenize(text, add_special=add_bos, parse_special=True)
+            ids = self.tokenize_chat(self.render_chat(messages))
         else:
-            ids = m.tokenize(str(prompt), add_special=True, parse_special=False)
+            ids = self.target.tokenize(str(prompt), add_special=True, parse_special=False)
         if not ids:
             raise LocalspecError("the prompt is empty")
         return ids
+
+    def render_chat(self, messages: list[dict]) -> str:
+        """The conversation as text, through the model's own chat template (generation prompt added)."""
+        m = self.target
+        bos = m.token_text(m.vocab.bos) if m.vocab.bos >= 0 else ""
+        eos = m.token_text(m.vocab.eos) if m.vocab.eos >= 0 else ""
+        return chat.render(m.chat_template(), messages, bos_token=bos, eos_token=eos)
+
+    def tokenize_chat(self, text: str, *, continuation: bool = False) -> list[int]:
+        """Tokens of rendered chat text (special tokens parsed). A continuation of a conversation
+        already tokenized gets no BOS."""
+        m = self.target
+        bos = m.token_text(m.vocab.bos) if m.vocab.bos >= 0 else ""
+        add_bos = not continuation and m.vocab.add_bos and not (bos and text.startswith(bos))
+        return m.tokenize(text, add_special=add_bos, parse_special=True)
 
     # -- generation ------------------------------------------------------------------------------
     def stream(
@@ -201,7 +211,9 @@ class Engine:
                 n_ctx=self.target_ctx.n_ctx,
             )
 
-    def submit(self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any) -> "Handle":
+    def submit(
+        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
+    ) -> "Handle":
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
         Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued."""
         s = self.settings.replace(**overrides) if overrides else self.settings
@@ -232,7 +244,7 @@ class Engine:
         else:
             k_ctl = FixedK(s.draft_k)
         k_ctl.begin()
-        counters = Counters()
+        counters = Counters(rounds_trace=[] if s.trace else None)
         for slot in self._slots():
             slot.reuse(ids)
         steps = speculative_steps(

@@ -54,7 +54,7 @@ class Settings:
         False, "Run even if a model does not fit fully on the GPU.", group="model"
     )
     yes: bool = _f(
-        False, "Download a --pair preset that is not here yet without asking.", group="model", is_flag=True
+        False, "Download a --pair preset that is not here yet without asking.", group="model", flag="--yes"
     )
     parallel: int = _f(1, "Sequences served at once (slots); the server defaults to 4.", group="model")
     # -- sampling ------------------------------------------------------------------------------
@@ -80,6 +80,12 @@ class Settings:
         group="spec",
         choices=SPEC_MODES,
     )
+    # -- acceptance log (localspec/acclog.py) ----------------------------------------------------
+    log: Path | None = _f(
+        None, "Append one JSON line per generation to this file (default: the user state dir).", group="log"
+    )
+    no_log: bool = _f(False, "Do not write the acceptance log.", group="log", flag="--no-log")
+    trace: bool = _f(False, "Add per-round records (K, drafted, accepted, ms) to the log.", group="log")
 
     # -- server (`localspec serve`) -----------------------------------------------------------
     host: str = _f(
@@ -198,7 +204,7 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
         raise LocalspecError(f"unknown setting(s): {', '.join(unknown)}")
     out: dict[str, Any] = {}
     for k, v in values.items():
-        if k in ("target", "draft", "pair") and v is not None:
+        if k in ("target", "draft", "pair", "log") and v is not None:
             v = Path(v)
         elif k == "stop":
             v = (v,) if isinstance(v, str) else tuple(v)

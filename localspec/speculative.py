@@ -67,6 +67,7 @@ def prefill(target: Evaluator, draft: Evaluator | None, seq: Sequence[int], c: C
     t0 = time.perf_counter()
     if len(seq) > target.n_ctx - 1:
         raise ContextFull
+    c.n_prefilled += len(seq) - min(target.n_past, len(seq) - 1)  # the last one opens the first round
     for ctx in (target, draft):
         if ctx is not None and len(seq) > 1:
             _sync(ctx, seq, len(seq) - 1)
@@ -185,6 +186,9 @@ def speculative_steps(
             draft.truncate(draft_keep)
 
         c.record_round(k, len(drafts), n_acc)
+        c.trace_round(
+            k=k, drafted=len(drafts), accepted=n_acc, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3
+        )
         c.draft_s += t1 - t0
         c.verify_s += t2 - t1
         c.sample_s += t3 - t2

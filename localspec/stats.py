@@ -24,6 +24,12 @@ class Counters:
     llama_s: float = 0.0  # of which inside llama.cpp (draft + target evals)
     k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
     fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
+    n_prefilled: int = 0  # prompt tokens the target evaluated; the rest came from the cached prefix
+    rounds_trace: list[dict] | None = None  # one record per round, kept only when tracing (--trace)
+
+    def trace_round(self, **record: float) -> None:
+        if self.rounds_trace is not None:
+            self.rounds_trace.append(record)
 
     def record_round(self, k: int, n_drafted: int, n_accepted: int) -> None:
         self.k_history.append(k)
@@ -68,6 +74,10 @@ class Stats:
     k_history: list[int]
     fell_back: bool
     fallbacks: int
+    n_prefilled: int = 0
+    drafted_by_pos: list[int] = field(default_factory=list)  # counts, so logs can be aggregated
+    accepted_by_pos: list[int] = field(default_factory=list)
+    rounds_trace: list[dict] | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -111,4 +121,8 @@ class Stats:
             k_history=list(c.k_history),
             fell_back=c.fallbacks > 0,
             fallbacks=c.fallbacks,
+            n_prefilled=c.n_prefilled,
+            drafted_by_pos=list(c.drafted_by_pos),
+            accepted_by_pos=list(c.accepted_by_pos),
+            rounds_trace=c.rounds_trace,
         )

@@ -158,6 +158,12 @@ def test_utf8_split_across_tokens_is_never_half_printed():
     assert all("\ufffd" not in d for d in deltas)
 
 
+def test_a_character_cut_off_at_the_end_is_dropped_not_replaced():
+    pieces = ["a".encode(), "\U0001f30a".encode()[:2]]  # max_tokens ends inside the emoji
+    ts = TextStream(lambda tok: pieces[tok], lambda tok: False)
+    assert "".join(d for d, _ in ts.run((Step(i, False) for i in range(2)), lambda: 0.0)) == "a"
+
+
 def test_context_end_raises_context_full():
     t, _ = markov_tables(v=8)
     target, draft = FakeContext(t, n_ctx=12), FakeContext(t, n_ctx=12)
@@ -386,3 +392,18 @@ def test_greedy_spec_matches_plain_over_many_random_pairs():
         t, d = markov_tables(v=10, noise=1.0, seed=seed)
         got, _ = run(FakeContext(t), FakeContext(d), [seed % 10], k=k, n=25)
         assert got == plain(t, [seed % 10], n=25)
+
+
+def test_prefill_counts_only_tokens_not_cached_and_trace_records_rounds():
+    t, d = markov_tables(v=16, noise=2.0)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    target = FakeContext(t)
+    target.eval(prompt[:5], 0)  # a cached prefix, as the engine's prefix reuse leaves it
+    c = Counters(rounds_trace=[])
+    _, c = run(target, FakeContext(d), prompt, k=3, n=12, counters=c)
+    assert c.n_prefilled == 3  # prompt[5:], the last of them in the first verify batch
+    assert len(c.rounds_trace) == len(c.k_history)
+    assert sum(r["accepted"] for r in c.rounds_trace) == c.n_accepted
+    assert sum(r["drafted"] for r in c.rounds_trace) == c.n_drafted
+    _, fresh = run(FakeContext(t), FakeContext(d), prompt, k=3, n=12)
+    assert fresh.n_prefilled == len(prompt) and fresh.rounds_trace is None

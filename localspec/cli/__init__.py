@@ -12,6 +12,7 @@ import click
 COMMANDS = {
     "run": "localspec.cli.run:run",
     "serve": "localspec.cli.serve:serve",
+    "chat": "localspec.cli.chat:chat",
     "bench": "localspec.cli.bench:bench",
     "convert": "localspec.cli.convert:convert",
     "quantize": "localspec.cli.convert:quantize",
@@ -21,11 +22,13 @@ COMMANDS = {
     "models": "localspec.cli.models:models",
     "pull": "localspec.cli.pull:pull",
     "list": "localspec.cli.listing:list_pairs",
+    "stats": "localspec.cli.stats:stats",
 }
 
 HELP = {
     "run": "Generate text for one prompt (speculative when a draft is given).",
     "serve": "Serve the model over an OpenAI-compatible HTTP API.",
+    "chat": "Chat in the terminal (the default pair when no model is given).",
     "bench": "Benchmark plain vs speculative decoding over draft lengths.",
     "convert": "Convert a Hugging Face checkpoint to GGUF.",
     "quantize": "Quantize a GGUF file (q4_k_m, q8_0, ...).",
@@ -35,6 +38,7 @@ HELP = {
     "models": "Fetch the embedded models and build the default pair.",
     "pull": "Download a pair preset or Hub repos, check them, write pair.toml.",
     "list": "Pair presets and local pairs, with sizes and last acceptance.",
+    "stats": "Summarize the acceptance log (--plot for a chart).",
 }
 
 

@@ -36,8 +36,8 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
         for f in reversed([f for g in groups for f in setting_fields(g) if f.name not in exclude]):
             flag = "--" + f.name.replace("_", "-")
             help_text = f.metadata["help"]
-            if f.metadata.get("is_flag"):  # a one-way switch (--yes): no --no-yes twin
-                fn = click.option(flag, f.name, is_flag=True, default=None, help=help_text)(fn)
+            if "flag" in f.metadata:  # a one-way switch such as --no-log
+                fn = click.option(f.metadata["flag"], f.name, is_flag=True, default=None, help=help_text)(fn)
             elif f.type in ("bool", bool) or str(f.type) == "bool":
                 fn = click.option(
                     f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None, help=help_text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import click
 
@@ -12,20 +13,24 @@ from .common import resolve_settings, settings_options
 
 @click.command()
 @click.argument("prompt")
-@settings_options("model", "sampling", "spec")
+@settings_options("model", "sampling", "spec", "log")
 @click.option("--chat", "chat_mode", is_flag=True, help="Apply the model's chat template to the prompt.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, stats.")
 @click.option("--stats/--no-stats", "show_stats", default=True, help="Print a stats line on stderr.")
 def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs) -> None:
     """Generate a completion for PROMPT ('-' reads it from stdin)."""
-    from ..engine import Engine  # noqa: PLC0415 - keep --help instant
+    from ..acclog import AccLog  # noqa: PLC0415 - keep --help instant
+    from ..engine import Engine  # noqa: PLC0415
 
     if prompt == "-":
         prompt = sys.stdin.read()
     settings = resolve_settings(kwargs)
+    acclog = AccLog(settings, source="run", warn=lambda msg: click.echo(msg, err=True))
     with Engine(settings, log=lambda msg: click.echo(msg, err=True)) as eng:
+        started = time.time()
         if as_json:
             resp = eng.generate(prompt, chat=chat_mode)
+            acclog.write(resp, settings, started=started)
             click.echo(json.dumps(resp.to_dict(), ensure_ascii=False))
             return
         resp = None
@@ -35,6 +40,7 @@ def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs)
                 sys.stdout.flush()
             resp = chunk.response or resp
         click.echo()
+        acclog.write(resp, settings, started=started)
         if show_stats and resp is not None:
             click.echo(format_stats(resp.stats), err=True)
 
