@@ -75,8 +75,6 @@ class Stats:
     fell_back: bool
     fallbacks: int
     n_prefilled: int = 0
-    drafted_by_pos: list[int] = field(default_factory=list)  # counts, so logs can be aggregated
-    accepted_by_pos: list[int] = field(default_factory=list)
     rounds_trace: list[dict] | None = None
 
     def to_dict(self) -> dict:
@@ -122,7 +120,5 @@ class Stats:
             fell_back=c.fallbacks > 0,
             fallbacks=c.fallbacks,
             n_prefilled=c.n_prefilled,
-            drafted_by_pos=list(c.drafted_by_pos),
-            accepted_by_pos=list(c.accepted_by_pos),
             rounds_trace=c.rounds_trace,
         )

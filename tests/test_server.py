@@ -6,6 +6,7 @@ and the speculative counters are non-trivial.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -127,6 +128,12 @@ def test_completion_usage_and_timings(server, model_id, smollm2):
     assert t["speculative"] and 0 < t["draft_n_accepted"] <= t["draft_n"]
     assert t["acceptance_rate"] > 0.8  # a model drafting for itself
     assert t["k_history"] and t["acceptance_by_pos"] and t["mean_accepted_len"] > 0
+    # the acceptance log has this request's line (conftest points the state directory at a temp dir)
+    log = Path(os.environ["XDG_STATE_HOME"]) / "localspec" / "acceptance.jsonl"
+    recs = [json.loads(line) for line in log.read_text().splitlines()]
+    mine = [r for r in recs if r["source"] == "server" and r["seed"] == t["seed"]]
+    assert len(mine) == 1 and mine[0]["stats"]["n_accepted"] == t["draft_n_accepted"]
+    assert mine[0]["settings"]["temperature"] == 0
 
 
 def test_streamed_chat_equals_non_streamed(server, model_id):

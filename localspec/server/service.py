@@ -8,15 +8,20 @@ runs `parallel` at once): the server only bounds how many requests may be in the
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import anyio
 
+from ..acclog import AccLog
 from ..engine import Chunk, Handle, Response
 from ..settings import Settings
 from .errors import APIError
 from .metrics import ServerMetrics
+
+log = logging.getLogger("localspec.server")
 
 _END = object()
 RETRY_AFTER_S = 1
@@ -27,9 +32,16 @@ class Job:
     asyncio queue, so no request holds a worker of the event loop's thread pool while it waits."""
 
     def __init__(
-        self, handle: Handle, loop: asyncio.AbstractEventLoop, done: Callable[["Job"], None]
+        self,
+        handle: Handle,
+        loop: asyncio.AbstractEventLoop,
+        done: Callable[["Job"], None],
+        *,
+        started: float,
+        overrides: dict[str, Any],
     ) -> None:
         self.handle = handle
+        self.started, self.overrides = started, overrides  # for the acceptance log
         self._loop = loop
         self._queue: asyncio.Queue = asyncio.Queue()
         self._done = done
@@ -105,6 +117,7 @@ class Dispatcher:
         self.jobs: set[Job] = set()
         self._admitted = 0  # in the engine or about to be: jobs + submits under way
         self.metrics = ServerMetrics(self.load)
+        self.acclog = AccLog(settings, source="server", warn=lambda msg: log.warning("%s", msg))
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -126,6 +139,7 @@ class Dispatcher:
             )
         self._admitted += 1
         self._idle.clear()
+        started = time.time()
         try:
             # tokenizing and the prompt-fit check run off the event loop
             handle = await anyio.to_thread.run_sync(
@@ -134,7 +148,7 @@ class Dispatcher:
         except BaseException:
             self._release()
             raise
-        job = Job(handle, asyncio.get_running_loop(), self._finished)
+        job = Job(handle, asyncio.get_running_loop(), self._finished, started=started, overrides=overrides)
         self.jobs.add(job)
         return job
 
@@ -151,10 +165,7 @@ class Dispatcher:
             self.metrics.count("cancelled")
             return
         self.metrics.record(resp.stats, resp.finish_reason)
-        # ---- ACCEPTANCE LOG CALL SITE (wire localspec/acclog.py here at merge) ----
-        # Every finished server response passes here exactly once, on the event loop thread:
-        # e.g. acclog.write(resp, source="server") when the shared writer lands.
-        # ---------------------------------------------------------------------------
+        self.acclog.write(resp, self.settings.replace(**job.overrides), started=job.started)
 
     async def drain(self, timeout: float) -> bool:
         """Cancel everything still running and wait until the engine has let go of it all."""
