@@ -19,9 +19,10 @@ from .common import resolve_settings, settings_options
 def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs) -> None:
     """Generate a completion for PROMPT ('-' reads it from stdin)."""
     from ..engine import Engine  # noqa: PLC0415 - keep --help instant
+    from ..text_input import decode_text, require_text  # noqa: PLC0415
 
-    if prompt == "-":
-        prompt = sys.stdin.read()
+    # bad text is refused here, before any model loads (argv arrives surrogate-escaped)
+    prompt = decode_text(sys.stdin.buffer.read()) if prompt == "-" else require_text(prompt)
     settings = resolve_settings(kwargs)
     with Engine(settings, log=lambda msg: click.echo(msg, err=True)) as eng:
         if as_json:
