@@ -8,10 +8,11 @@ arrays unless asked. Type sizes and enums come from the `gguf` package.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
@@ -88,19 +89,21 @@ class _Corrupt(Exception):
 
 
 class _Reader:
-    """Reads the header of a file of known size: every count is checked against the bytes left,
-    so a corrupt count fails at once instead of allocating or looping for it."""
+    """Reads the header from a memory map of the file (no per-field system calls); every count is
+    checked against the bytes left, so a corrupt count fails at once instead of allocating or
+    looping for it."""
 
-    def __init__(self, f: BinaryIO, size: int) -> None:
-        self.f, self.size = f, size
+    def __init__(self, buf: Any, size: int) -> None:
+        self.buf, self.size, self.pos = buf, size, 0
 
     def left(self) -> int:
-        return self.size - self.f.tell()
+        return self.size - self.pos
 
     def read(self, n: int) -> bytes:
-        b = self.f.read(n)
-        if len(b) != n:
+        if n > self.left():
             raise EOFError
+        b = self.buf[self.pos : self.pos + n]
+        self.pos += n
         return b
 
     def count(self, n: int, item_bytes: int, what: str) -> int:
@@ -121,6 +124,23 @@ class _Reader:
         n = self.count(self.u64(), 1, "a {n}-byte string")
         return self.read(n).decode("utf-8", errors="replace")
 
+    def strings(self, n: int, keep: bool) -> list[str]:
+        # the vocabulary: up to 262k strings, so this loop is kept tight
+        buf, pos, end, out = self.buf, self.pos, self.size, []
+        unpack = struct.Struct("<Q").unpack_from
+        for _ in range(n):
+            if pos + 8 > end:
+                raise EOFError
+            (k,) = unpack(buf, pos)
+            if k > end - pos - 8:
+                self.pos = pos
+                self.count(k, 1, "a {n}-byte string")
+            if keep:
+                out.append(buf[pos + 8 : pos + 8 + k].decode("utf-8", errors="replace"))
+            pos += 8 + k
+        self.pos = pos
+        return out
+
     def vtype(self) -> GGUFValueType:
         code = self.scalar(GGUFValueType.UINT32)
         try:
@@ -140,11 +160,13 @@ class _Reader:
             item = struct.calcsize(_SCALAR[etype]) if etype in _SCALAR else 8  # a string is >= 8 bytes
             n = self.count(self.u64(), item, "an array of {n} items")
             if etype in _SCALAR:
-                if not keep_array:
-                    self.f.seek(item * n, 1)
-                    return None, n
-                return list(struct.unpack("<" + _SCALAR[etype][1] * n, self.read(item * n))), None
-            items = [self.string() for _ in range(n)]
+                data = self.read(item * n)
+                return (
+                    (list(struct.unpack("<" + _SCALAR[etype][1] * n, data)), None)
+                    if keep_array
+                    else (None, n)
+                )
+            items = self.strings(n, keep_array)
             return (items if keep_array else None), (None if keep_array else n)
         raise _Corrupt(f"unknown value type {vtype}")
 
@@ -188,7 +210,10 @@ def read_header(path: str | Path, *, load_arrays: tuple[str, ...] = ()) -> GGUFH
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
-            h = _parse(_Reader(f, size), path, load_arrays)
+            if size < 4:
+                raise LocalspecError(f"{path} is not a GGUF file ({size} bytes)")
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                h = _parse(_Reader(buf, size), path, load_arrays)
     except PermissionError:
         raise LocalspecError(f"cannot read {path}: permission denied") from None
     except OSError as e:
@@ -203,7 +228,7 @@ def read_header(path: str | Path, *, load_arrays: tuple[str, ...] = ()) -> GGUFH
 
 
 def _parse(r: _Reader, path: Path, load_arrays: tuple[str, ...]) -> GGUFHeader:
-    if r.f.read(4) != GGUF_MAGIC:
+    if r.read(4) != GGUF_MAGIC:
         raise LocalspecError(f"{path} is not a GGUF file (bad magic bytes)")
     try:
         version = struct.unpack("<I", r.read(4))[0]
@@ -224,7 +249,7 @@ def _parse(r: _Reader, path: Path, load_arrays: tuple[str, ...]) -> GGUFHeader:
         tensors = [r.tensor(align) for _ in range(n_tensors)]
         if len({t.name for t in tensors}) != len(tensors):
             raise _Corrupt("two tensors have the same name")
-        data_offset = (r.f.tell() + align - 1) // align * align
+        data_offset = (r.pos + align - 1) // align * align
     except EOFError:
         raise LocalspecError(f"{path} is truncated: the GGUF header ends early") from None
     except (_Corrupt, struct.error) as e:

@@ -39,6 +39,12 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
     }
     if settings.target is None:
         return out
+    if settings.speculative:  # the pair run would refuse, before any memory is planned
+        from ..compat import check_pair  # noqa: PLC0415
+
+        report = check_pair(settings.target, settings.draft)
+        if not report.ok:
+            raise LocalspecError(report.message)
     plan = placement.plan_for(settings)
     out["plan"] = plan.to_dict()
     cpu = next((d for d in devices if d.kind == "cpu"), None)
