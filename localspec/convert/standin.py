@@ -10,7 +10,6 @@ draft and acceptance is partial, as with a real pair. The cost per token grows ~
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ from ..embedded import sha256_file
 from ..errors import LocalspecError
 from ..gguf_file import validate_gguf
 from ..pair_file import PAIR_TOML
-from .atomic import partial_path
+from .atomic import scratch_output
 from .gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
 from .pair_toml import write_pair_toml
 from .quant import quantize_file
@@ -79,15 +78,11 @@ def build_standin(
     log(f"draft    {src.name} -> {draft.name}")
     quantize_file(src, draft, "q8_0", progress=_stage(progress, "draft q8_0"))
 
-    wide = partial_path(out_dir / "target-f16.gguf")
-    try:
+    with scratch_output(out_dir / "target-f16.gguf") as wide:
         log(f"target   widening every FFN x{r} (sigma={sigma}, seed={seed}) -> f16")
         _write_widened(src, wide, r=r, sigma=sigma, seed=seed, progress=_stage(progress, "widen f16"))
         log(f"target   quantizing to q4_k_m -> {target.name}")
         quantize_file(wide, target, "q4_k_m", progress=_stage(progress, "target q4_k_m"))
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            wide.unlink()
 
     info = {"stand_in": True, "target_quant": "q4_k_m", "draft_quant": "q8_0", "source": src.name, **recipe}
     write_pair_toml(out_dir, target, draft, info=info, runtime={"draft_max": "auto"})
