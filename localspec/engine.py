@@ -269,7 +269,7 @@ class Engine:
             decode_s=(t_end - t_first) if t_first else 0.0,
             total_s=t_end - t_start,
         )
-        yield Chunk("", [], Response("".join(text_parts), ts.tokens, ts.finish, stats, ids, seed))
+        yield Chunk("", response=Response("".join(text_parts), ts.tokens, ts.finish, stats, ids, seed))
 
 
 class Handle:
