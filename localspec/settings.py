@@ -146,6 +146,7 @@ class Settings:
         given = {k: v for k, v in overrides.items() if v is not None and v != ()}
         pair = given.get("pair", values.get("pair"))
         if pair is not None and not (given.get("target") or given.get("draft")):
+            pair = check_value(_field("pair"), cls._hints()["pair"], pair)
             from .pair_file import read_pair  # noqa: PLC0415 - only when a pair is used
 
             p = read_pair(Path(pair))
@@ -243,6 +244,10 @@ def _in_range(name: str, meta: Any, v: float) -> Any:
         if key in meta and not ok(v, meta[key]):
             raise LocalspecError(f"{name} must be {word} {meta[key]} (got {v})")
     return v
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in fields(Settings) if f.name == name)
 
 
 def setting_fields(group: str | None = None) -> list[dataclasses.Field]:

@@ -8,9 +8,12 @@ import math
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from localspec.errors import LocalspecError
-from localspec.settings import Settings, setting_fields
+from localspec.settings import Settings, check_value, setting_fields
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
@@ -98,6 +101,7 @@ def write(tmp_path: Path, text: str) -> Path:
         ("stop = 3", "stop must be a string"),
         ("[model]\nn_ctx = [1, 2]", "n_ctx must be a whole number"),
         ("bogus = 1", "unknown setting(s): bogus"),
+        ("pair = false", "pair must be a file path"),  # found by the fuzz below
         ("temperature = ", "not valid TOML"),
     ],
 )
@@ -144,3 +148,75 @@ def test_pair_toml_with_wrong_types(tmp_path):
     (tmp_path / "pair.toml").write_text("[pair]\ntarget = 1\ndraft = 2\n")
     with pytest.raises(LocalspecError, match="needs \\[pair\\] target"):
         Settings.load(pair=tmp_path)
+
+
+# -- fuzz: any value of any type, from a dict or a TOML file, gives Settings or one LocalspecError ----
+FIELDS = [f.name for f in setting_fields()]
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(alphabet=st.characters(codec=None), max_size=20),
+    st.lists(st.one_of(st.text(max_size=5), st.integers()), max_size=20),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+)
+TOML_VALUE = st.one_of(
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.lists(st.text(max_size=5), max_size=20),
+)
+FUZZ = hsettings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _well_formed(s: Settings) -> None:
+    hints = Settings._hints()
+    for f in setting_fields():
+        v = getattr(s, f.name)
+        assert check_value(f, hints[f.name], v) == v  # what came out passes its own check unchanged
+        if isinstance(v, float):
+            assert math.isfinite(v)
+
+
+@FUZZ
+@given(values=st.dictionaries(st.sampled_from(FIELDS), ANY_VALUE, max_size=4))
+def test_fuzz_values_of_every_type(values):
+    try:
+        s = Settings(**values)
+    except LocalspecError as e:
+        assert "\n" not in str(e)
+        return
+    _well_formed(s)
+
+
+@FUZZ
+@given(
+    values=st.dictionaries(
+        st.one_of(st.sampled_from(FIELDS), st.text(min_size=1, max_size=8)), TOML_VALUE, max_size=4
+    ),
+    section=st.sampled_from([None, "model", "sampling", "spec"]),
+)
+def test_fuzz_toml_files(tmp_path, values, section):
+    import tomli_w
+
+    doc = {section: values} if section else values
+    path = tmp_path / "fuzz.toml"
+    path.write_text(tomli_w.dumps(doc, multiline_strings=False))
+    try:
+        s = Settings.load(config=path)
+    except LocalspecError:
+        return
+    _well_formed(s)
+
+
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_fuzz_raw_toml_text(tmp_path, text):
+    path = tmp_path / "raw.toml"
+    path.write_bytes(text.encode("utf-8", "surrogatepass"))
+    try:
+        _well_formed(Settings.load(config=path))
+    except LocalspecError:
+        pass
