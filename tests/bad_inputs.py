@@ -115,3 +115,36 @@ def numeric_setting_cases(command: str) -> list[tuple[str, list[str], tuple[str,
         ):
             cases.append((f"{f.name}={label}", [flag, value], (f.name, flag)))
     return cases
+
+
+# commands with numeric options of their own (not Settings fields): the rest of a valid command line
+OPTION_COMMANDS: dict[str, Callable[[str, str], list[str]]] = {
+    "bench": lambda good, out: ["bench", "--target", good, "-q"],
+    "quantize": lambda good, out: ["quantize", good, f"{out}/q.gguf"],
+    "pair": lambda good, out: ["pair", "--stand-in", "--out-dir", f"{out}/standin"],
+}
+
+
+def numeric_option_cases(command: str) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """(id, flags, needles): huge, negative and NaN values for `command`'s own numeric options."""
+    import click
+
+    from localspec.cli import cli
+
+    cmd = cli.get_command(click.Context(cli), command)
+    settings = {f.name for f in setting_fields()}
+    cases = []
+    for p in cmd.params:
+        if p.name in settings or not isinstance(
+            p.type, (click.types.IntParamType, click.types.FloatParamType)
+        ):
+            continue
+        flag = max(p.opts, key=len)
+        is_float = isinstance(p.type, click.types.FloatParamType)
+        for label, value in (
+            ("huge", "1e30" if is_float else str(10**30)),
+            ("negative", "-5"),
+            ("nan", "nan"),
+        ):
+            cases.append((f"{p.name}={label}", [flag, value], (flag, p.name)))
+    return cases

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from .bad_inputs import ENTRY_POINTS, SETTINGS_COMMANDS, make_bad_files, numeric_setting_cases
+from .bad_inputs import (
+    ENTRY_POINTS,
+    OPTION_COMMANDS,
+    SETTINGS_COMMANDS,
+    make_bad_files,
+    numeric_option_cases,
+    numeric_setting_cases,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
@@ -32,6 +39,7 @@ BAD_FILES = [
     "directory",
 ]
 SETTINGS_CASES = [(cmd, *case) for cmd in SETTINGS_COMMANDS for case in numeric_setting_cases(cmd)]
+OPTION_CASES = [(cmd, *case) for cmd in OPTION_COMMANDS for case in numeric_option_cases(cmd)]
 # (id, argv, stdin, needles): bad prompts, stop strings and a mismatched pair
 MISC = [
     ("run/invalid-utf8-argv", ["run", "a\udcffb", "--target", SMOL], None, ("not valid UTF-8",)),
@@ -74,30 +82,40 @@ MISC = [
 ]
 
 
-def run_cases(cases: list[dict], timeout: int = 240) -> dict[str, dict]:
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(cases, f)
+def run_cases(cases: list[dict], timeout: int = 120) -> dict[str, dict]:
+    """Results by case id. A case that hangs or kills the interpreter is recorded as such and the
+    cases after it run in a fresh process, so one failure fails one test."""
+    results: dict[str, dict] = {}
     env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_DEBUG"}
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "tests.corpus_runner", f.name],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=timeout,
-        )
-        done = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    except subprocess.TimeoutExpired as e:
-        done = [json.loads(line) for line in (e.stdout or b"").decode().splitlines() if line.startswith("{")]
-        raise AssertionError(f"hang: case {cases[len(done)]['id']} did not finish in {timeout} s") from None
-    finally:
-        os.unlink(f.name)
-    if len(done) < len(cases):  # the interpreter died (a segfault) in the next case
-        raise AssertionError(
-            f"crash in case {cases[len(done)]['id']}: rc {proc.returncode}\n{proc.stderr[-3000:]}"
-        )
-    return {r["id"]: r for r in done}
+    while cases:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(cases, f)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "tests.corpus_runner", f.name],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                env=env,
+                timeout=timeout,
+            )
+            stdout, failure = proc.stdout, f"crashed: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout or ""
+            stdout, failure = (
+                out.decode() if isinstance(out, bytes) else out,
+                f"hung: no answer in {timeout} s",
+            )
+        finally:
+            os.unlink(f.name)
+        done = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+        results.update((r["id"], r) for r in done)
+        if len(done) < len(cases):
+            bad = cases[len(done)]
+            results[bad["id"]] = {"id": bad["id"], "failure": failure}
+            done.append(bad)
+        cases = cases[len(done) :]
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +136,9 @@ def results(tmp_path_factory):
         groups.setdefault("settings", []).append(
             {"id": f"{cmd}/{cid}", "argv": SETTINGS_COMMANDS[cmd](SMOL) + flags}
         )
+    for cmd, cid, flags, _ in OPTION_CASES:
+        argv = OPTION_COMMANDS[cmd](SMOL, str(out / "options" / cmd / cid)) + flags
+        groups.setdefault("options", []).append({"id": f"{cmd}/{cid}", "argv": argv})
     for cid, argv, stdin, _ in MISC:
         argv = [a.replace("{out}", str(out)) for a in argv]
         groups.setdefault("misc", []).append({"id": cid, "argv": argv, "stdin": stdin})
@@ -130,6 +151,7 @@ def results(tmp_path_factory):
 
 
 def assert_clean_failure(r: dict, needles: tuple[str, ...]) -> None:
+    assert "failure" not in r, f"{r['id']} {r.get('failure')}"
     text = r["out"] + r["err"]
     assert r["rc"] != 0, f"{r['id']}: exit 0\n{text}"
     assert "Traceback" not in text and "internal error" not in text, text
@@ -151,6 +173,12 @@ def test_bad_model_file(results, entry_point, name):
 @pytest.mark.parametrize("command, case_id, needles", [(c, i, n) for c, i, _, n in SETTINGS_CASES])
 def test_bad_numeric_setting(results, command, case_id, needles):
     assert_clean_failure(results[f"{command}/{case_id}"], needles)
+
+
+@pytest.mark.parametrize("command, case_id, needles", [(c, i, n) for c, i, _, n in OPTION_CASES])
+def test_bad_numeric_option(results, command, case_id, needles):
+    assert_clean_failure(results[f"{command}/{case_id}"], needles)
+    assert not (results["_out"] / "options" / command / case_id).exists()  # refused before any work
 
 
 @pytest.mark.parametrize("case_id, needles", [(c[0], c[3]) for c in MISC])

@@ -10,6 +10,7 @@ draft and acceptance is partial, as with a real pair. The cost per token grows ~
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ R = 16
 # forced on the target's greedy text): sigma 0.25 -> 0.79, 0.35 -> 0.77, 0.5 -> ~0.65 (on the
 # draft's text). 0.35 sits inside what real same-family pairs show (0.6-0.8).
 SIGMA = 0.35
+MAX_R, MAX_SIGMA = 64, 10.0  # beyond these the stand-in is no model at all
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
@@ -56,8 +58,11 @@ def build_standin(
     """Build draft, target and pair.toml in out_dir (skipped when already built with this recipe)."""
     src, out_dir = Path(src_gguf), Path(out_dir)
     validate_gguf(src)
-    if r < 1 or sigma < 0:
-        raise LocalspecError(f"stand-in needs r >= 1 and sigma >= 0 (got r={r}, sigma={sigma})")
+    if not (1 <= r <= MAX_R and math.isfinite(sigma) and 0 <= sigma <= MAX_SIGMA and 0 <= seed < 2**32):
+        raise LocalspecError(
+            f"stand-in needs 1 <= r <= {MAX_R}, 0 <= sigma <= {MAX_SIGMA} and 0 <= seed < 2**32 "
+            f"(got r={r}, sigma={sigma}, seed={seed})"
+        )
     recipe = {
         "r": r,
         "sigma": float(sigma),
