@@ -62,7 +62,6 @@ MISC = [
         None,
         ("cannot be paired",),
     ),
-    ("doctor/mismatched-pair", ["doctor", "--target", SMOL, "--draft", GEMMA], None, ("cannot be paired",)),
     ("check-pair/mismatched-pair", ["check-pair", SMOL, GEMMA], None, ("incompatible",)),
     ("pair/mismatched-pair", ["pair", SMOL, GEMMA, "--out-dir", "{out}/p"], None, ("cannot be paired",)),
     (
@@ -130,7 +129,11 @@ def results(tmp_path_factory):
     for ep, argv in ENTRY_POINTS.items():
         for name in BAD_FILES:
             groups.setdefault(ep, []).append(
-                {"id": f"{ep}/{name}", "argv": argv(str(bad[name].path), SMOL, str(out / ep / name))}
+                {
+                    "id": f"{ep}/{name}",
+                    "argv": argv(str(bad[name].path), SMOL, str(out / ep / name)),
+                    "stdin": "hello\n",  # for commands that read a conversation from a pipe (chat)
+                }
             )
     for cmd, cid, flags, _ in SETTINGS_CASES:
         groups.setdefault("settings", []).append(
@@ -215,3 +218,13 @@ def test_unreadable_file(tmp_path, smollm2_path):
             {"id": argv[0], "rc": proc.returncode, "out": proc.stdout, "err": proc.stderr},
             ("permission denied", "not readable"),
         )
+
+
+def test_doctor_reports_a_mismatched_pair():
+    # doctor diagnoses rather than runs: it shows the plan and says that `run` would refuse the pair
+    from .test_cli_run import localspec
+
+    proc = localspec("doctor", "--target", SMOL, "--draft", GEMMA, "--no-load")
+    assert proc.returncode == 0 and "REFUSED by run: target and draft cannot be paired" in proc.stdout, (
+        proc.stderr
+    )

@@ -19,19 +19,9 @@ from localspec.convert.atomic import PARTIAL_SUFFIX, atomic_output, output_error
 from localspec.errors import LocalspecError
 from localspec.gguf_file import validate_gguf
 
+from .test_cli_run import localspec
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def localspec(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_DEBUG"}
-    return subprocess.run(
-        [sys.executable, "-m", "localspec", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
 
 
 def test_sigkill_mid_write_leaves_nothing_finished_looking(smollm2_path, tmp_path):
