@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import json
 import random
 import sys
@@ -160,6 +159,52 @@ def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
+def run_phase(
+    eng: Engine,
+    indices: range,
+    args: argparse.Namespace,
+    has_draft: bool,
+    tally: Tally,
+    trace: list,
+    every: int,
+) -> float:
+    """Run the jobs `indices` from args.threads threads; sample RSS every `every` jobs (0: never)."""
+    todo = iter(indices)
+    t_run = time.perf_counter()
+
+    def worker() -> None:
+        while True:
+            with tally.lock:
+                i = next(todo, None)
+            if i is None:
+                return
+            job = make_job(i, args.max_tokens, has_draft)
+            try:
+                n = run_job(eng, job, tally)
+            except Exception as e:  # noqa: BLE001 - counted and reported, the soak goes on
+                tally.error(type(e).__name__, f"job {job.i} ({job.overrides}, {job.ending}): {e}")
+                n = 0
+            with tally.lock:
+                tally.done += 1
+                tally.tokens += n
+                if every and tally.done % every == 0:
+                    point = {
+                        "done": tally.done,
+                        "s": round(time.perf_counter() - t_run, 1),
+                        "rss_mb": round(rss_mb(), 1),
+                        "tokens": tally.tokens,
+                    }
+                    trace.append(point)
+                    print(f"  {point} errors={sum(tally.errors.values())}", file=sys.stderr, flush=True)
+
+    threads = [threading.Thread(target=worker, name=f"soak-{k}") for k in range(args.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t_run
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path, default=None, help="One GGUF as target and its own draft.")
@@ -169,7 +214,7 @@ def main() -> int:
     ap.add_argument("-n", "--n", "--generations", dest="n", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=4, help="Threads submitting requests at once.")
     ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=20, help="Unmeasured generations before the baseline.")
     ap.add_argument("--n-ctx", type=int, default=2048)
     ap.add_argument("--samples", type=int, default=20, help="RSS samples over the run.")
     ap.add_argument("--max-growth-pct", type=float, default=5.0)
@@ -183,44 +228,17 @@ def main() -> int:
     t0 = time.perf_counter()
     with Engine(settings) as eng:
         has_draft = settings.speculative
+        # the warm-up runs the same mix, concurrently, so the buffers the run will use (per draft
+        # length, per concurrent request) exist before the baseline is taken
         warm = Tally()
-        for i in range(args.warmup):
-            run_job(eng, make_job(10**6 + i, args.max_tokens, has_draft), warm)
+        run_phase(eng, range(10**6, 10**6 + args.warmup), args, has_draft, warm, [], every=0)
         gc.collect()
         rss_warm = rss_mb()
         tally = Tally()
         trace = [{"done": 0, "s": 0.0, "rss_mb": round(rss_warm, 1), "tokens": 0}]
-        every = max(1, args.n // args.samples)
-        counter = itertools.count()
-        t_run = time.perf_counter()
-
-        def worker() -> None:
-            while (i := next(counter)) < args.n:
-                job = make_job(i, args.max_tokens, has_draft)
-                try:
-                    n = run_job(eng, job, tally)
-                except Exception as e:  # noqa: BLE001 - counted and reported, the soak goes on
-                    tally.error(type(e).__name__, f"job {job.i} ({job.overrides}, {job.ending}): {e}")
-                    n = 0
-                with tally.lock:
-                    tally.done += 1
-                    tally.tokens += n
-                    if tally.done % every == 0:
-                        point = {
-                            "done": tally.done,
-                            "s": round(time.perf_counter() - t_run, 1),
-                            "rss_mb": round(rss_mb(), 1),
-                            "tokens": tally.tokens,
-                        }
-                        trace.append(point)
-                        print(f"  {point} errors={sum(tally.errors.values())}", file=sys.stderr, flush=True)
-
-        threads = [threading.Thread(target=worker, name=f"soak-{k}") for k in range(args.threads)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t_run
+        wall = run_phase(
+            eng, range(args.n), args, has_draft, tally, trace, every=max(1, args.n // args.samples)
+        )
         gc.collect()
         rss_end = rss_mb()
     growth_pct = 100 * (rss_end - rss_warm) / rss_warm
@@ -233,9 +251,9 @@ def main() -> int:
         "seconds": round(wall, 1),
         "tok_s": round(tally.tokens / wall, 1) if wall else 0.0,
         "decode_tok_s_by_mode": {m: round(n / s, 1) for m, (n, s) in sorted(tally.decode.items()) if s},
-        "errors": sum(tally.errors.values()),
-        "errors_by_kind": dict(tally.errors),
-        "error_examples": tally.error_examples,
+        "errors": sum(tally.errors.values()) + sum(warm.errors.values()),
+        "errors_by_kind": dict(tally.errors + warm.errors),
+        "error_examples": {**warm.error_examples, **tally.error_examples},
         "greedy_checked": tally.greedy_checked,
         "rss_mb": {"warm": round(rss_warm, 1), "end": round(rss_end, 1), "trace": trace},
         "rss_growth_pct": round(growth_pct, 2),
