@@ -150,7 +150,9 @@ def run_job(eng: Engine, job: Job, tally: Tally) -> int:
             if seen != resp.text:
                 tally.errors["greedy_differs"] += 1
                 tally.error_examples.setdefault(
-                    "greedy_differs", f"job {job.i} ({mode}): {resp.text[:60]!r} vs {seen[:60]!r}"
+                    "greedy_differs",
+                    f"job {job.i} ({mode}, prompt {job.prompt[:30]!r}, chat={job.chat}): "
+                    f"{resp.text[:60]!r}, earlier {seen[:60]!r}",
                 )
     return len(resp.tokens)
 
