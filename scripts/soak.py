@@ -90,7 +90,7 @@ class Tally:
     tokens: int = 0
     errors: Counter = field(default_factory=Counter)
     error_examples: dict[str, str] = field(default_factory=dict)
-    greedy: dict[tuple, str] = field(default_factory=dict)
+    greedy: dict[tuple, tuple[str, int]] = field(default_factory=dict)  # request -> (text, job)
     greedy_checked: int = 0
     decode: dict[str, list[float]] = field(default_factory=dict)  # mode -> [tokens, decode seconds]
 
@@ -145,14 +145,14 @@ def run_job(eng: Engine, job: Job, tally: Tally) -> int:
             acc[0] += resp.stats.n_generated
             acc[1] += resp.stats.n_generated / resp.stats.decode_tok_s
         if o["temperature"] == 0:
-            seen = tally.greedy.setdefault(job.key, resp.text)
+            seen, first = tally.greedy.setdefault(job.key, (resp.text, job.i))
             tally.greedy_checked += 1
             if seen != resp.text:
                 tally.errors["greedy_differs"] += 1
                 tally.error_examples.setdefault(
                     "greedy_differs",
                     f"job {job.i} ({mode}, prompt {job.prompt[:30]!r}, chat={job.chat}): "
-                    f"{resp.text[:60]!r}, earlier {seen[:60]!r}",
+                    f"{resp.text[:60]!r}, job {first} gave {seen[:60]!r}",
                 )
     return len(resp.tokens)
 
