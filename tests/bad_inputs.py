@@ -63,7 +63,10 @@ def _zero_alignment() -> bytes:
     return g.bytes()
 
 
-# entry point -> command line for one model file (`m`), another good model (`good`) and an output folder
+# entry point -> command line for one model file (`m`), another good model (`good`) and an output folder.
+# Each case gets "hello\n" on stdin, so `chat` reading a pipe is one more line here, e.g.
+#   "chat": lambda m, good, out: ["chat", "--target", m],
+#   "serve": lambda m, good, out: ["serve", "--target", m, "--port", "0"],  # must exit, not serve
 EntryPoint = Callable[[str, str, str], list[str]]
 ENTRY_POINTS: dict[str, EntryPoint] = {
     "run": lambda m, good, out: ["run", "hi", "--target", m, "--max-tokens", "4"],
