@@ -42,17 +42,21 @@ def read_pair(path: Path) -> PairFile:
         hint = " (run `make models` to build the default pair)" if "default" in str(path) else ""
         raise LocalspecError(f"no pair at {path}: {toml_path} does not exist{hint}")
     try:
-        data = tomllib.loads(toml_path.read_text())
-    except tomllib.TOMLDecodeError as e:
+        data = tomllib.loads(toml_path.read_bytes().decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise LocalspecError(f"{toml_path} is not valid TOML: {e}") from None
-    pair = data.get("pair", {})
-    if "target" not in pair or "draft" not in pair:
-        raise LocalspecError(f"{toml_path} needs [pair] target = ... and draft = ...")
+    except OSError as e:
+        raise LocalspecError(f"cannot read {toml_path}: {e.strerror}") from None
+    pair, runtime = data.get("pair", {}), data.get("runtime", {})
+    if not isinstance(pair, dict) or not all(isinstance(pair.get(k), str) for k in ("target", "draft")):
+        raise LocalspecError(f'{toml_path} needs [pair] target = "FILE.gguf" and draft = "FILE.gguf"')
+    if not isinstance(runtime, dict):
+        raise LocalspecError(f"{toml_path}: [runtime] must be a table of settings")
     base = toml_path.parent
     return PairFile(
         path=toml_path,
         target=(base / pair["target"]).resolve(),
         draft=(base / pair["draft"]).resolve(),
         info={k: v for k, v in pair.items() if k not in ("target", "draft")},
-        runtime=dict(data.get("runtime", {})),
+        runtime=dict(runtime),
     )

@@ -8,6 +8,9 @@ pair.toml [runtime] table < explicit CLI flags / request fields.
 from __future__ import annotations
 
 import dataclasses
+import math
+import types
+import typing
 
 try:
     import tomllib
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import LocalspecError
+from .text_input import require_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS_TOML = REPO_ROOT / "configs" / "defaults.toml"
@@ -29,6 +33,13 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 
 SPEC_MODES = ("pq", "match")  # speculative sampling; llama.cpp's sample-and-match
+MAX_DRAFT = 64
+MAX_TEMPERATURE = 100.0  # beyond this every distribution is uniform to float precision
+INT32_MAX = 2**31 - 1  # llama.cpp keeps these counts in int32
+UINT64_MAX = 2**64 - 1
+GGML_MAX_THREADS = 512
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text until the end
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,11 +50,13 @@ class Settings:
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
     )
-    n_ctx: int = _f(4096, "Context size in tokens, allocated once at load.", group="model")
-    n_batch: int = _f(512, "Logical batch size for prompt processing.", group="model")
-    n_ubatch: int = _f(512, "Physical micro-batch size.", group="model")
-    n_threads: int | None = _f(None, "CPU threads (default: physical cores).", group="model")
-    n_gpu_layers: int = _f(-1, "Layers to offload to the GPU (-1 = all).", group="model")
+    n_ctx: int = _f(4096, "Context size in tokens, allocated once at load.", group="model", ge=8, le=1 << 24)
+    n_batch: int = _f(512, "Logical batch size for prompt processing.", group="model", ge=1, le=1 << 24)
+    n_ubatch: int = _f(512, "Physical micro-batch size.", group="model", ge=1, le=1 << 24)
+    n_threads: int | None = _f(
+        None, "CPU threads (default: physical cores).", group="model", ge=1, le=GGML_MAX_THREADS
+    )
+    n_gpu_layers: int = _f(-1, "Layers to offload to the GPU (-1 = all).", group="model", ge=-1, le=INT32_MAX)
     flash_attn: str = _f(
         "auto", "Flash attention: auto, on or off.", group="model", choices=("auto", "on", "off")
     )
@@ -56,23 +69,31 @@ class Settings:
     yes: bool = _f(
         False, "Download a --pair preset that is not here yet without asking.", group="model", flag="--yes"
     )
-    parallel: int = _f(1, "Sequences served at once (slots); the server defaults to 4.", group="model")
+    parallel: int = _f(
+        1, "Sequences served at once (slots); the server defaults to 4.", group="model", ge=1, le=256
+    )
     # -- sampling ------------------------------------------------------------------------------
-    max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling")
-    temperature: float = _f(0.8, "Sampling temperature; 0 = greedy.", group="sampling")
-    top_k: int = _f(40, "Keep the k most likely tokens (0 = off).", group="sampling")
-    top_p: float = _f(0.95, "Nucleus sampling mass (1 = off).", group="sampling")
-    min_p: float = _f(0.05, "Drop tokens below min_p x the top probability (0 = off).", group="sampling")
-    seed: int | None = _f(None, "Random seed (default: random).", group="sampling")
+    max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling", ge=1, le=1 << 24)
+    temperature: float = _f(
+        0.8, "Sampling temperature; 0 = greedy.", group="sampling", ge=0, le=MAX_TEMPERATURE
+    )
+    top_k: int = _f(40, "Keep the k most likely tokens (0 = off).", group="sampling", ge=0, le=INT32_MAX)
+    top_p: float = _f(0.95, "Nucleus sampling mass (1 = off).", group="sampling", gt=0, le=1)
+    min_p: float = _f(
+        0.05, "Drop tokens below min_p x the top probability (0 = off).", group="sampling", ge=0, lt=1
+    )
+    seed: int | None = _f(None, "Random seed (default: random).", group="sampling", ge=0, le=UINT64_MAX)
     stop: tuple[str, ...] = _f(
         (), "Stop string (repeatable); never emitted.", group="sampling", multiple=True
     )
     # -- speculation ---------------------------------------------------------------------------
     spec: bool = _f(True, "Use speculative decoding when a draft is given.", group="spec")
     draft_max: str = _f("auto", "Tokens drafted per round: a number, or auto (tuned online).", group="spec")
-    draft_min: int = _f(0, "Never draft fewer than this many tokens per round.", group="spec")
+    draft_min: int = _f(
+        0, "Never draft fewer than this many tokens per round.", group="spec", ge=0, le=MAX_DRAFT
+    )
     draft_p_min: float = _f(
-        0.0, "Stop drafting when the draft's top probability falls below this.", group="spec"
+        0.0, "Stop drafting when the draft's top probability falls below this.", group="spec", ge=0, lt=1
     )
     spec_mode: str = _f(
         "pq",
@@ -91,7 +112,7 @@ class Settings:
     host: str = _f(
         "127.0.0.1", "Address to listen on (anything but loopback exposes the model).", group="server"
     )
-    port: int = _f(8080, "TCP port to listen on.", group="server")
+    port: int = _f(8080, "TCP port to listen on.", group="server", ge=0, le=65535)
     api_key: str | None = field(  # repr=False: never printed in a log or a traceback
         default=None,
         repr=False,
@@ -101,32 +122,25 @@ class Settings:
             "envvar": "LOCALSPEC_API_KEY",
         },
     )
-    max_queue: int = _f(64, "Requests that may wait for a slot; more get 503 + Retry-After.", group="server")
-    max_body: int = _f(8_000_000, "Largest request body in bytes; larger gets 413.", group="server")
+    max_queue: int = _f(
+        64, "Requests that may wait for a slot; more get 503 + Retry-After.", group="server", ge=0, le=1 << 20
+    )
+    max_body: int = _f(
+        8_000_000, "Largest request body in bytes; larger gets 413.", group="server", ge=1, le=1 << 40
+    )
 
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise LocalspecError(f"temperature must be >= 0 (got {self.temperature})")
-        if not 0 < self.top_p <= 1:
-            raise LocalspecError(f"top_p must be in (0, 1] (got {self.top_p})")
-        if not 0 <= self.min_p < 1:
-            raise LocalspecError(f"min_p must be in [0, 1) (got {self.min_p})")
-        if self.top_k < 0:
-            raise LocalspecError(f"top_k must be >= 0 (got {self.top_k})")
-        if self.max_tokens < 1:
-            raise LocalspecError(f"max_tokens must be >= 1 (got {self.max_tokens})")
-        if self.n_ctx < 8:
-            raise LocalspecError(f"n_ctx must be >= 8 (got {self.n_ctx})")
-        if self.draft_min < 0 or self.draft_p_min < 0 or self.draft_p_min >= 1:
-            raise LocalspecError("draft_min must be >= 0 and draft_p_min in [0, 1)")
-        if self.parallel < 1:
-            raise LocalspecError(f"parallel must be >= 1 (got {self.parallel})")
-        if self.max_queue < 0 or self.max_body < 1:
-            raise LocalspecError("max_queue must be >= 0 and max_body >= 1")
-        if not 0 <= self.port <= 65535:
-            raise LocalspecError(f"port must be in 0..65535 (got {self.port})")
+        # every source (flags, TOML, pair presets, request fields, replace()) passes through here
+        for f in fields(self):
+            object.__setattr__(self, f.name, check_value(f, self._hints()[f.name], getattr(self, f.name)))
         self.draft_k  # validates
+
+    @classmethod
+    def _hints(cls) -> dict[str, Any]:
+        if "_HINTS" not in cls.__dict__:
+            cls._HINTS = typing.get_type_hints(cls)  # type: ignore[attr-defined]
+        return cls._HINTS  # type: ignore[attr-defined]
 
     @property
     def draft_k(self) -> int | None:
@@ -137,8 +151,8 @@ class Settings:
             k = int(self.draft_max)
         except ValueError:
             raise LocalspecError(f"--draft-max must be a number or 'auto' (got {self.draft_max!r})") from None
-        if not 1 <= k <= 64:
-            raise LocalspecError(f"--draft-max must be between 1 and 64 (got {k})")
+        if not 1 <= k <= MAX_DRAFT:
+            raise LocalspecError(f"--draft-max must be between 1 and {MAX_DRAFT} (got {k})")
         return k
 
     def replace(self, **changes: Any) -> "Settings":
@@ -169,6 +183,7 @@ class Settings:
         given = {k: v for k, v in overrides.items() if v is not None and v != ()}
         pair = given.get("pair", values.get("pair"))
         if pair is not None and not (given.get("target") or given.get("draft")):
+            pair = check_value(_field("pair"), cls._hints()["pair"], pair)
             from .hub.resolve import resolve_pair  # noqa: PLC0415 - only when a pair is used
             from .pair_file import read_pair  # noqa: PLC0415
 
@@ -185,9 +200,11 @@ class Settings:
 
 def _read_toml_settings(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise LocalspecError(f"{path} is not valid TOML: {e}") from None
+    except OSError as e:
+        raise LocalspecError(f"cannot read config file {path}: {e.strerror}") from None
     flat: dict[str, Any] = {}
     for k, v in data.items():
         if isinstance(v, dict):  # sections are only for readability: [model], [sampling], [spec]
@@ -198,20 +215,81 @@ def _read_toml_settings(path: Path) -> dict[str, Any]:
 
 
 def _coerce(values: dict[str, Any]) -> dict[str, Any]:
-    known = {f.name: f for f in fields(Settings)}
-    unknown = sorted(set(values) - set(known))
+    known = {f.name for f in fields(Settings)}
+    unknown = sorted(set(values) - known)
     if unknown:
         raise LocalspecError(f"unknown setting(s): {', '.join(unknown)}")
-    out: dict[str, Any] = {}
-    for k, v in values.items():
-        if k in ("target", "draft", "pair", "log") and v is not None:
-            v = Path(v)
-        elif k == "stop":
-            v = (v,) if isinstance(v, str) else tuple(v)
-        elif k == "draft_max":
-            v = str(v)
-        out[k] = v
-    return out
+    return values  # types and ranges are checked by Settings itself
+
+
+def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
+    """`v` checked against field `f`'s type and range, normalised (str -> Path, 256.0 -> 256).
+
+    Whole-number floats are accepted for integer settings (`max_tokens = 256.0` in TOML, 256.0 in
+    JSON); anything else of the wrong type is refused with the setting's name."""
+    name, meta = f.name, f.metadata
+    base = hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
+        if v is None:
+            return None
+        base = next(a for a in typing.get_args(hint) if a is not type(None))
+    if base is bool:
+        if not isinstance(v, bool):
+            raise LocalspecError(f"{name} must be true or false (got {v!r})")
+        return v
+    if base is int:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise LocalspecError(f"{name} must be a whole number (got {v!r})")
+        return _in_range(name, meta, v)
+    if base is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise LocalspecError(f"{name} must be a number (got {v!r})")
+        if not math.isfinite(v):
+            raise LocalspecError(f"{name} must be a finite number (got {v})")
+        return _in_range(name, meta, float(v))
+    if base is Path:
+        if not isinstance(v, (str, Path)) or not str(v) or "\0" in str(v):
+            raise LocalspecError(f"{name} must be a file path (got {v!r})")
+        return Path(v)  # not checked for UTF-8: file names on Linux may be any bytes
+    if typing.get_origin(base) is tuple:  # stop strings
+        items = (v,) if isinstance(v, str) else v
+        if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
+            raise LocalspecError(f"{name} must be a string or a list of strings (got {v!r})")
+        if len(items) > MAX_STOP_STRINGS:
+            raise LocalspecError(f"at most {MAX_STOP_STRINGS} {name} strings (got {len(items)})")
+        for s in items:
+            if not s or len(s) > MAX_STOP_CHARS:
+                raise LocalspecError(
+                    f"{name} strings must have 1 to {MAX_STOP_CHARS} characters (got {len(s)})"
+                )
+            require_text(s, f"the {name} string {s[:40]!r}")
+        return tuple(items)
+    if name == "draft_max" and isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)  # `draft_max = 4` in TOML
+    if not isinstance(v, str):
+        raise LocalspecError(f"{name} must be a string (got {v!r})")
+    choices = meta.get("choices")
+    if choices and v not in choices:
+        raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
+    return v
+
+
+def _in_range(name: str, meta: Any, v: float) -> Any:
+    for key, ok, word in (
+        ("ge", lambda a, b: a >= b, ">="),
+        ("gt", lambda a, b: a > b, ">"),
+        ("le", lambda a, b: a <= b, "<="),
+        ("lt", lambda a, b: a < b, "<"),
+    ):
+        if key in meta and not ok(v, meta[key]):
+            raise LocalspecError(f"{name} must be {word} {meta[key]} (got {v})")
+    return v
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in fields(Settings) if f.name == name)
 
 
 def setting_fields(group: str | None = None) -> list[dataclasses.Field]:

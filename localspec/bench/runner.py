@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from ..errors import LocalspecError
+from ..settings import Settings
 from .aggregate import ConfigSummary, Sample, summarize_all
 from .prompts import FittedPrompt
 
@@ -55,8 +56,10 @@ def parse_temperatures(value: str) -> list[float]:
         temps = [float(t) for t in value.split(",") if t.strip()]
     except ValueError:
         raise LocalspecError(f"--temperature takes numbers, comma-separated (got {value!r})") from None
-    if not temps or any(t < 0 for t in temps):
+    if not temps:
         raise LocalspecError(f"--temperature needs values >= 0 (got {value!r})")
+    for t in temps:  # the settings' own check (finite, in range), before any model loads
+        Settings(temperature=t)
     return temps
 
 

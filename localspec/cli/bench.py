@@ -55,25 +55,36 @@ def _spec_modes(value: str) -> list[str]:
     default=None,
     help='JSONL prompt set ({"id", "kind", "text", "chat"}); default: the bundled one.',
 )
-@click.option("--per-kind", type=int, default=None, help="Use only the first N prompts of each kind.")
+@click.option(
+    "--per-kind",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Use only the first N prompts of each kind.",
+)
 @click.option(
     "--prompt-tokens",
-    type=int,
+    type=click.IntRange(2, 1 << 24),
     default=128,
     show_default=True,
     help="Every prompt is cut or padded to exactly this many target tokens.",
 )
 @click.option(
     "--gen-tokens",
-    type=int,
+    type=click.IntRange(2, 1 << 24),
     default=128,
     show_default=True,
     help="Tokens to generate per prompt (fewer if the model ends its answer).",
 )
-@click.option("--runs", type=int, default=3, show_default=True, help="Measured runs over the prompt set.")
+@click.option(
+    "--runs",
+    type=click.IntRange(1, 10_000),
+    default=3,
+    show_default=True,
+    help="Measured runs over the prompt set.",
+)
 @click.option(
     "--warmup",
-    type=int,
+    type=click.IntRange(0, 10_000),
     default=1,
     show_default=True,
     help="Unmeasured warm-up generations per configuration (first prompt).",
@@ -126,8 +137,11 @@ def bench(
     settings = resolve_settings(kwargs)
     if settings.target is None:
         raise LocalspecError("no model to benchmark: pass --pair DIR or --target T.gguf [--draft D.gguf]")
-    if runs < 1 or warmup < 0 or (per_kind is not None and per_kind < 1):
-        raise LocalspecError("--runs must be >= 1, --warmup >= 0 and --per-kind >= 1")
+    if prompt_tokens + gen_tokens > settings.n_ctx:  # refused before the models load
+        raise LocalspecError(
+            f"--prompt-tokens + --gen-tokens = {prompt_tokens + gen_tokens} exceeds the context "
+            f"(n_ctx={settings.n_ctx}); lower them or raise --n-ctx"
+        )
     plan = BenchPlan(
         draft_max=parse_draft_max(draft_max_list),
         temperatures=parse_temperatures(temperatures),

@@ -70,7 +70,9 @@ def convert(src: str, out: Path, out_type: str) -> None:
     show_default=True,
     help="Quantization type.",
 )
-@click.option("--threads", type=int, default=None, help="Threads (default: physical cores).")
+@click.option(
+    "--threads", type=click.IntRange(1, 512), default=None, help="Threads (default: physical cores)."
+)
 def quantize(src: Path, dst: Path, qtype: str, threads: int | None) -> None:
     """Quantize the GGUF SRC into DST with llama.cpp (requantizing is allowed)."""
     from ..convert.quant import quantize_file  # noqa: PLC0415

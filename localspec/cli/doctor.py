@@ -39,6 +39,11 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
     }
     if settings.target is None:
         return out
+    if settings.speculative:  # `run` would refuse an incompatible pair; the plan is still shown
+        from ..compat import check_pair  # noqa: PLC0415
+
+        report = check_pair(settings.target, settings.draft)
+        out["pair"] = {"ok": report.ok, "message": report.message}
     plan = placement.plan_for(settings)
     out["plan"] = plan.to_dict()
     cpu = next((d for d in devices if d.kind == "cpu"), None)
@@ -104,6 +109,8 @@ def render(r: dict[str, Any]) -> str:
     if plan is None:
         rows.append(("models", "none given (pass --pair DIR or --target/--draft to plan and verify)"))
         return _table(rows)
+    if "pair" in r:
+        rows.append(("pair", ("" if r["pair"]["ok"] else "REFUSED by run: ") + r["pair"]["message"]))
     rows.append(
         (
             "plan",

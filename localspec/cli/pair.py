@@ -26,9 +26,16 @@ from .progress import StageBars
     is_flag=True,
     help="Build the stand-in pair from the SmolLM2 GGUF (TARGET_SRC, default the embedded one).",
 )
-@click.option("--r", "r", type=int, default=None, help="Stand-in: FFN widening factor.")
-@click.option("--sigma", type=float, default=None, help="Stand-in: relative noise on the widened weights.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Stand-in: noise seed.")
+@click.option("--r", "r", type=click.IntRange(1, 64), default=None, help="Stand-in: FFN widening factor.")
+@click.option(
+    "--sigma",
+    type=click.FloatRange(0, 10),
+    default=None,
+    help="Stand-in: relative noise on the widened weights.",
+)
+@click.option(
+    "--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Stand-in: noise seed."
+)
 def pair(
     target_src: str | None,
     draft_src: str | None,

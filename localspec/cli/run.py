@@ -21,9 +21,10 @@ def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs)
     """Generate a completion for PROMPT ('-' reads it from stdin)."""
     from ..acclog import AccLog  # noqa: PLC0415 - keep --help instant
     from ..engine import Engine  # noqa: PLC0415
+    from ..text_input import decode_text, require_text  # noqa: PLC0415
 
-    if prompt == "-":
-        prompt = sys.stdin.read()
+    # bad text is refused here, before any model loads (argv arrives surrogate-escaped)
+    prompt = decode_text(sys.stdin.buffer.read()) if prompt == "-" else require_text(prompt)
     settings = resolve_settings(kwargs)
     acclog = AccLog(settings, source="run", warn=lambda msg: click.echo(msg, err=True))
     with Engine(settings, log=lambda msg: click.echo(msg, err=True)) as eng:

@@ -6,7 +6,6 @@ memory is about one block plus the largest tensor that needs reshaping (attentio
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import re
@@ -19,7 +18,7 @@ import numpy as np
 from gguf import MODEL_ARCH, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, get_tensor_name_map
 
 from ..errors import LocalspecError
-from .atomic import atomic_output, partial_path
+from .atomic import atomic_output, scratch_output
 from .gguf_stream import KV, PlannedTensor, write_gguf
 from .hf_vocab import tokenizer_kvs
 from .quant import quantize_file
@@ -268,12 +267,8 @@ def convert_hf(
         with atomic_output(out) as tmp:
             write_gguf(tmp, arch_name, kvs, plan, stage)
         return out
-    mid = partial_path(out.with_name(out.name + f".{float_type}"))
-    try:
+    with scratch_output(out.with_name(out.name + f".{float_type}")) as mid:
         write_gguf(mid, arch_name, kvs, plan, stage)
         qstage = None if progress is None else (lambda i, n, _name: progress(f"quantize {out_type}", i, n))
         quantize_file(mid, out, out_type, progress=qstage)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            mid.unlink()
     return out

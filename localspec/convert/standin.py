@@ -10,7 +10,7 @@ draft and acceptance is partial, as with a real pair. The cost per token grows ~
 
 from __future__ import annotations
 
-import contextlib
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +28,7 @@ from ..embedded import sha256_file
 from ..errors import LocalspecError
 from ..gguf_file import validate_gguf
 from ..pair_file import PAIR_TOML
-from .atomic import partial_path
+from .atomic import scratch_output
 from .gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
 from .pair_toml import write_pair_toml
 from .quant import quantize_file
@@ -41,6 +41,7 @@ R = 16
 # forced on the target's greedy text): sigma 0.25 -> 0.79, 0.35 -> 0.77, 0.5 -> ~0.65 (on the
 # draft's text). 0.35 sits inside what real same-family pairs show (0.6-0.8).
 SIGMA = 0.35
+MAX_R, MAX_SIGMA = 64, 10.0  # beyond these the stand-in is no model at all
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
@@ -57,8 +58,11 @@ def build_standin(
     """Build draft, target and pair.toml in out_dir (skipped when already built with this recipe)."""
     src, out_dir = Path(src_gguf), Path(out_dir)
     validate_gguf(src)
-    if r < 1 or sigma < 0:
-        raise LocalspecError(f"stand-in needs r >= 1 and sigma >= 0 (got r={r}, sigma={sigma})")
+    if not (1 <= r <= MAX_R and math.isfinite(sigma) and 0 <= sigma <= MAX_SIGMA and 0 <= seed < 2**32):
+        raise LocalspecError(
+            f"stand-in needs 1 <= r <= {MAX_R}, 0 <= sigma <= {MAX_SIGMA} and 0 <= seed < 2**32 "
+            f"(got r={r}, sigma={sigma}, seed={seed})"
+        )
     recipe = {
         "r": r,
         "sigma": float(sigma),
@@ -79,15 +83,11 @@ def build_standin(
     log(f"draft    {src.name} -> {draft.name}")
     quantize_file(src, draft, "q8_0", progress=_stage(progress, "draft q8_0"))
 
-    wide = partial_path(out_dir / "target-f16.gguf")
-    try:
+    with scratch_output(out_dir / "target-f16.gguf") as wide:
         log(f"target   widening every FFN x{r} (sigma={sigma}, seed={seed}) -> f16")
         _write_widened(src, wide, r=r, sigma=sigma, seed=seed, progress=_stage(progress, "widen f16"))
         log(f"target   quantizing to q4_k_m -> {target.name}")
         quantize_file(wide, target, "q4_k_m", progress=_stage(progress, "target q4_k_m"))
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            wide.unlink()
 
     info = {"stand_in": True, "target_quant": "q4_k_m", "draft_quant": "q8_0", "source": src.name, **recipe}
     write_pair_toml(out_dir, target, draft, info=info, runtime={"draft_max": "auto"})
