@@ -70,7 +70,7 @@ def env(hub, tmp_path):
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "LOCALSPEC_MODELS": str(tmp_path / "models"),
         "LOCALSPEC_PRESETS": str(hub.presets),
-        "LOCALSPEC_ACCLOG": str(tmp_path / "acceptance.jsonl"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
     }
     return e
 
@@ -115,10 +115,11 @@ def test_pull_resumes_a_cut_transfer_lists_and_works_offline(hub, env, tmp_path)
     assert not list(Path(env["HF_HOME"]).rglob("*.incomplete"))
 
     # list: the pulled pair with the acceptance last logged for its two files (bad lines skipped)
-    Path(env["LOCALSPEC_ACCLOG"]).write_text(
-        json.dumps({"target": str(pair.target), "draft": str(pair.draft), "stats": {"acceptance_rate": 0.75}})
-        + "\n{not json\n"
-    )
+    logged = {"stats": {"acceptance_rate": 0.75}}
+    logged |= {role: {"path": str(getattr(pair, role).resolve())} for role in ("target", "draft")}
+    log = Path(env["XDG_STATE_HOME"]) / "localspec" / "acceptance.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(json.dumps(logged) + "\n{not json\n")
     listing = cli(env, "list")
     assert listing.returncode == 0, listing.stderr
     line = next(

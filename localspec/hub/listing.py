@@ -3,9 +3,7 @@ pulled or built) with their sizes and the last acceptance measured with them (th
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +26,9 @@ class LocalPair:
     problem: str | None = None
 
 
-def local_pairs(folder: Path | None = None) -> list[LocalPair]:
+def local_pairs(folder: Path | None = None, log_path: Path | None = None) -> list[LocalPair]:
     root = Path(folder) if folder else models_dir()
-    log = list(_acclog_records())
+    log = _acclog_records(log_path)
     out = []
     for toml in sorted(root.glob(f"*/{PAIR_TOML}")):
         try:
@@ -59,59 +57,23 @@ def presets() -> list[Preset]:
     return sorted(load_presets().values(), key=lambda p: p.name)
 
 
-# -- the acceptance log (written by localspec.acclog; read defensively: it may not exist) -----------
-def acclog_path() -> Path | None:
+# -- the acceptance log (written by localspec.acclog; a missing log just means nothing measured yet) ---
+def _acclog_records(path: Path | None = None) -> list[dict[str, Any]]:
+    from ..acclog import default_path  # noqa: PLC0415
+    from ..logstats import read_log  # noqa: PLC0415
+
     try:
-        from .. import acclog  # type: ignore[attr-defined]  # noqa: PLC0415
-    except ImportError:
-        acclog = None
-    for attr in ("log_path", "LOG_PATH", "PATH", "default_path"):
-        value = getattr(acclog, attr, None)
-        if value is not None:
-            try:
-                return Path(value() if callable(value) else value)
-            except Exception:  # noqa: BLE001 - a log we cannot locate is a log we do not show
-                return None
-    env = os.environ.get("LOCALSPEC_ACCLOG")
-    return Path(env) if env else None
-
-
-def _acclog_records() -> Iterator[dict[str, Any]]:
-    path = acclog_path()
-    if path is None or not path.is_file():
-        return
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict):
-            yield rec
-
-
-def _strings(x: Any) -> Iterator[str]:
-    if isinstance(x, str):
-        yield x
-    elif isinstance(x, dict):
-        for v in x.values():
-            yield from _strings(v)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            yield from _strings(v)
+        return read_log(path or default_path())[0]
+    except (LocalspecError, OSError):
+        return []
 
 
 def last_acceptance(records: list[dict[str, Any]], target: Path, draft: Path) -> float | None:
-    """The acceptance rate of the last record that names both model files (by path)."""
-    want = {os.path.realpath(target), os.path.realpath(draft)}
+    """The acceptance rate of the last speculative generation logged with these two files."""
+    want = (os.path.realpath(target), os.path.realpath(draft))
     for rec in reversed(records):
-        rate = (rec.get("stats") or {}).get("acceptance_rate") if isinstance(rec.get("stats"), dict) else None
-        if not isinstance(rate, (int, float)):
-            continue
-        seen = {os.path.realpath(s) for s in _strings(rec) if s.endswith(".gguf") or os.sep in s}
-        if want <= seen:
+        t, d = rec.get("target") or {}, rec.get("draft") or {}
+        rate = rec["stats"].get("acceptance_rate")
+        if isinstance(rate, (int, float)) and (t.get("path"), d.get("path")) == want:
             return float(rate)
     return None
