@@ -68,6 +68,9 @@ class Settings:
     draft_p_min: float = _f(
         0.0, "Stop drafting when the draft's top probability falls below this.", group="spec"
     )
+    tuner_cache: bool = _f(
+        True, "Remember measured costs and acceptance per pair and machine across runs.", group="spec"
+    )
     spec_mode: str = _f(
         "pq",
         "Verification for sampling: pq (speculative sampling) or match.",

@@ -24,6 +24,7 @@ class Counters:
     llama_s: float = 0.0  # of which inside llama.cpp (draft + target evals)
     k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
     fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
+    started_plain: bool = False  # auto-K predicted from measured costs that plain decoding is faster
 
     def record_round(self, k: int, n_drafted: int, n_accepted: int) -> None:
         self.k_history.append(k)
@@ -66,6 +67,7 @@ class Stats:
     k_history: list[int]
     fell_back: bool
     fallbacks: int
+    started_plain: bool
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,4 +109,5 @@ class Stats:
             k_history=list(c.k_history),
             fell_back=c.fallbacks > 0,
             fallbacks=c.fallbacks,
+            started_plain=c.started_plain,
         )

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# the tuner's memory and the acceptance log live in the user's directories: tests get their own, so
+# a developer's runs never steer a test and tests never write into a developer's home
+_XDG = tempfile.mkdtemp(prefix="localspec-tests-")
+for _var in ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+    os.environ[_var] = os.path.join(_XDG, _var.lower())
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
