@@ -177,3 +177,22 @@ def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypat
         assert eng.calibration == "measured" and len(calls) == 2
     with Engine(s.replace(draft_max="3")) as eng:  # a fixed K needs no costs
         assert eng.calibration == "none" and len(calls) == 2
+    from click.testing import CliRunner
+
+    from localspec.cli import cli
+
+    args = [
+        "doctor",
+        "--target",
+        str(smollm2_path),
+        "--draft",
+        str(smollm2_path),
+        "--n-ctx",
+        "256",
+        "--no-load",
+    ]
+    r = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
+    tm = json.loads(r.output)["tuner_memory"]
+    assert tm["path"] == str(files[0]) and tm["verify_ms"]["1"] > 0 and tm["draft_ms_per_token"] > 0
+    text = CliRunner().invoke(cli, args, catch_exceptions=False).output
+    assert "auto-K" in text and "remembered" in text and "verify ms by batch: 1:" in text
