@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -24,6 +25,7 @@ class FixedK:
     def __init__(self, k: int) -> None:
         self.k = k
         self.fallbacks = 0
+        self.started_plain = False
 
     def begin(self) -> None:
         pass
@@ -92,6 +94,8 @@ class AutoK:
     # linear in the batch size on a CPU (repacked Q4_K kernels take rows in fours: 3 tokens cost more
     # than 4), so each batch size the model relies on is measured rather than interpolated.
     _probe: list[int] = field(default_factory=lambda: [1, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0])
+    _predict_start: bool = False  # primed: a request's first choice may be "plain" outright
+    started_plain: bool = False  # this request began plain because speculation was predicted to lose
 
     def __post_init__(self) -> None:
         self.acc = np.zeros(self.k_max)
@@ -99,6 +103,33 @@ class AutoK:
         self.recent = deque(maxlen=self.window)
         self.k_min = max(1, self.k_min)
         self._probe = [k if k == 0 else min(max(k, self.k_min), self.k_max) for k in self._probe]
+
+    def prime(
+        self,
+        verify: dict[int, float],
+        draft_s: float | None,
+        acc: Sequence[float] = (),
+        tried: Sequence[float] = (),
+    ) -> None:
+        """Start from known costs (calibrated at load, or remembered from an earlier process) and,
+        when remembered, acceptance evidence: no probe rounds, the first round runs at the best K
+        they predict. Remembered evidence enters at a quarter weight, as between requests."""
+        for n, t in verify.items():
+            self.verify.setdefault(n, _Floor()).add(t)
+            self._seen_at[n] = 0
+        if draft_s is not None:
+            self.t_draft.add(draft_s)
+        m = min(len(acc), self.k_max)
+        self.acc[:m] += 0.25 * np.asarray(acc[:m], dtype=float)
+        self.tried[:m] += 0.25 * np.asarray(tried[:m], dtype=float)
+        self._probe = []
+        self._seen_first = True  # the timings above already exclude first-use costs
+        self._predict_start = True
+
+    def snapshot(self) -> tuple[dict[int, float], float | None, list[float], list[float]]:
+        """What `prime` takes: the cost floors and the acceptance evidence, to remember."""
+        verify = {n: f.value for n, f in self.verify.items() if f.value is not None}
+        return verify, self.t_draft.value, self.acc.tolist(), self.tried.tolist()
 
     def begin(self) -> None:
         """A new request on the same pair: timings carry over (they belong to the machine), the
@@ -108,6 +139,8 @@ class AutoK:
         self.tried *= 0.25
         self.recent.clear()
         self.plain_left, self.fallbacks, self._reprobe = 0, 0, False
+        self.started_plain = False
+        self._predict_start = not self._probe  # once costs are known, each request starts predicted
 
     # -- model --------------------------------------------------------------------------------
     def accept_probs(self) -> np.ndarray:
@@ -155,13 +188,18 @@ class AutoK:
             self._reprobe = self.plain_left == 0
             return 0
         k = self.best_k()
+        first, self._predict_start = self._predict_start, False
+        if first and self.expected_rate(k) < self.expected_rate(0):
+            self.started_plain = True  # said once in the stats, instead of a "fallback"
+            self.plain_left = self.reprobe_after - 1
+            return 0
         if self._reprobe:  # one real round after a fallback, at the K measured longest ago: fresh
             self._reprobe = False  # evidence where the estimate is stalest can win speculation back
             return self._stalest(range(self.k_min, k + 1), k)
         if self.expected_rate(k) < self.expected_rate(0):
             self._fall_back()
             return 0
-        if self._rounds % self.explore_every == 0:
+        if self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
         return k
 

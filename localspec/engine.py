@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import backend, chat, placement
+from . import backend, calibrate, chat, placement
 from .compat import check_pair
 from .draft_len import AutoK, FixedK
 from .errors import LocalspecError, PromptTooLong
@@ -27,6 +27,10 @@ from .settings import Settings
 from .speculative import ContextFull, SpecConfig, speculative_steps
 from .stats import Counters, Stats
 from .stream import TextStream
+from .tuner_memory import TunerMemory, TunerRecord, memory_key
+
+# a neutral prefix for timing decodes at a realistic depth (the text itself does not matter)
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 3
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,9 @@ class Engine:
         self.draft: backend.Model | None = None
         self.draft_slot: _Slot | None = None
         self._auto: dict[int, AutoK] = {}  # draft_min -> the adaptive-K tuner
+        self._known: TunerRecord | None = None  # costs (and acceptance) the tuners start from
+        self._memory: TunerMemory | None = None
+        self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
         try:
             self._load()
         except BaseException:
@@ -135,6 +142,36 @@ class Engine:
         for slot in self._slots():  # warm-up: reserve compute buffers now, not on the first request
             slot.ctx.eval([slot.ctx.model.vocab.bos if slot.ctx.model.vocab.bos >= 0 else 0], 0, 1)
             slot.clear()
+        if use_draft and s.draft_k is None:
+            self._known = self._known_costs()
+
+    def _known_costs(self) -> TunerRecord:
+        """The tuner's starting knowledge: remembered from an earlier process on this pair, build
+        and device, or measured now (a second or two on a CPU, milliseconds on a GPU)."""
+        s = self.settings
+        if s.tuner_cache:
+            key = memory_key(s, self.decision.target_gpu_layers, self.decision.draft_gpu_layers)
+            self._memory = TunerMemory(key, note=self._log)
+            record = self._memory.load()
+            if record is not None:
+                self.calibration = "remembered"
+                return record
+        prefix = self.target.tokenize(CALIBRATION_TEXT, add_special=True)
+        max_batch = min(AutoK.k_max + 1, self.target_ctx.n_batch)
+        verify, draft_s = calibrate.measure(self.target_ctx, self.draft_ctx, prefix, max_batch=max_batch)
+        self.calibration = "measured"
+        return TunerRecord(verify, draft_s)
+
+    def _new_tuner(self, k_min: int) -> AutoK:
+        tuner = AutoK(k_min=k_min)
+        if self._known is not None:
+            k = self._known
+            tuner.prime(k.verify_s, k.draft_s, k.acc, k.tried)
+        return tuner
+
+    def _remember(self, tuner: AutoK) -> None:
+        if self._memory is not None:
+            self._memory.save(TunerRecord(*tuner.snapshot()))
 
     @property
     def target_ctx(self) -> backend.Context:
@@ -239,7 +276,7 @@ class Engine:
             # next request, so only the first pays the probe rounds
             k_min = max(1, s.draft_min)
             if k_min not in self._auto:
-                self._auto[k_min] = AutoK(k_min=k_min)
+                self._auto[k_min] = self._new_tuner(k_min)
             k_ctl = self._auto[k_min]
         else:
             k_ctl = FixedK(s.draft_k)
@@ -274,6 +311,8 @@ class Engine:
         t_end = time.perf_counter()
         for slot in self._slots():
             slot.settle(ids + ts.tokens)
+        if isinstance(k_ctl, AutoK):
+            self._remember(k_ctl)
         t_first = ts.first_token_at
         stats = Stats.build(
             counters,

@@ -72,6 +72,9 @@ class Settings:
     parallel: int = _f(
         1, "Sequences served at once (slots); the server defaults to 4.", group="model", ge=1, le=256
     )
+    tuner_cache: bool = _f(
+        True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
+    )
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling", ge=1, le=1 << 24)
     temperature: float = _f(

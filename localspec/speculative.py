@@ -205,6 +205,7 @@ def speculative_steps(
             round_s=round_s,
         )
         c.fallbacks = k_ctl.fallbacks
+        c.started_plain = k_ctl.started_plain
 
         for i, tok in enumerate(new):
             n_new += 1

@@ -24,6 +24,7 @@ class Counters:
     llama_s: float = 0.0  # of which inside llama.cpp (draft + target evals)
     k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
     fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
+    started_plain: bool = False  # auto-K predicted from measured costs that plain decoding is faster
     n_prefilled: int = 0  # prompt tokens the target evaluated; the rest came from the cached prefix
     rounds_trace: list[dict] | None = None  # one record per round, kept only when tracing (--trace)
 
@@ -74,6 +75,7 @@ class Stats:
     k_history: list[int]
     fell_back: bool
     fallbacks: int
+    started_plain: bool
     n_prefilled: int = 0
     rounds_trace: list[dict] | None = None
 
@@ -121,4 +123,5 @@ class Stats:
             fallbacks=c.fallbacks,
             n_prefilled=c.n_prefilled,
             rounds_trace=c.rounds_trace,
+            started_plain=c.started_plain,
         )

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
+# the tuner's memory and the acceptance log live in the user's directories: tests get their own, so
+# a developer's runs never steer a test and tests never write into a developer's home
+_XDG = tempfile.mkdtemp(prefix="localspec-tests-")
+for _var in ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
+    os.environ[_var] = os.path.join(_XDG, _var.lower())
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _private_state_dir(tmp_path_factory):
-    """The acceptance log and chat history that tests write stay out of the user's state dir (Linux:
-    platformdirs reads XDG_STATE_HOME; subprocesses inherit it)."""
-    old = os.environ.get("XDG_STATE_HOME")
-    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
-    yield
-    if old is None:
-        os.environ.pop("XDG_STATE_HOME", None)
-    else:
-        os.environ["XDG_STATE_HOME"] = old
 
 
 def _need(path: Path) -> Path:

@@ -54,6 +54,8 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         out["refused"] = str(e)
         return out
     out["decision"] = decision.to_dict()
+    if settings.draft is not None:
+        out["tuner_memory"] = _remembered(settings, decision)
     if not load:
         return out
     tiny = settings.replace(n_ctx=min(settings.n_ctx, VERIFY_N_CTX))
@@ -74,6 +76,28 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         }
         for m in verified.models
     }
+    return out
+
+
+def _remembered(settings: Any, decision: Any) -> dict[str, Any]:
+    """What auto-K remembers of this pair on this build and device (see tuner_memory)."""
+    from ..tuner_memory import TunerMemory, memory_key  # noqa: PLC0415
+
+    notes: list[str] = []
+    mem = TunerMemory(
+        memory_key(settings, decision.target_gpu_layers, decision.draft_gpu_layers), note=notes.append
+    )
+    rec = mem.load() if settings.tuner_cache else None
+    out: dict[str, Any] = {"path": str(mem.path), "enabled": settings.tuner_cache, "notes": notes}
+    if rec is not None:
+        reached = [t for t in rec.tried if t > 0]
+        out |= {
+            "saved_at": rec.saved_at,
+            "verify_ms": {n: round(t * 1e3, 2) for n, t in sorted(rec.verify_s.items())},
+            "draft_ms_per_token": round(rec.draft_s * 1e3, 2) if rec.draft_s else None,
+            "acceptance_by_pos": [round(a / t, 3) for a, t in zip(rec.acc, rec.tried) if t > 0][:8],
+            "evidence_rounds": round(reached[0], 1) if reached else 0.0,
+        }
     return out
 
 
@@ -166,6 +190,25 @@ def render(r: dict[str, Any]) -> str:
     )
     for line in ([dec["banner"]] if dec["banner"] else []) + [f"warning: {w}" for w in dec["warnings"]]:
         rows.append(("", line))
+    tm = r.get("tuner_memory")
+    if tm is not None:
+        if not tm["enabled"]:
+            rows.append(("auto-K", "memory off (--no-tuner-cache): costs are measured at every load"))
+        elif "verify_ms" not in tm:
+            rows.append(("auto-K", f"nothing remembered yet ({tm['path']}): costs are measured at load"))
+        else:
+            import datetime  # noqa: PLC0415
+
+            when = datetime.datetime.fromtimestamp(tm["saved_at"]).strftime("%Y-%m-%d %H:%M")
+            rows.append(("auto-K", f"remembered {when} in {tm['path']}"))
+            rows.append(
+                ("", "verify ms by batch: " + ", ".join(f"{n}: {t}" for n, t in tm["verify_ms"].items()))
+            )
+            rows.append(("", f"draft ms/token: {tm['draft_ms_per_token']}"))
+            if tm["acceptance_by_pos"]:
+                acc = ", ".join(f"{a:.0%}" for a in tm["acceptance_by_pos"])
+                rows.append(("", f"acceptance by position: {acc} (~{tm['evidence_rounds']:.0f} rounds)"))
+        rows += [("", n) for n in tm["notes"]]
     ver = r.get("verified")
     if ver:
         rows.append(("verified", f"loaded with n_ctx {ver['n_ctx']}; llama.cpp's log vs the plan:"))

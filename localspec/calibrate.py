@@ -1,0 +1,56 @@
+"""Measure the machine's costs while the models load, so the first request starts at a good K.
+
+The tuner prices a round as K draft steps plus one verify of K+1 tokens. Verify cost per batch size
+is measured, not modelled (saw-toothed on a CPU, flat on a GPU). Only the sizes that can matter are
+timed: 1..4 always; larger ones only while the curve stays cheap (a flat GPU curve makes large K
+worth pricing; on a steep CPU curve K > 3 cannot pay, and timing it would cost more than it tells).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from .speculative import Evaluator
+
+BASE_SIZES = (1, 2, 3, 4)
+FLAT = 1.6  # keep measuring larger batches while T(n) <= FLAT x T(1)
+
+
+def _floor(ctx: Evaluator, token: int, depth: int, n: int, tries: int) -> float:
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        ctx.eval([token] * n, depth, n)
+        best = min(best, time.perf_counter() - t0)
+        ctx.truncate(depth)
+    return best
+
+
+def measure(
+    target: Evaluator,
+    draft: Evaluator | None,
+    prefix: Sequence[int],
+    *,
+    max_batch: int,
+    tries: int = 2,
+) -> tuple[dict[int, float], float | None]:
+    """Verify seconds by batch size and draft seconds per token, at the depth of `prefix`.
+    Both caches are left empty."""
+    depth = len(prefix)
+    for ctx in (target, draft):
+        if ctx is not None:
+            ctx.truncate(0)
+            ctx.eval(list(prefix), 0, 1)
+            ctx.eval([prefix[-1]], depth, 1)  # one untimed step: first-use allocations are not a cost
+            ctx.truncate(depth)
+    verify: dict[int, float] = {}
+    for n in range(1, max_batch + 1):
+        if n not in BASE_SIZES and verify[n - 1] > FLAT * verify[1]:
+            break
+        verify[n] = _floor(target, prefix[-1], depth, n, tries)
+    draft_s = _floor(draft, prefix[-1], depth, 1, 2 * tries) if draft is not None else None
+    for ctx in (target, draft):
+        if ctx is not None:
+            ctx.truncate(0)
+    return verify, draft_s

@@ -1,0 +1,143 @@
+"""What the adaptive-K tuner learned, remembered across processes.
+
+A fresh process would otherwise spend its first rounds re-measuring the machine. The record is kept
+per (pair, llama.cpp build, device, settings that change the cost) in the user's cache directory:
+one small JSON file per key, written atomically. A file that does not parse, or was written for
+another key or schema, is ignored with one note and overwritten by the next save.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+SCHEMA = 1
+
+
+@dataclass
+class TunerRecord:
+    """Costs (seconds) and acceptance evidence, in the shape `AutoK.prime` takes."""
+
+    verify_s: dict[int, float]  # target verify time by batch size (tokens)
+    draft_s: float | None  # draft time per token
+    acc: list[float] = field(default_factory=list)  # decayed accepted counts by draft position
+    tried: list[float] = field(default_factory=list)  # decayed reached counts by draft position
+    saved_at: float = 0.0
+
+    def to_json(self, key: dict[str, Any]) -> str:
+        d = asdict(self)
+        d["verify_s"] = {str(n): t for n, t in sorted(self.verify_s.items())}
+        return json.dumps({"schema": SCHEMA, "key": key, **d}, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, key: dict[str, Any]) -> "TunerRecord":
+        d = json.loads(text)
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise ValueError("written by another version of localspec")
+        if d.get("key") != key:
+            raise ValueError("written for another pair, build or device")
+        verify = {int(n): float(t) for n, t in d["verify_s"].items()}
+        if not verify or any(not 0 < t < 3600 for t in verify.values()):
+            raise ValueError("verify timings out of range")
+        draft = d.get("draft_s")
+        acc, tried = [float(x) for x in d.get("acc", [])], [float(x) for x in d.get("tried", [])]
+        if len(acc) != len(tried) or any(a < 0 or a > t + 1e-9 for a, t in zip(acc, tried)):
+            raise ValueError("acceptance counts inconsistent")
+        return cls(verify, None if draft is None else float(draft), acc, tried, float(d.get("saved_at", 0)))
+
+
+def file_fingerprint(path: Path) -> str:
+    """Cheap identity of a model file: its size and its first and last MiB (a full hash of a 20 GB
+    target would cost more than the calibration it saves)."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(size - (1 << 20))
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def default_dir() -> Path:
+    import platformdirs  # noqa: PLC0415
+
+    return Path(platformdirs.user_cache_dir("localspec")) / "tuner"
+
+
+class TunerMemory:
+    def __init__(self, key: dict[str, Any], directory: Path | None = None, *, note: Callable[[str], None]):
+        self.key = key
+        self.dir = directory or default_dir()
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+        self.path = self.dir / f"{digest}.json"
+        self._note = note
+
+    def load(self) -> TunerRecord | None:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self._note(f"note: tuner cache {self.path} unreadable ({e.strerror}); measuring afresh")
+            return None
+        try:
+            return TunerRecord.from_json(text, self.key)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+            self._note(f"note: ignoring tuner cache {self.path} ({e}); measuring afresh")
+            return None
+
+    def save(self, record: TunerRecord) -> None:
+        """Atomic: a reader sees the old file or the new one, never half of one. Failures are notes,
+        never errors: remembering is an optimisation."""
+        record.saved_at = time.time()
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.dir, prefix=".tuner-", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(record.to_json(self.key))
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as e:
+            self._note(f"warning: could not save the tuner cache to {self.dir} ({e.strerror or e})")
+
+
+def memory_key(settings: Any, target_gpu_layers: int, draft_gpu_layers: int) -> dict[str, Any]:
+    """What the costs depend on: the two files, the llama.cpp build, the hardware and the settings
+    that change a decode's cost."""
+    from . import backend  # noqa: PLC0415 - llama.cpp facts come only from the backend
+
+    return {
+        "target": file_fingerprint(Path(settings.target)),
+        "draft": file_fingerprint(Path(settings.draft)),
+        "llama_cpp": backend.llama_cpp_version(),
+        "build": hashlib.sha256(backend.system_info().encode()).hexdigest()[:16],
+        "cpu": cpu_name(),
+        "devices": sorted(f"{d.name}:{d.description}" for d in backend.devices() if d.kind != "cpu"),
+        "gpu_layers": [target_gpu_layers, draft_gpu_layers],
+        "threads": settings.n_threads or backend.default_threads(),
+        "kv_type": settings.kv_type,
+        "flash_attn": settings.flash_attn,
+        "n_ubatch": settings.n_ubatch,
+    }
