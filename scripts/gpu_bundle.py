@@ -30,38 +30,36 @@ LLAMA_CPP_VERSION = "0.3.36"
 SDIST = f"llama_cpp_python-{LLAMA_CPP_VERSION}"
 LIMIT = 64 << 20  # what travels per device call: the working tree plus carried paths
 
-# what the CUDA build reads, relative to the sdist root (everything else is left out)
-KEEP = [
-    "CMakeLists.txt",
-    "pyproject.toml",
-    "README.md",
-    "LICENSE.md",
-    "PKG-INFO",
-    "llama_cpp/*",
-    "vendor/llama.cpp/CMakeLists.txt",
-    "vendor/llama.cpp/LICENSE",
-    "vendor/llama.cpp/licenses/*",
-    "vendor/llama.cpp/cmake/*",
-    "vendor/llama.cpp/include/*",
-    "vendor/llama.cpp/src/*",
-    "vendor/llama.cpp/common/*",
-    "vendor/llama.cpp/vendor/*",
-    "vendor/llama.cpp/ggml/CMakeLists.txt",
-    "vendor/llama.cpp/ggml/cmake/*",
-    "vendor/llama.cpp/ggml/include/*",
-    "vendor/llama.cpp/ggml/src/*.*",  # the core files directly in ggml/src
-    "vendor/llama.cpp/ggml/src/CMakeLists.txt",
-    "vendor/llama.cpp/ggml/src/ggml-cpu/*",
-    "vendor/llama.cpp/ggml/src/ggml-cuda/*",
+# what the CUDA build reads, relative to the sdist root (everything else is left out):
+# whole folders, and the files directly in a few folders (their sub-folders are other backends,
+# tools, tests, docs and models)
+KEEP_TREES = [
+    "llama_cpp/",
+    "vendor/llama.cpp/licenses/",
+    "vendor/llama.cpp/cmake/",
+    "vendor/llama.cpp/include/",
+    "vendor/llama.cpp/src/",
+    "vendor/llama.cpp/common/",
+    "vendor/llama.cpp/vendor/",
+    "vendor/llama.cpp/ggml/cmake/",
+    "vendor/llama.cpp/ggml/include/",
+    "vendor/llama.cpp/ggml/src/ggml-cpu/",
+    "vendor/llama.cpp/ggml/src/ggml-cuda/",
 ]
-# inside kept folders: what no build step reads
-DROP = ["*/ggml-cuda/template-instances/generate_cu_files.py", "*.md", "*/vendor/miniaudio/*.h"]
+KEEP_FLAT = ["", "vendor/llama.cpp/", "vendor/llama.cpp/ggml/", "vendor/llama.cpp/ggml/src/"]
+# what no build step reads, wherever it is
+DROP = ["*.py", "*.md", "*.nix", "*.sh", "*/vendor/miniaudio/*.h", "*/vendor/stb/*.h"]
 
 # packages the device image (python3.12 with torch, numpy, jinja2, click, psutil, rich, tqdm, pytest,
 # hypothesis, prometheus-client, huggingface-hub, safetensors, cmake, ninja) lacks, pinned like ours
 WHEELS = [
     "gguf==0.19.0",
-    "PyYAML>=5.1",  # gguf's dependency
+    "PyYAML>=5.1",  # gguf's dependencies
+    "requests>=2.25",
+    "urllib3",
+    "idna",
+    "certifi",
+    "charset-normalizer",
     "tomli-w>=1.0",
     "diskcache>=5.6.1",  # llama-cpp-python's
     "typing-extensions>=4.5",
@@ -145,7 +143,10 @@ def trim_sdist(sdist: Path, dst: Path) -> int:
 
 
 def keep(rel: str) -> bool:
-    return any(fnmatch.fnmatch(rel, p) for p in KEEP) and not any(fnmatch.fnmatch(rel, p) for p in DROP)
+    if any(fnmatch.fnmatch(rel, p) for p in DROP) and not rel.startswith("llama_cpp/"):
+        return False
+    folder = rel.rsplit("/", 1)[0] + "/" if "/" in rel else ""
+    return folder in KEEP_FLAT or any(rel.startswith(t) for t in KEEP_TREES)
 
 
 def fetch_wheels(python: str, dst: Path) -> None:

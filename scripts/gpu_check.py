@@ -31,20 +31,24 @@ SIZES = {
     "gpu": {
         "prompt_tokens": 128,
         "gen_tokens": 128,
-        "per_kind": 1,
-        "runs": 1,
+        "prompts": None,  # the bundled set, one prompt of each kind (4)
+        "warmup": 1,
+        "n_threads": None,
         "cost_batches": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64],
         "cost_reps": 20,
         "step_timeout": 240,
     },
+    # a smoke run: every step and configuration, as little work each as will run them; one thread,
+    # since llama.cpp's spinning thread barriers crawl on a shared, oversubscribed 2-core machine
     "cpu": {
         "prompt_tokens": 32,
-        "gen_tokens": 16,
-        "per_kind": 1,
-        "runs": 1,
-        "cost_batches": [1, 2, 3, 4, 6, 8],
+        "gen_tokens": 8,
+        "prompts": 1,
+        "warmup": 0,
+        "n_threads": 1,
+        "cost_batches": [1, 2, 4, 8],
         "cost_reps": 3,
-        "step_timeout": 240,
+        "step_timeout": 300,
     },
 }
 DRAFT_MAX = "1,2,3,4,5,6,7,8,auto"  # with the plain baseline: K = 0..8 and the tuner
@@ -72,7 +76,7 @@ def main() -> None:
     pair = pair_dir / "pair.toml"
     if pair.exists():
         run.step("doctor", lambda: doctor(pair, args.mode, args.out))
-        run.step("tests", lambda: tests(pair, args.out, run.sizes["step_timeout"]))
+        run.step("tests", lambda: tests(pair, args.out, run.sizes))
         run.step("bench", lambda: bench(pair, args.out, run.sizes))
         run.step("verify_cost", lambda: verify_cost(pair, run.sizes))
         run.step("concurrency", lambda: concurrency(pair, args.out, run.sizes))
@@ -156,7 +160,7 @@ def doctor(pair: Path, mode: str, out: Path) -> dict:
     from localspec.cli.doctor import collect, render  # noqa: PLC0415
     from localspec.settings import Settings  # noqa: PLC0415
 
-    rep = collect(Settings.load(pair=pair))
+    rep = collect(Settings.load(pair=pair, n_threads=1 if mode == "cpu" else None))
     (out / "doctor.txt").write_text(render(rep) + "\n")
     dec, ver = rep.get("decision", {}), rep.get("verified", {})
     problems = list(ver.get("problems", [])) + ([rep["refused"]] if "refused" in rep else [])
@@ -170,8 +174,11 @@ def doctor(pair: Path, mode: str, out: Path) -> dict:
     return {"decision": dec, "verified": ver, "plan": rep.get("plan"), "devices": rep.get("devices")}
 
 
-def tests(pair: Path, out: Path, timeout: int) -> dict:
-    env = os.environ | {"LOCALSPEC_TEST_PAIR": str(pair)}
+def tests(pair: Path, out: Path, sizes: dict) -> dict:
+    env = os.environ | {
+        "LOCALSPEC_TEST_PAIR": str(pair),
+        "LOCALSPEC_TEST_THREADS": str(sizes["n_threads"] or 0),
+    }
     cmd = [
         sys.executable,
         "-m",
@@ -182,7 +189,7 @@ def tests(pair: Path, out: Path, timeout: int) -> dict:
         "tests/test_gpu_pair.py",
         f"--junitxml={out / 'tests.xml'}",
     ]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=sizes["step_timeout"])
     (out / "tests.txt").write_text(p.stdout + p.stderr)
     summary = (p.stdout.strip().splitlines() or [""])[-1]
     if p.returncode != 0:
@@ -198,21 +205,33 @@ def _localspec(args: list[str], timeout: int) -> subprocess.CompletedProcess:
     return p
 
 
-def _bench_args(pair: Path, sizes: dict) -> list[str]:
-    return [
+def _bench_args(pair: Path, out: Path, sizes: dict) -> list[str]:
+    args = [
         "bench",
         "--pair",
         str(pair),
         "--per-kind",
-        str(sizes["per_kind"]),
+        "1",
         "--runs",
-        str(sizes["runs"]),
+        "1",
+        "--warmup",
+        str(sizes["warmup"]),
         "--prompt-tokens",
         str(sizes["prompt_tokens"]),
         "--gen-tokens",
         str(sizes["gen_tokens"]),
         "-q",
     ]
+    if sizes["prompts"]:  # the first few bundled prompts only
+        path = out / "prompts.jsonl"
+        lines = (ROOT / "localspec" / "data" / "bench_prompts.jsonl").read_text().splitlines(keepends=True)
+        path.write_text("".join(lines[: sizes["prompts"]]))
+        args += ["--prompts", str(path)]
+    return args + _threads(sizes)
+
+
+def _threads(sizes: dict) -> list[str]:
+    return ["--n-threads", str(sizes["n_threads"])] if sizes["n_threads"] else []
 
 
 def bench(pair: Path, out: Path, sizes: dict) -> dict:
@@ -289,14 +308,14 @@ def verify_cost(pair: Path, sizes: dict) -> dict:
     from localspec import backend  # noqa: PLC0415
     from localspec.settings import Settings  # noqa: PLC0415
 
-    s = Settings.load(pair=pair)
+    s = Settings.load(pair=pair, n_threads=sizes["n_threads"])
     prompt_len, reps = sizes["prompt_tokens"], sizes["cost_reps"]
     out: dict[str, Any] = {"prompt_tokens": prompt_len, "reps": reps}
     for role, path in (("target", s.target), ("draft", s.draft)):
         with (
             backend.Model(path, n_gpu_layers=s.n_gpu_layers) as m,
             backend.Context(
-                m, n_ctx=1024, n_batch=512, n_ubatch=512, flash_attn=s.flash_attn, kv_type=s.kv_type
+                m, n_ctx=1024, n_threads=s.n_threads, flash_attn=s.flash_attn, kv_type=s.kv_type
             ) as ctx,
         ):
             prompt = [(i * 7919) % 1000 + 100 for i in range(prompt_len)]
@@ -408,7 +427,7 @@ def render(r: dict) -> str:
             "## Verify cost by batch size",
             "",
             f"One pass over n new tokens after a {v['prompt_tokens']}-token"
-            f" prompt, median of {v['reps']}; draft per token = {v['draft_over_target']:.3f} x target.",
+            f" prompt, median of {v['reps']}; draft per token = {v['draft_over_target']:.3g} x target.",
             "",
             "| n | target ms | x one token | draft ms |",
             "|---|---|---|---|",

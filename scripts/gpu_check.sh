@@ -20,11 +20,20 @@ say() { echo "[gpu_check $(($(date +%s) - T0)) s] $*"; }
 if [ "$MODE" = gpu ]; then
     [ -f "$BUNDLE/manifest.json" ] || { echo "error: no $BUNDLE: run \`make gpu-bundle\` and carry it" >&2; exit 1; }
     nvidia-smi -L || true
+    command -v nvcc >/dev/null || export PATH=$PATH:/usr/local/cuda/bin
     PY=$WORK/venv/bin/python
-    [ -x "$PY" ] || python3 -m venv --system-site-packages "$WORK/venv" || exit 1
     say "installing the bundle's wheels (offline)"
-    "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" \
-        gguf tomli-w diskcache typing-extensions scikit-build-core pathspec packaging PyYAML || exit 1
+    if [ -x "$PY" ] || python3 -m venv --system-site-packages "$WORK/venv"; then
+        "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" \
+            gguf tomli-w diskcache typing-extensions scikit-build-core pathspec packaging || exit 1
+    else  # no venv module: the system Python, with every bundled wheel in a folder put first on the path
+        PY=python3
+        "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" "$BUNDLE"/wheels/*.whl || exit 1
+        export PYTHONPATH=$WORK/site
+    fi
+    # cuBLAS from a pip wheel (torch's) is not on the loader's path unless torch put it there
+    CUBLAS=$(scripts/gpu_build_llama.sh "$PY" "$WORK/llama" --cublas-dir)
+    [ -n "$CUBLAS" ] && export LD_LIBRARY_PATH=$CUBLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     # the f16 pair needs only numpy: write it while llama.cpp compiles (the check quantizes it after)
     "$PY" scripts/gpu_check.py --mode gpu --out "$OUT" --work "$WORK" --f16-only > "$OUT/f16.log" 2>&1 &
     F16_PID=$!
@@ -36,17 +45,12 @@ if [ "$MODE" = gpu ]; then
             echo "error: the CUDA build failed or ran past 7 minutes (log: $OUT/build.log)" >&2
             exit 1
         fi
-        "$PY" -m pip install -q --no-index --no-deps --force-reinstall "$WORK"/llama/wheel/llama_cpp_python-*.whl || exit 1
+        if [ -n "${PYTHONPATH:-}" ]; then TO=(--target "$WORK/site" --upgrade); else TO=(--force-reinstall); fi
+        "$PY" -m pip install -q --no-index --no-deps "${TO[@]}" "$WORK"/llama/wheel/llama_cpp_python-*.whl || exit 1
         say "built"
     fi
     wait "$F16_PID" || { cat "$OUT/f16.log"; echo "warning: the f16 pair failed; the check retries it" >&2; }
     say "f16 pair: $(tail -1 "$OUT/f16.log")"
-    # cuBLAS from a pip wheel is not on the loader's path unless torch put it there
-    CUBLAS=$(ls -d "$WORK"/venv/lib/python3*/site-packages/nvidia/cu13/lib \
-        /usr/local/lib/python3*/dist-packages/nvidia/cu13/lib /usr/lib/python3/dist-packages/nvidia/cu13/lib \
-        "$WORK"/venv/lib/python3*/site-packages/nvidia/cublas/lib 2>/dev/null | head -1)
-    CUBLAS=${CUBLAS:-$(grep -o 'cuBLAS from .*' "$OUT/build.log" 2>/dev/null | cut -d' ' -f3)}
-    [ -n "$CUBLAS" ] && export LD_LIBRARY_PATH=$CUBLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 else
     PY=${PYTHON:-}
     for cand in "$ROOT/.venv/bin/python" /work/main/.venv/bin/python python3; do

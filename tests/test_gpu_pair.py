@@ -2,8 +2,8 @@
 is lossless there too (batched verify kernels differ from one-token ones on a GPU), a model drafting
 for itself is accepted, and the widened target really computes its draft's function.
 
-LOCALSPEC_TEST_PAIR=path/pair.toml runs them on that pair (the GPU check sets it); without it, a
-tiny pair is generated from SmolLM2's vocabulary.
+LOCALSPEC_TEST_PAIR=path/pair.toml runs them on that pair (the GPU check sets it, and
+LOCALSPEC_TEST_THREADS for its --cpu run); without it, a tiny pair is generated from SmolLM2's vocabulary.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from .test_spec_real import MARGIN, teacher_forced_gaps
 
 pytestmark = pytest.mark.slow  # generates a pair unless the GPU check hands one over
 PROMPT = "Explain in two sentences why the sky is blue."
+THREADS = int(os.environ.get("LOCALSPEC_TEST_THREADS", "0")) or None
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def pair(request, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(pair):
-    with Engine(Settings.load(pair=pair, n_ctx=1024)) as eng:
+    with Engine(Settings.load(pair=pair, n_ctx=1024, n_threads=THREADS)) as eng:
         yield eng
 
 
@@ -77,7 +78,7 @@ def test_draft_and_target_really_differ(engine):
 
 def test_self_draft_is_accepted(pair):
     target = Settings.load(pair=pair).target
-    with Engine(Settings.load(target=target, draft=target, n_ctx=1024)) as eng:
+    with Engine(Settings.load(target=target, draft=target, n_ctx=1024, n_threads=THREADS)) as eng:
         st = eng.generate(PROMPT, temperature=0, max_tokens=32, draft_max="4").stats
     # not ~100% as with SmolLM2: a K+1-token verify batch runs other kernels than one-token drafting,
     # and their rounding flips the argmax at near-ties, which a random model has more of (CPU: 0.86)
@@ -101,7 +102,7 @@ def test_widening_keeps_the_draft_function(request, tmp_path):
     )
     logits = []
     for path in files.values():
-        with backend.Model(path) as m, backend.Context(m, n_ctx=64) as ctx:
+        with backend.Model(path) as m, backend.Context(m, n_ctx=64, n_threads=THREADS) as ctx:
             ids = m.tokenize(PROMPT)
             logits.append(ctx.eval(ids, 0, len(ids)).copy())
     assert np.abs(logits[0] - logits[1]).max() < 0.05
