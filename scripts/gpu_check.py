@@ -236,7 +236,7 @@ def _threads(sizes: dict) -> list[str]:
 
 def bench(pair: Path, out: Path, sizes: dict) -> dict:
     js, md = out / "bench.json", out / "bench.md"
-    args = _bench_args(pair, sizes) + [
+    args = _bench_args(pair, out, sizes) + [
         "--draft-max",
         DRAFT_MAX,
         "--temperature",
@@ -342,7 +342,7 @@ def concurrency(pair: Path, out: Path, sizes: dict) -> dict:
     if "--concurrency" not in help_text:
         return {"skipped": "this localspec has no `bench --concurrency` yet (the batched engine)"}
     js = out / "concurrency.json"
-    args = _bench_args(pair, sizes) + [
+    args = _bench_args(pair, out, sizes) + [
         "--draft-max",
         "auto",
         "--temperature",
