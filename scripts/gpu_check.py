@@ -36,6 +36,7 @@ SIZES = {
         "n_threads": None,
         "cost_batches": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64],
         "cost_reps": 20,
+        "draft_max": "1,2,3,4,5,6,7,8,auto",  # with the plain baseline: K = 0..8 and the tuner
         "step_timeout": 240,
     },
     # a smoke run: every step and configuration, as little work each as will run them; one thread,
@@ -48,10 +49,10 @@ SIZES = {
         "n_threads": 1,
         "cost_batches": [1, 2, 4, 8],
         "cost_reps": 3,
+        "draft_max": "1,2,4,8,auto",
         "step_timeout": 300,
     },
 }
-DRAFT_MAX = "1,2,3,4,5,6,7,8,auto"  # with the plain baseline: K = 0..8 and the tuner
 TEMPERATURES = "0,0.8"
 CONCURRENCY = "1,4,8"
 
@@ -238,7 +239,7 @@ def bench(pair: Path, out: Path, sizes: dict) -> dict:
     js, md = out / "bench.json", out / "bench.md"
     args = _bench_args(pair, out, sizes) + [
         "--draft-max",
-        DRAFT_MAX,
+        sizes["draft_max"],
         "--temperature",
         TEMPERATURES,
         "--json",
