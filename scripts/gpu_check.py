@@ -138,7 +138,16 @@ def machine() -> dict:
 
 
 def make_pair(vocab: Path, work: Path, pair_dir: Path, mode: str, seed: int, f16_only: bool = False) -> dict:
-    from localspec.convert.synthetic import RECIPES, quantize_pair, write_f16, write_vocab_only  # noqa: PLC0415
+    from localspec.convert.synthetic import (  # noqa: PLC0415
+        RECIPES,
+        is_built,
+        quantize_pair,
+        write_f16,
+        write_vocab_only,
+    )
+
+    if is_built(pair_dir, RECIPES[mode], seed=seed):
+        return {"log": ["already built with this recipe (a warm machine keeps it)"], "files": {}}
 
     if not vocab.exists():  # on a CPU machine the bundle may not be made yet: the real model is here
         vocab = work / "vocab.gguf"
