@@ -365,7 +365,7 @@ def concurrency(pair: Path, out: Path, sizes: dict) -> dict:
         str(out / "concurrency.md"),
     ]
     _localspec(args, sizes["step_timeout"])
-    return {"json": js.name}
+    return {"json": js.name, "rows": json.loads(js.read_text()).get("rows", [])}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -447,7 +447,18 @@ def render(r: dict) -> str:
         lines.append("")
     c = steps.get("concurrency", {})
     if c.get("ok"):
-        lines += ["## Concurrency (1, 4, 8)", "", c.get("skipped") or f"see {c['json']}", ""]
+        lines += ["## Concurrency (1, 4, 8)", ""]
+        if c.get("skipped"):
+            lines += [c["skipped"], ""]
+        else:
+            cols = ["config", "concurrency", "aggregate_tok_s", "per_request_tok_s", "ttft_ms", "n_tokens"]
+            lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+            for row in c["rows"]:
+                cells = [row.get(k, "") for k in cols]
+                lines.append(
+                    "| " + " | ".join(f"{v:.1f}" if isinstance(v, float) else str(v) for v in cells) + " |"
+                )
+            lines += ["", f"(`localspec bench --concurrency`'s own tables: {c['json']}, concurrency.md)", ""]
     return "\n".join(lines) + "\n"
 
 
