@@ -61,6 +61,7 @@ WHEELS = [
     "certifi",
     "charset-normalizer",
     "tomli-w>=1.0",
+    "platformdirs>=3",  # where `run` appends its acceptance log
     "diskcache>=5.6.1",  # llama-cpp-python's
     "typing-extensions>=4.5",
     "scikit-build-core>=0.9.2",  # builds the sdist (no build isolation: nothing can be downloaded)

@@ -25,7 +25,7 @@ if [ "$MODE" = gpu ]; then
     say "installing the bundle's wheels (offline)"
     if [ -x "$PY" ] || python3 -m venv --system-site-packages "$WORK/venv"; then
         "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" \
-            gguf tomli-w diskcache typing-extensions scikit-build-core pathspec packaging || exit 1
+            gguf tomli-w platformdirs diskcache typing-extensions scikit-build-core pathspec packaging || exit 1
     else  # no venv module: the system Python, with every bundled wheel in a folder put first on the path
         PY=python3
         "$PY" -m pip install -q --no-index --no-deps --target "$WORK/site" "$BUNDLE"/wheels/*.whl || exit 1
