@@ -3,8 +3,8 @@
 For machines no real pair can reach (a GPU box without network): the draft is a random llama-
 architecture model; the target is the draft's *noisy copy, widened without changing its function*:
   - noise: every attention/FFN matrix of the draft gets seeded Gaussian noise of relative size sigma,
-    at the draft's own width, so target-vs-draft agreement (acceptance) depends on sigma alone, not
-    on how far the target is widened - a tiny `--cpu` pair and the 7B-shaped one accept alike;
+    at the draft's own width, so target-vs-draft agreement (acceptance) depends on sigma and the
+    draft, not on how far the target is widened (scripts/synthetic_acceptance.py measures it);
   - widening by w: the residual stream is tiled w times (RMSNorm of a tiled vector is the tiled norm),
     every head is copied w times (GQA groups keep their kv head), input columns are divided by w;
     each FFN neuron j is copied m_j times with its down-projection column divided by m_j;
