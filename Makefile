@@ -9,7 +9,7 @@ LLAMA_CPP_VERSION := 0.3.36
 # built wheels are kept per CMAKE_ARGS: pip's own cache ignores CMAKE_ARGS and would reuse a wrong build
 WHEEL_DIR := .wheels/$(shell printf '%s' "$(CMAKE_ARGS)" | sha1sum | cut -c1-12)
 
-.PHONY: setup models demo serve chat test test-fast bench bench-full lint format clean
+.PHONY: setup models demo serve chat test test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -51,6 +51,14 @@ bench: models
 
 bench-full: models
 	$(PY) scripts/make_bench.py --full
+
+# everything a GPU machine without network needs for scripts/gpu_check.sh (docs/gpu.md)
+gpu-bundle: models
+	$(PY) scripts/gpu_bundle.py
+
+# the GPU check's --cpu path: a tiny synthetic pair, the same steps, about two minutes
+gpu-check-cpu: models
+	PYTHON=$(PY) scripts/gpu_check.sh --cpu
 
 lint:
 	$(VENV)/bin/ruff check localspec tests scripts
