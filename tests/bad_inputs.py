@@ -88,12 +88,16 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
     "quantize": lambda m, good, out: ["quantize", m, f"{out}/q.gguf", "--type", "q8_0"],
     "pair": lambda m, good, out: ["pair", good, m, "--out-dir", f"{out}/pair"],
     "convert": lambda m, good, out: ["convert", m, "--out", f"{out}/c.gguf"],
+    "chat": lambda m, good, out: ["chat", "--target", m, "--max-tokens", "4"],  # piped: "hello" on stdin
+    "serve": lambda m, good, out: ["serve", "--target", m, "--port", "0"],
 }
 # commands that take the Settings flags, and the bits of their command lines that are not settings
 SETTINGS_COMMANDS: dict[str, Callable[[str], list[str]]] = {
     "run": lambda good: ["run", "hi", "--target", good],
     "bench": lambda good: ["bench", "--target", good, "--runs", "1", "-q"],
     "doctor": lambda good: ["doctor", "--target", good, "--no-load"],
+    "chat": lambda good: ["chat", "--target", good],
+    "serve": lambda good: ["serve", "--target", good, "--port", "0"],
 }
 
 
