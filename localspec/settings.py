@@ -28,7 +28,8 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
-SPEC_MODES = ("pq", "match")  # speculative sampling; llama.cpp's sample-and-match
+# speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
+SPEC_MODES = ("pq", "match", "coupled")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,7 +71,9 @@ class Settings:
     )
     spec_mode: str = _f(
         "pq",
-        "Verification for sampling: pq (speculative sampling) or match.",
+        "Verification for sampling: pq (speculative sampling), match (llama.cpp's sample-and-match) or "
+        "coupled (draft and target share position-keyed noise: a seed gives the same text with or "
+        "without a draft, any K).",
         group="spec",
         choices=SPEC_MODES,
     )
