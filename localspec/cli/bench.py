@@ -42,8 +42,9 @@ def _spec_modes(value: str) -> list[str]:
     "spec_modes",
     default="pq",
     show_default=True,
-    help="Verification rule(s) at T > 0, comma-separated: pq (speculative sampling), match "
-    "(llama.cpp's sample-and-match); 'pq,match' puts them side by side.",
+    help="Verification rule(s) at T > 0, comma-separated: pq (speculative sampling), coupled (shared "
+    "position-keyed noise: same seed, same text), match (llama.cpp's sample-and-match); "
+    "'pq,coupled,match' puts them side by side.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Base seed (same for every configuration)."
