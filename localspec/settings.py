@@ -70,7 +70,7 @@ class Settings:
         0.0, "Stop drafting when the draft's top probability falls below this.", group="spec"
     )
     spec_mode: str = _f(
-        "pq",
+        "coupled",
         "Verification for sampling: pq (speculative sampling), match (llama.cpp's sample-and-match) or "
         "coupled (draft and target share position-keyed noise: a seed gives the same text with or "
         "without a draft, any K).",
