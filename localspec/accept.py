@@ -3,13 +3,16 @@
 Each rule looks at one drafted token x with the target's distribution p and the draft's q at that
 position, and returns (accepted, token): token is x when accepted, else the target's replacement.
 Greedy is the temperature-0 case; `pq` is speculative sampling (Leviathan et al. 2023, Chen et al.
-2023), which leaves the output distribution exactly p; `match` is llama.cpp's sample-and-match.
+2023), which leaves the output distribution exactly p; `match` is llama.cpp's sample-and-match;
+`coupled` shares position-keyed Gumbel noise between draft and target (noise.py), so its output is,
+token for token, what plain sampling with the same seed gives.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .noise import KeyedGumbel
 from .sampling import Dist
 
 
@@ -46,4 +49,15 @@ def residual(p: Dist, q: Dist) -> Dist:
 def match(p: Dist, x: int, rng: np.random.Generator) -> tuple[bool, int]:
     """Sample the target's own token from p; keep the draft token only if they coincide."""
     y = p.sample(rng)
+    return y == x, y
+
+
+def coupled(p: Dist, x: int, noise: KeyedGumbel, pos: int) -> tuple[bool, int]:
+    """Keep x iff it is the target's Gumbel-max choice y = argmax(log p + g_pos); otherwise emit y.
+
+    The draft proposed x = argmax(log q + g_pos) with the same noise (or x is a one-point guess, e.g.
+    a lookup draft), so the two agree often when p is close to q, and y is always exactly what plain
+    sampling emits at this position: the output is p's, and the same for every K.
+    """
+    y = noise.sample(p, pos)
     return y == x, y

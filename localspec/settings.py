@@ -32,7 +32,8 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
-SPEC_MODES = ("pq", "match")  # speculative sampling; llama.cpp's sample-and-match
+# speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
+SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
 MAX_TEMPERATURE = 100.0  # beyond this every distribution is uniform to float precision
 INT32_MAX = 2**31 - 1  # llama.cpp keeps these counts in int32
@@ -99,8 +100,10 @@ class Settings:
         0.0, "Stop drafting when the draft's top probability falls below this.", group="spec", ge=0, lt=1
     )
     spec_mode: str = _f(
-        "pq",
-        "Verification for sampling: pq (speculative sampling) or match.",
+        "coupled",
+        "Verification for sampling: pq (speculative sampling), match (llama.cpp's sample-and-match) or "
+        "coupled (draft and target share position-keyed noise: a seed gives the same text with or "
+        "without a draft, any K).",
         group="spec",
         choices=SPEC_MODES,
     )

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import accept
 from .draft_len import AutoK, FixedK
+from .noise import KeyedGumbel
 from .sampling import Dist, SamplingParams, argmax, process
 from .stats import Counters
 
@@ -40,7 +41,7 @@ class Step:
 
 @dataclass(frozen=True, kw_only=True)
 class SpecConfig:
-    mode: str = "pq"  # pq | match  (ignored when greedy)
+    mode: str = "pq"  # pq | match | coupled  (ignored when greedy)
     draft_min: int = 0
     draft_p_min: float = 0.0
 
@@ -49,8 +50,13 @@ class ContextFull(Exception):
     """The context has no room left for another token."""
 
 
-def _sample(row: np.ndarray, sp: SamplingParams, rng: np.random.Generator) -> int:
-    return argmax(row) if sp.greedy else process(row, sp).sample(rng)
+def _sample(
+    row: np.ndarray, sp: SamplingParams, rng: np.random.Generator, noise: KeyedGumbel | None, pos: int
+) -> int:
+    """The target's own token at sequence position pos (plain decoding, the bonus token)."""
+    if sp.greedy:
+        return argmax(row)
+    return noise.sample(process(row, sp), pos) if noise is not None else process(row, sp).sample(rng)
 
 
 def _sync(ctx: Evaluator, seq: Sequence[int], upto: int) -> np.ndarray | None:
@@ -83,9 +89,11 @@ def plain_steps(
     rng: np.random.Generator,
     c: Counters,
     max_new: int | None = None,
+    mode: str = "pq",
 ) -> Iterator[Step]:
-    """Target-only decoding: the baseline, and what --no-spec runs."""
-    yield from speculative_steps(target, None, prompt, sp, SpecConfig(), rng, c, FixedK(0), max_new)
+    """Target-only decoding: the baseline, and what --no-spec runs (mode: whose noise it samples with)."""
+    cfg = SpecConfig(mode=mode)
+    yield from speculative_steps(target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new)
 
 
 def speculative_steps(
@@ -109,6 +117,8 @@ def speculative_steps(
     seq = list(prompt)
     prefill(target, draft, seq, c)
     draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
+    # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
+    noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
     n_new = 0
     while max_new is None or n_new < max_new:
         t_round = time.perf_counter()
@@ -136,13 +146,13 @@ def speculative_steps(
                         if 1.0 / e.sum() < cfg.draft_p_min:
                             break
                 else:
-                    q = process(row, sp) if cfg.mode == "pq" else None
+                    q = process(row, sp) if cfg.mode != "match" else None
                     if q is None:  # sample-and-match drafts greedily, as llama.cpp does
                         x = argmax(row)
                     else:
                         if cfg.draft_p_min > 0 and i >= cfg.draft_min and q.top_prob() < cfg.draft_p_min:
                             break
-                        x = q.sample(draft_rng)
+                        x = noise.sample(q, len(seq) + i) if noise is not None else q.sample(draft_rng)
                         qs.append(q)
                 drafts.append(x)
                 if i == k - 1 or draft.is_eog(x):
@@ -164,6 +174,8 @@ def speculative_steps(
                 ok, tok = accept.greedy(rows[i], x)
             elif cfg.mode == "pq":
                 ok, tok = accept.pq(process(rows[i], sp), qs[i], x, verify_rng)
+            elif cfg.mode == "coupled":
+                ok, tok = accept.coupled(process(rows[i], sp), x, noise, len(seq) + i)
             else:
                 ok, tok = accept.match(process(rows[i], sp), x, verify_rng)
             new.append(tok)
@@ -173,7 +185,7 @@ def speculative_steps(
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            new.append(_sample(rows[len(drafts)], sp, verify_rng))
+            new.append(_sample(rows[len(drafts)], sp, verify_rng, noise, len(seq) + len(drafts)))
         if max_new is not None:
             new = new[: max_new - n_new]
         t3 = time.perf_counter()

@@ -5,7 +5,7 @@ Default (`make bench`, about 8 minutes on a 2-core CPU): one prompt per kind, 12
 64 generated, plain vs K = 1, 3 and auto, greedy, 3 measured runs after 1 warm-up. `--full`
 (`make bench-full`, about 1.8 hours there; written to docs/benchmarks-full.md and
 docs/bench-full.png): 128 generated tokens, K = 1, 2, 3, 4, 6, 8 and auto, at temperature 0 and
-0.8, where the p/q rule and sample-and-match run side by side. llama.cpp's own speculative decoding
+0.8, where the p/q rule, the coupled rule and sample-and-match run side by side. llama.cpp's own speculative decoding
 runs alongside when scripts/build_peer.sh has built it (or --no-peer).
 """
 
@@ -89,7 +89,7 @@ def main() -> int:
     plan = BenchPlan(
         draft_max=("1", "2", "3", "4", "6", "8", "auto") if args.full else ("1", "3", "auto"),
         temperatures=temps,
-        spec_modes=("pq", "match"),
+        spec_modes=("pq", "coupled", "match"),
         per_kind=args.per_kind,
         prompt_tokens=128,
         gen_tokens=args.gen_tokens or (128 if args.full else 64),
@@ -131,7 +131,8 @@ def main() -> int:
             f"Pair: `{_rel(rep.params['target'])}` (target) with `{_rel(rep.params['draft'])}` (draft); "
             f"pair.toml: {_pair_facts(args.pair)}. "
             f"Sampling at T>0: top-k {rep.params['top_k']}, top-p {rep.params['top_p']}, min-p {rep.params['min_p']}, "
-            "localspec verifies by the p/q rule (`pq`) or, for comparison, sample-and-match (`match`); "
+            "localspec verifies by the p/q rule (`pq`), the coupled rule (`coupled`: same seed, same text) "
+            "or, for comparison, sample-and-match (`match`); "
             "llama.cpp always verifies by sample-and-match.",
             "",
             "## Machine",

@@ -298,7 +298,7 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
         "--temperature",
         "0,0.8",
         "--spec-mode",
-        "pq,match",
+        "pq,coupled,match",
         "--n-ctx",
         "256",
         "--n-threads",  # one thread: two OpenMP threads crawl when the 2 shared cores are busy
@@ -314,14 +314,15 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     data = json.loads(out_json.read_text())
-    table, t_pq, t_match = data["tables"]  # greedy once; at T=0.8 the two rules side by side
-    assert (t_pq["temperature"], t_pq["spec_mode"], t_match["spec_mode"]) == (0.8, "pq", "match")
-    acc = {
-        t["spec_mode"]: {r["config"]: r["acceptance_rate"] for r in t["localspec"]} for t in (t_pq, t_match)
-    }
-    # drafting for itself, p = q up to batch noise: the p/q rule keeps nearly everything, while
-    # sample-and-match keeps a draft only when the target's sample happens to equal it
+    table, *sampled = data["tables"]  # greedy once; at T=0.8 the three rules side by side
+    assert [(t["temperature"], t["spec_mode"]) for t in sampled] == [
+        (0.8, m) for m in ("pq", "coupled", "match")
+    ]
+    acc = {t["spec_mode"]: {r["config"]: r["acceptance_rate"] for r in t["localspec"]} for t in sampled}
+    # drafting for itself, p = q up to batch noise: the p/q and coupled rules keep nearly everything,
+    # while sample-and-match keeps a draft only when the target's sample happens to equal it
     assert acc["pq"]["K=2"] > 0.85 and acc["pq"]["K=2"] >= acc["match"]["K=2"]
+    assert acc["coupled"]["K=2"] > 0.85 and acc["coupled"]["K=2"] >= acc["match"]["K=2"]
     rows = {r["config"]: r for r in table["localspec"]}
     assert list(rows) == ["plain", "K=2", "auto"]
     plain = rows["plain"]["decode_tok_s"]["median"]

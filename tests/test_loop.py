@@ -238,7 +238,7 @@ def test_residual_is_normalised_positive_part():
     }
 
 
-@pytest.mark.parametrize("mode", ["pq", "match"])
+@pytest.mark.parametrize("mode", ["pq", "match", "coupled"])
 def test_two_token_joint_distribution_matches_target_only_sampling(mode):
     """End to end through the loop: P(t1, t2) must equal the target chain's, whatever the draft."""
     v = 5

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import LocalspecError
-from ..settings import DEFAULT_PAIR, SPEC_MODES
+from ..settings import DEFAULT_PAIR, SPEC_MODES, Settings
 from .common import resolve_settings, settings_options
 
 # the bench sets these itself: one value per configuration, or fixed by the method
@@ -40,10 +40,11 @@ def _spec_modes(value: str) -> list[str]:
 @click.option(
     "--spec-mode",
     "spec_modes",
-    default="pq",
+    default=Settings.spec_mode,  # the field's default: the rule `run` uses
     show_default=True,
-    help="Verification rule(s) at T > 0, comma-separated: pq (speculative sampling), match "
-    "(llama.cpp's sample-and-match); 'pq,match' puts them side by side.",
+    help="Verification rule(s) at T > 0, comma-separated: pq (speculative sampling), coupled (shared "
+    "position-keyed noise: same seed, same text), match (llama.cpp's sample-and-match); "
+    "'pq,coupled,match' puts them side by side.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Base seed (same for every configuration)."
