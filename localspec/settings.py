@@ -28,7 +28,8 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
-SPEC_MODES = ("pq", "match")  # speculative sampling; llama.cpp's sample-and-match
+SPEC_MODES = ("pq", "match")
+AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round  # speculative sampling; llama.cpp's sample-and-match
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +48,9 @@ class Settings:
     )
     kv_type: str = _f(
         "f16", "KV cache type: f16, q8_0, q4_0 or f32.", group="model", choices=("f16", "q8_0", "q4_0", "f32")
+    )
+    parallel: int = _f(
+        1, "Sequences served at once (slots); each gets the full --n-ctx of KV cache.", group="model"
     )
     allow_partial_offload: bool = _f(
         False, "Run even if a model does not fit fully on the GPU.", group="model"
@@ -91,7 +95,19 @@ class Settings:
             raise LocalspecError(f"n_ctx must be >= 8 (got {self.n_ctx})")
         if self.draft_min < 0 or self.draft_p_min < 0 or self.draft_p_min >= 1:
             raise LocalspecError("draft_min must be >= 0 and draft_p_min in [0, 1)")
-        self.draft_k  # validates
+        if self.parallel < 1:
+            raise LocalspecError(f"parallel must be >= 1 (got {self.parallel})")
+        k = self.draft_k  # validates
+        if k is not None and k + 1 > self.n_batch:
+            raise LocalspecError(
+                f"--draft-max {k} needs a verify batch of {k + 1} tokens but --n-batch is {self.n_batch}; "
+                f"lower --draft-max to {self.n_batch - 1} or raise --n-batch"
+            )
+        if k is None and self.draft_min > min(AUTO_K_MAX, self.n_batch - 1):
+            raise LocalspecError(
+                f"--draft-min {self.draft_min} is above the most --draft-max auto drafts "
+                f"({min(AUTO_K_MAX, self.n_batch - 1)}); lower --draft-min or give a fixed --draft-max"
+            )
 
     @property
     def draft_k(self) -> int | None:
@@ -112,7 +128,7 @@ class Settings:
     def context_args(self) -> dict[str, Any]:
         """The keyword arguments of `backend.Context` that these settings decide."""
         names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type")
-        return {n: getattr(self, n) for n in names}
+        return {n: getattr(self, n) for n in names} | {"n_seq": self.parallel}
 
     @property
     def speculative(self) -> bool:

@@ -24,6 +24,7 @@ class Counters:
     llama_s: float = 0.0  # of which inside llama.cpp (draft + target evals)
     k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
     fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
+    n_prefilled: int = 0  # prompt tokens the target evaluated (the rest came from the cached prefix)
 
     def record_round(self, k: int, n_drafted: int, n_accepted: int) -> None:
         self.k_history.append(k)
@@ -41,11 +42,19 @@ class Counters:
             if i < n_accepted:
                 self.accepted_by_pos[i] += 1
 
+    def unaccept(self, draft_positions: list[int]) -> None:
+        """Accepted draft tokens that were never emitted (cut by a stop string): the counters then
+        count what the response holds. Their rounds still count as verified."""
+        for i in draft_positions:
+            self.n_accepted -= 1
+            self.accepted_by_pos[i] -= 1
+
 
 @dataclass(frozen=True)
 class Stats:
     speculative: bool
     n_prompt_tokens: int
+    n_prefilled: int  # prompt tokens actually evaluated (after prefix reuse)
     n_generated: int
     rounds: int
     plain_steps: int
@@ -87,6 +96,7 @@ class Stats:
         return cls(
             speculative=speculative,
             n_prompt_tokens=n_prompt,
+            n_prefilled=c.n_prefilled,
             n_generated=n_generated,
             rounds=c.rounds,
             plain_steps=c.plain_steps,
