@@ -288,10 +288,11 @@ class AutoK:
 
 def choose_batch(ctls: list[FixedK | AutoK], draft_batch_cost: float = 0.15) -> list[int]:
     """K for each sequence of one round. Alone, a sequence's controller decides as it always has.
-    Together, fixed Ks stay as asked and the auto ones get draft tokens greedily, one at a time,
-    wherever that raises the expected tokens per second of the whole round most, never above what
-    their own controller would pick; each extra sequence drafting in the same batched draft step is
-    assumed to cost `draft_batch_cost` of a single one."""
+    Together, fixed Ks stay as asked; for the auto ones the round's expected tokens per second is
+    maximised over a common draft depth (the batched draft steps cost the same whoever drafts in
+    them), never above what each one's own controller picks, and then a sequence whose drafts do not
+    pay for their share of the verify batch drafts less. Each extra sequence in a batched draft step
+    is assumed to cost `draft_batch_cost` of a single one."""
     own = [c.choose() for c in ctls]
     autos = [i for i, c in enumerate(ctls) if isinstance(c, AutoK)]
     if len(ctls) == 1 or not autos:
@@ -299,7 +300,6 @@ def choose_batch(ctls: list[FixedK | AutoK], draft_batch_cost: float = 0.15) -> 
     costs: AutoK = ctls[autos[0]]  # forks of one engine's tuner share these timings
     t_d = costs.t_draft.value or 0.0
     o = costs.t_overhead.value or 0.0
-    ks = [0 if i in autos else k for i, k in enumerate(own)]
 
     def rate(ks: list[int]) -> float:
         tokens = sum(c.expected_tokens(k) if isinstance(c, AutoK) else 1.0 + k for c, k in zip(ctls, ks))
@@ -307,17 +307,22 @@ def choose_batch(ctls: list[FixedK | AutoK], draft_batch_cost: float = 0.15) -> 
         draft_s = max(ks) * t_d * (1 + draft_batch_cost * max(n_drafting - 1, 0))
         return tokens / (draft_s + costs.verify_time(sum(k + 1 for k in ks)) + o)
 
-    best = rate(ks)
-    while True:
-        options = []
+    def at_depth(depth: int) -> list[int]:
+        ks = list(own)
         for i in autos:
-            if ks[i] < own[i]:
+            k = min(own[i], depth)
+            ks[i] = max(k, ctls[i].k_min) if k > 0 else 0
+        return ks
+
+    best, ks = max(((rate(at_depth(d)), at_depth(d)) for d in range(max(own) + 1)), key=lambda x: x[0])
+    improved = True
+    while improved:  # trim where a sequence's drafts cost the batch more than they bring
+        improved = False
+        for i in autos:
+            if ks[i] > 0:
                 trial = list(ks)
-                trial[i] = max(ks[i] + 1, ctls[i].k_min)
-                options.append((rate(trial), trial))
-        if not options:
-            return ks
-        r, trial = max(options, key=lambda o: o[0])
-        if r <= best:
-            return ks
-        best, ks = r, trial
+                trial[i] = ks[i] - 1 if ks[i] - 1 >= ctls[i].k_min else 0
+                r = rate(trial)
+                if r > best:
+                    best, ks, improved = r, trial, True
+    return ks
