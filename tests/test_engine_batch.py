@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from localspec.backend import Context
+from localspec.backend import Context, Model
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
 from localspec.settings import Settings
@@ -197,3 +197,19 @@ def test_standin_pair_four_concurrent_requests_are_lossless(default_pair):
             assert r is not None and len(r.tokens) >= 10
             assert r.stats.n_drafted > 0
             _check_lossless(eng, r)
+
+
+def test_plan_counts_the_kv_cache_of_every_slot(smollm2_path):
+    from localspec import placement
+    from localspec.backend import log_mark, log_since
+
+    s1 = Settings.load(target=smollm2_path, n_ctx=512)
+    s3 = s1.replace(parallel=3)
+    kv1, kv3 = placement.plan_for(s1).target.kv_bytes, placement.plan_for(s3).target.kv_bytes
+    assert kv3 == 3 * kv1
+    with Model(smollm2_path) as m:
+        mark = log_mark()
+        with Context(m, **s3.context_args()):
+            seen = placement.parse_log(log_since(mark))
+    assert seen.kv_cells == [3 * 512]  # llama.cpp allocated a full n_ctx for each slot
+    assert abs(seen.kv_total - kv3) <= 0.01 * kv3
