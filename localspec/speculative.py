@@ -297,7 +297,13 @@ def speculative_steps(
     while True:
         if st.finish is None:
             decode_round(target, draft, [st])
-        yield from st.take()
+        made = st.take()
+        for i, step in enumerate(made):
+            try:
+                yield step
+            except GeneratorExit:  # closed mid-round (a stop string): the rest is never emitted
+                c.unaccept([s.draft_pos for s in made[i + 1 :] if s.from_draft])
+                raise
         if st.finish == "context":
             raise ContextFull
         if st.finish is not None:
