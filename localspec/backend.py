@@ -448,7 +448,8 @@ class Context:
                 self._past[items[idx][0]] = p + 1
                 n_out += want
             if copy and n_out:
-                logits = np.ctypeslib.as_array(C.llama_get_logits(ptr), shape=(n_out, self.n_vocab))
+                # a copy: the next decode overwrites llama.cpp's logits buffer
+                logits = np.array(np.ctypeslib.as_array(C.llama_get_logits(ptr), shape=(n_out, self.n_vocab)))
                 r = 0
                 for j in range(start, end):
                     if queue[j][3]:
@@ -457,7 +458,7 @@ class Context:
             start = end
         if not copy:
             return []
-        return [np.array(rs) if rs else np.zeros((0, self.n_vocab), np.float32) for rs in rows]
+        return [np.stack(rs) if rs else np.zeros((0, self.n_vocab), np.float32) for rs in rows]
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         """Forget every cached position >= pos of sequence `seq` (the single KV-rollback operation)."""

@@ -213,3 +213,14 @@ def test_plan_counts_the_kv_cache_of_every_slot(smollm2_path):
             seen = placement.parse_log(log_since(mark))
     assert seen.kv_cells == [3 * 512]  # llama.cpp allocated a full n_ctx for each slot
     assert abs(seen.kv_total - kv3) <= 0.01 * kv3
+
+
+def test_a_batch_larger_than_n_batch_is_split_between_sequences(smollm2):
+    seqs = [smollm2.tokenize(t) for t in ("One two three four", "Red green blue and", "Cats and dogs are")]
+    with Context(smollm2, n_ctx=64, n_batch=8, n_ubatch=8, n_seq=3) as ctx:
+        rows = ctx.eval_batch([(i, s, 0, len(s)) for i, s in enumerate(seqs)])  # every row wanted
+    with Context(smollm2, n_ctx=64, n_batch=64) as solo:
+        for s, r in zip(seqs, rows):
+            solo.reset()
+            want = solo.eval(s, 0, len(s))
+            assert r.shape == want.shape and (r.argmax(1) == want.argmax(1)).all()
