@@ -80,7 +80,10 @@ class Engine:
             raise
         self._sched = Scheduler(self.target_ctx, self.draft_ctx, settings.parallel)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="localspec-engine", daemon=True)
+        # the thread holds the scheduler, not the engine: an engine nobody closed can still be collected
+        self._thread = threading.Thread(
+            target=_serve, args=(self._sched, self._inbox), name="localspec-engine", daemon=True
+        )
         self._thread.start()
 
     def _load(self) -> None:
@@ -122,36 +125,6 @@ class Engine:
         return [self.target_ctx] + ([self.draft_ctx] if self.draft_ctx else [])
 
     # -- the engine thread -----------------------------------------------------------------------
-    def _run(self) -> None:
-        """Take new jobs and commands between rounds; run rounds while any job is active."""
-        stop = False
-        while not stop:
-            items = [self._inbox.get()] if not self._sched.busy else []
-            while True:
-                try:
-                    items.append(self._inbox.get_nowait())
-                except queue.Empty:
-                    break
-            for item in items:
-                if item is None:
-                    stop = True
-                elif isinstance(item, Job):
-                    self._sched.add(item)
-                else:
-                    item()  # a command (clear_cache)
-            if stop:
-                break
-            try:
-                self._sched.step()
-            except BaseException as e:  # a bug: no job may wait forever on it
-                for job in list(self._sched.waiting) + [r[0] for r in self._sched.running]:
-                    job.fail(e)
-                self._sched.waiting.clear()
-                self._sched.running.clear()
-        closed = LocalspecError("the engine was closed")
-        for job in list(self._sched.waiting) + [r[0] for r in self._sched.running]:
-            job.fail(closed)
-
     def _call(self, fn: Callable[[], None]) -> None:
         """Run fn on the engine thread between rounds and wait for it."""
         done = threading.Event()
@@ -189,6 +162,12 @@ class Engine:
             self._inbox.put(None)
             self._thread.join()
         self._stack.close()
+
+    def __del__(self) -> None:  # last resort; owners call close()
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def _check_open(self) -> None:
         if self._closed:
@@ -369,6 +348,39 @@ class Handle:
             if item.response is not None:
                 self.response = item.response
             yield item
+
+
+def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:
+    """The engine thread: take new jobs and commands between rounds; run rounds while any job is
+    active; on None, fail whatever is left and end."""
+    stop = False
+    while not stop:
+        items = [inbox.get()] if not sched.busy else []
+        while True:
+            try:
+                items.append(inbox.get_nowait())
+            except queue.Empty:
+                break
+        for item in items:
+            if item is None:
+                stop = True
+            elif isinstance(item, Job):
+                sched.add(item)
+            else:
+                item()  # a command (clear_cache)
+        items = item = None  # held while the next get() blocks, they would keep a finished job alive
+        if stop:
+            break
+        try:
+            sched.step()
+        except BaseException as e:  # a bug: no job may wait forever on it
+            for job in list(sched.waiting) + [r[0] for r in sched.running]:
+                job.fail(e)
+            sched.waiting.clear()
+            sched.running.clear()
+    closed = LocalspecError("the engine was closed")
+    for job in list(sched.waiting) + [r[0] for r in sched.running]:
+        job.fail(closed)
 
 
 def _check_pair(target, draft) -> None:  # noqa: ANN001

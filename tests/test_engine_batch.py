@@ -224,3 +224,17 @@ def test_a_batch_larger_than_n_batch_is_split_between_sequences(smollm2):
             solo.reset()
             want = solo.eval(s, 0, len(s))
             assert r.shape == want.shape and (r.argmax(1) == want.argmax(1)).all()
+
+
+def test_an_engine_nobody_closed_is_collected(smollm2_path):
+    import gc
+    import weakref
+
+    eng = Engine(Settings.load(target=smollm2_path, n_ctx=128))
+    eng.generate("Hi", max_tokens=2, temperature=0)
+    ref, thread = weakref.ref(eng), eng._thread
+    del eng
+    gc.collect()
+    assert ref() is None
+    thread.join(timeout=10)
+    assert not thread.is_alive()  # closing it ended its engine thread
