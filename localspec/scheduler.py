@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Sequence
 
-from .speculative import Evaluator, SeqState, decode_round, prefill
+from .speculative import Evaluator, SeqState, decode_round, prefill_many
 
 
 class Job:
@@ -85,10 +85,13 @@ class Scheduler:
             self._admit(self.waiting.popleft())
         try:
             decoding = [st for _, st, pre in self.running if not pre]
-            for i, (job, st, pre) in enumerate(self.running):
-                if pre:  # alone, the whole prompt at once; beside running streams, a chunk per round
-                    done = prefill(self.target, self.draft, st, self.prefill_chunk if decoding else None)
-                    self.running[i] = (job, st, not done)
+            filling = [i for i, (_, _, pre) in enumerate(self.running) if pre]
+            if filling:  # alone, whole prompts at once; beside running streams, a chunk per round
+                states = [self.running[i][1] for i in filling]
+                done = prefill_many(self.target, self.draft, states, self.prefill_chunk if decoding else None)
+                for i, d in zip(filling, done):
+                    job, st, _ = self.running[i]
+                    self.running[i] = (job, st, not d)
             decode_round(self.target, self.draft, decoding)
         except Exception as e:  # a backend failure: every running job gets it, their caches are dropped
             for job, st, _ in list(self.running):

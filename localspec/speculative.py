@@ -107,25 +107,38 @@ def prefill(target: Evaluator, draft: Evaluator | None, st: SeqState, budget: in
     """Bring both caches towards `tokens[:-1]` (the last token opens the first round), evaluating at
     most `budget` tokens per model in this call. Returns True when done. The caller has already
     trimmed each cache to the prefix it shares with the prompt (prefix reuse)."""
+    return prefill_many(target, draft, [st], budget)[0]
+
+
+def prefill_many(
+    target: Evaluator, draft: Evaluator | None, states: Sequence[SeqState], budget: int | None = None
+) -> list[bool]:
+    """`prefill` for several sequences, in one batched decode per model."""
     t0 = time.perf_counter()
-    upto = len(st.tokens) - 1
-    if len(st.tokens) >= target.n_ctx:
-        st.finish = "context"
-        return True
-    done = True
-    for ctx in (target, draft if st.speculative else None):
-        if ctx is None:
-            continue
-        have = ctx.past(st.seq)
-        if have >= upto:
-            ctx.truncate(upto, st.seq)
-            continue
-        end = upto if budget is None else min(upto, have + budget)
-        ctx.eval_batch([(st.seq, st.tokens[have:end], have, 1)])
-        if ctx is target:
-            st.counters.n_prefilled += end - have
-        done &= end == upto
-    st.counters.prefill_s += time.perf_counter() - t0
+    done = [True] * len(states)
+    for ctx in (target, draft):
+        items = []
+        for i, st in enumerate(states):
+            upto = len(st.tokens) - 1
+            if len(st.tokens) >= target.n_ctx:
+                st.finish = "context"
+                continue
+            if ctx is None or (ctx is draft and not st.speculative):
+                continue
+            have = ctx.past(st.seq)
+            if have >= upto:
+                ctx.truncate(upto, st.seq)
+                continue
+            end = upto if budget is None else min(upto, have + budget)
+            items.append((st.seq, st.tokens[have:end], have, 1))
+            if ctx is target:
+                st.counters.n_prefilled += end - have
+            done[i] &= end == upto
+        if items:
+            ctx.eval_batch(items)
+    dt = time.perf_counter() - t0
+    for st in states:
+        st.counters.prefill_s += dt
     return done
 
 
