@@ -150,8 +150,6 @@ class Model:
         self.load_log = log_since(mark)
         self._vocab = C.llama_model_get_vocab(ptr)
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
-        self._piece_buf = ctypes.create_string_buffer(256)
-        self._tok_buf = (C.llama_token * 0)()
         eog = frozenset(t for t in range(self.n_vocab) if C.llama_vocab_is_eog(self._vocab, t))
         self.vocab = VocabFacts(
             vocab_type=int(C.llama_vocab_type(self._vocab)),
@@ -224,34 +222,43 @@ class Model:
         return buf.value.decode("utf-8", errors="replace")
 
     def token_text(self, token: int) -> str:
-        raw = C.llama_vocab_get_text(self._vocab, token)
+        raw = C.llama_vocab_get_text(self._live_vocab(), token)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
     def token_attr(self, token: int) -> int:
-        return int(C.llama_vocab_get_attr(self._vocab, token))
+        return int(C.llama_vocab_get_attr(self._live_vocab(), token))
 
     def is_eog(self, token: int) -> bool:
         return token in self.vocab.eog
 
     # -- text ----------------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        # a buffer per call: ctypes releases the GIL inside llama_tokenize, so a shared one would let
+        # two threads write into each other's result
+        vocab = self._live_vocab()
         data = text.encode("utf-8")
         cap = len(data) + 8
-        if len(self._tok_buf) < cap:
-            self._tok_buf = (C.llama_token * cap)()
-        n = C.llama_tokenize(self._vocab, data, len(data), self._tok_buf, cap, add_special, parse_special)
+        buf = (C.llama_token * cap)()
+        n = C.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
         if n < 0:  # buffer too small: -n is the size needed
-            self._tok_buf = (C.llama_token * -n)()
-            n = C.llama_tokenize(self._vocab, data, len(data), self._tok_buf, -n, add_special, parse_special)
-        return list(self._tok_buf[:n])
+            buf = (C.llama_token * -n)()
+            n = C.llama_tokenize(vocab, data, len(data), buf, -n, add_special, parse_special)
+        return list(buf[:n])
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         """The raw bytes of one token; may be part of a UTF-8 character (see detok.Detokenizer)."""
-        n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
+        vocab = self._live_vocab()
+        buf = ctypes.create_string_buffer(64)  # per call, like tokenize: any thread may ask
+        n = C.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
         if n < 0:
-            self._piece_buf = ctypes.create_string_buffer(-n)
-            n = C.llama_token_to_piece(self._vocab, token, self._piece_buf, len(self._piece_buf), 0, special)
-        return self._piece_buf.raw[:n]
+            buf = ctypes.create_string_buffer(-n)
+            n = C.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def _live_vocab(self):  # noqa: ANN202 - a ctypes pointer
+        if not getattr(self, "_ptr", None):
+            raise LocalspecError("model already closed")
+        return self._vocab
 
     def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
         return b"".join(self.token_bytes(t, special=special) for t in tokens).decode(
@@ -266,10 +273,13 @@ def _last_error(mark: int) -> str:
 
 
 class Context:
-    """One inference context (KV cache + compute buffers) over a Model, for a single sequence.
+    """One inference context (KV cache + compute buffers) over a Model, for `n_seq` sequences.
 
-    Created once with a fixed n_ctx; the batch is allocated once. `eval()` returns logits rows as
-    numpy *views* into llama.cpp's buffer: they are valid until the next `eval()` on this context.
+    Created once; the batch is allocated once. Each sequence (0..n_seq-1) may hold up to `n_ctx`
+    tokens: the KV cache is one unified buffer of n_ctx * n_seq cells shared by all sequences, so
+    every sequence can always reach its n_ctx whatever the others hold. `eval()` (one sequence)
+    returns logits rows as numpy *views* into llama.cpp's buffer, valid until the next decode;
+    `eval_batch()` (several sequences in one decode) returns copies.
     """
 
     def __init__(
@@ -282,18 +292,22 @@ class Context:
         n_threads: int | None = None,
         flash_attn: str = "auto",
         kv_type: str = "f16",
+        n_seq: int = 1,
     ) -> None:
         if kv_type not in KV_TYPES:
             raise LocalspecError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
         if flash_attn not in FLASH_ATTN:
             raise LocalspecError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}")
+        if n_seq < 1:
+            raise LocalspecError(f"n_seq must be >= 1 (got {n_seq})")
         self.model = model
         threads = n_threads or default_threads()
         params = C.llama_context_default_params()
-        params.n_ctx = n_ctx
+        params.n_ctx = n_ctx * n_seq
         params.n_batch = n_batch
         params.n_ubatch = min(n_ubatch, n_batch)
-        params.n_seq_max = 1
+        params.n_seq_max = n_seq
+        params.kv_unified = True  # one buffer: any sequence may use n_ctx cells, decodes stay single-stream
         params.n_threads = threads
         params.n_threads_batch = threads
         params.flash_attn_type = FLASH_ATTN[flash_attn]
@@ -303,16 +317,19 @@ class Context:
         mark = log_mark()
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
-            raise LocalspecError(f"llama.cpp could not create a context (n_ctx={n_ctx}): {_last_error(mark)}")
+            raise LocalspecError(
+                f"llama.cpp could not create a context (n_ctx={n_ctx} x {n_seq} sequences): {_last_error(mark)}"
+            )
         self._ptr = ptr
         self.init_log = log_since(mark)
-        self.n_ctx = int(C.llama_n_ctx(ptr))
+        self.n_seq = n_seq
+        self.n_ctx = min(n_ctx, int(C.llama_n_ctx(ptr)))  # per sequence
         self.n_batch = int(C.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
         self.n_vocab = model.n_vocab
         self._mem = C.llama_get_memory(ptr)
         self._batch = C.llama_batch_init(self.n_batch, 0, 1)
         self._has_batch = True
-        self.n_past = 0  # tokens currently in the KV cache (positions 0..n_past-1)
+        self._past = [0] * n_seq  # tokens each sequence has in the KV cache (positions 0..past-1)
 
     def close(self) -> None:
         if getattr(self, "_has_batch", False):
@@ -334,62 +351,125 @@ class Context:
         except Exception:
             pass
 
+    @property
+    def ptr(self):  # noqa: ANN201 - a ctypes pointer
+        if not getattr(self, "_ptr", None):
+            raise LocalspecError("this context is closed")
+        return self._ptr
+
+    @property
+    def n_past(self) -> int:
+        """Tokens cached for sequence 0 (the single-sequence view)."""
+        return self._past[0]
+
+    def past(self, seq: int = 0) -> int:
+        return self._past[seq]
+
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
 
-    def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1) -> np.ndarray:
-        """Decode `tokens` at positions pos.. and return logits for the last `n_logits` of them.
+    def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1, seq: int = 0) -> np.ndarray:
+        """Decode `tokens` of sequence `seq` at positions pos.. and return logits for the last
+        `n_logits` of them: a (n_logits, n_vocab) float32 view, valid until the next decode.
 
-        Positions past `pos` must be empty (call `truncate` first); returns a (n_logits, n_vocab)
-        float32 view. Long inputs are split into n_batch chunks; only the final chunk asks for logits.
-        """
+        Positions past `pos` must be empty (call `truncate` first). Long inputs are split into n_batch
+        chunks; only the final chunk asks for logits."""
+        self._check(seq, tokens, pos, n_logits)
+        self._decode([(seq, tokens, pos, n_logits)])
+        return np.ctypeslib.as_array(C.llama_get_logits(self.ptr), shape=(n_logits, self.n_vocab))
+
+    def eval_batch(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
+        """Several sequences at once: items are (seq, tokens, pos, n_logits); returns one
+        (n_logits, n_vocab) array per item (copies). Everything goes into as few decodes as n_batch
+        allows - one, whenever the tokens fit."""
+        for seq, tokens, pos, n_logits in items:
+            self._check(seq, tokens, pos, n_logits)
+        if len({seq for seq, *_ in items}) != len(items):
+            raise LocalspecError("eval_batch() takes each sequence at most once")
+        return self._decode(items, copy=True)
+
+    def _check(self, seq: int, tokens: Sequence[int], pos: int, n_logits: int) -> None:
         n = len(tokens)
+        if not 0 <= seq < self.n_seq:
+            raise LocalspecError(f"sequence {seq} out of range (this context has {self.n_seq})")
         if n == 0:
             raise LocalspecError("eval() needs at least one token")
         if not 0 < n_logits <= min(n, self.n_batch):
             raise LocalspecError(f"n_logits={n_logits} must be in 1..{min(n, self.n_batch)}")
-        if pos != self.n_past:
-            raise LocalspecError(f"eval at position {pos} but the cache holds {self.n_past} tokens")
+        if pos != self._past[seq]:
+            raise LocalspecError(f"eval at position {pos} but the cache holds {self._past[seq]} tokens")
         if pos + n > self.n_ctx:
             raise LocalspecError(
                 f"context is full: {pos + n} tokens needed, n_ctx is {self.n_ctx} (raise --n-ctx)"
             )
-        b = self._batch
-        start = 0
-        while start < n:
-            end = min(n, start + self.n_batch)
-            # keep the last chunk big enough to hold every row that wants logits
-            if end < n and n - end < n_logits:
-                end = n - n_logits
-            first_out = n - n_logits
-            for j, i in enumerate(range(start, end)):
-                b.token[j] = tokens[i]
-                b.pos[j] = pos + i
-                b.n_seq_id[j] = 1
-                b.seq_id[j][0] = 0
-                b.logits[j] = 1 if i >= first_out else 0
-            b.n_tokens = end - start
-            rc = C.llama_decode(self._ptr, b)
-            if rc != 0:
-                # a failed decode can leave partial entries: drop them so the cache stays consistent
-                C.llama_memory_seq_rm(self._mem, 0, pos + start, -1)
-                self.n_past = pos + start
-                raise LocalspecError(f"llama_decode failed (code {rc}) at position {pos + start}")
-            self.n_past = pos + end
-            start = end
-        ptr = C.llama_get_logits(self._ptr)
-        return np.ctypeslib.as_array(ptr, shape=(n_logits, self.n_vocab))
 
-    def truncate(self, pos: int) -> None:
-        """Forget every cached position >= pos (the single KV-rollback operation)."""
-        if pos < self.n_past:
-            if not C.llama_memory_seq_rm(self._mem, 0, pos, -1):
+    def _decode(self, items, copy: bool = False) -> list[np.ndarray]:  # noqa: ANN001
+        """Pack the items' tokens into batches of at most n_batch and decode them in order. A batch
+        boundary never splits one item's logits rows unless that item alone fills a batch."""
+        ptr, b = self.ptr, self._batch
+        rows: list[list[np.ndarray]] = [[] for _ in items]
+        queue = []  # (item index, token, pos, wants logits)
+        for idx, (_seq, tokens, pos, n_logits) in enumerate(items):
+            first_out = len(tokens) - n_logits
+            queue.extend((idx, tokens[i], pos + i, i >= first_out) for i in range(len(tokens)))
+        start = 0
+        while start < len(queue):
+            end = min(len(queue), start + self.n_batch)
+            # keep an item's logits rows in one decode when they can be (a single view suffices)
+            if (
+                end < len(queue)
+                and queue[end][3]
+                and queue[end - 1][3]
+                and queue[end][0] == queue[end - 1][0]
+            ):
+                idx = queue[end][0]
+                first = next(j for j in range(start, end) if queue[j][0] == idx and queue[j][3])
+                if first > start:
+                    end = first
+            for j in range(start, end):
+                idx, tok, p, want = queue[j]
+                b.token[j - start] = tok
+                b.pos[j - start] = p
+                b.n_seq_id[j - start] = 1
+                b.seq_id[j - start][0] = items[idx][0]
+                b.logits[j - start] = 1 if want else 0
+            b.n_tokens = end - start
+            rc = C.llama_decode(ptr, b)
+            if rc != 0:
+                # a failed decode can leave partial entries: drop them so every cache stays consistent
+                for seq in {items[queue[j][0]][0] for j in range(start, end)}:
+                    first_pos = min(queue[j][2] for j in range(start, end) if items[queue[j][0]][0] == seq)
+                    C.llama_memory_seq_rm(self._mem, seq, first_pos, -1)
+                    self._past[seq] = first_pos
+                raise LocalspecError(f"llama_decode failed (code {rc}) at position {queue[start][2]}")
+            n_out = 0
+            for j in range(start, end):
+                idx, _tok, p, want = queue[j]
+                self._past[items[idx][0]] = p + 1
+                n_out += want
+            if copy and n_out:
+                # a copy: the next decode overwrites llama.cpp's logits buffer
+                logits = np.array(np.ctypeslib.as_array(C.llama_get_logits(ptr), shape=(n_out, self.n_vocab)))
+                r = 0
+                for j in range(start, end):
+                    if queue[j][3]:
+                        rows[queue[j][0]].append(logits[r])
+                        r += 1
+            start = end
+        if not copy:
+            return []
+        return [np.stack(rs) if rs else np.zeros((0, self.n_vocab), np.float32) for rs in rows]
+
+    def truncate(self, pos: int, seq: int = 0) -> None:
+        """Forget every cached position >= pos of sequence `seq` (the single KV-rollback operation)."""
+        if pos < self._past[seq]:
+            if not C.llama_memory_seq_rm(self._mem, seq, pos, -1):
                 raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
-            self.n_past = pos
+            self._past[seq] = pos
 
     def reset(self) -> None:
         C.llama_memory_clear(self._mem, True)
-        self.n_past = 0
+        self._past = [0] * self.n_seq
 
 
 # ---------------------------------------------------------------------------------------------------

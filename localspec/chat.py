@@ -95,12 +95,24 @@ def render(
         raise LocalspecError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
 
-def prompt_tokens(model: Any, messages: list[dict], *, template: str | None = None) -> list[int]:
-    """Render `messages` with the model's template and tokenize them. Templates that write the BOS
-    text themselves (Llama 3, Gemma) must not get a second BOS from the tokenizer."""
+def render_for(model: Any, messages: list[dict], *, template: str | None = None) -> str:
+    """The prompt text for `messages` through the model's own template and special tokens."""
     v = model.vocab
     bos = model.token_text(v.bos) if v.bos >= 0 else ""
     eos = model.token_text(v.eos) if v.eos >= 0 else ""
-    text = render(template or model.chat_template(), messages, bos_token=bos, eos_token=eos)
-    add_bos = v.add_bos and not (bos and text.startswith(bos))
+    return render(template or model.chat_template(), messages, bos_token=bos, eos_token=eos)
+
+
+def tokenize_rendered(model: Any, text: str, *, continuation: bool = False) -> list[int]:
+    """Tokens of rendered chat text (special tokens parsed). Templates that write the BOS text
+    themselves (Llama 3, Gemma) must not get a second BOS from the tokenizer, and a continuation of
+    a conversation already tokenized gets none."""
+    v = model.vocab
+    bos = model.token_text(v.bos) if v.bos >= 0 else ""
+    add_bos = not continuation and v.add_bos and not (bos and text.startswith(bos))
     return model.tokenize(text, add_special=add_bos, parse_special=True)
+
+
+def prompt_tokens(model: Any, messages: list[dict], *, template: str | None = None) -> list[int]:
+    """Render `messages` with the model's template and tokenize them."""
+    return tokenize_rendered(model, render_for(model, messages, template=template))

@@ -10,6 +10,13 @@ measured per batch size, with a line through the measurements only for sizes not
 where o is the per-round overhead. K = 0 means a plain target step. When the measured speculative
 rate over a window falls below the measured plain rate, AutoK falls back to plain decoding and
 re-probes later.
+
+Under load several sequences share each round, and the target's verify pass is one batch of all
+their tokens. `choose_batch` then picks each sequence's K for the batch it is in: the verify cost
+is a function of the *total* batch size (the timings are shared by every sequence's controller, see
+`AutoK.fork`), so it adds draft tokens one at a time where they raise the batch's expected tokens
+per second most, and stops - at no drafting at all - once batching alone already uses the hardware.
+Acceptance stays per sequence.
 """
 
 from __future__ import annotations
@@ -101,8 +108,40 @@ class AutoK:
         self.acc = np.zeros(self.k_max)
         self.tried = np.zeros(self.k_max)
         self.recent = deque(maxlen=self.window)
-        self.k_min = max(1, self.k_min)
+        self.k_min = min(max(1, self.k_min), self.k_max)
         self._probe = [k if k == 0 else min(max(k, self.k_min), self.k_max) for k in self._probe]
+
+    def fork(self) -> "AutoK":
+        """A controller for one more request on the same pair: it shares this one's timings (they
+        belong to the machine, and concurrent requests measure the same batch costs) and its probe
+        schedule, and starts from its acceptance evidence at a quarter weight, as `begin` does."""
+        c = AutoK(
+            k_max=self.k_max,
+            k_min=self.k_min,
+            prior_accept=self.prior_accept,
+            prior_weight=self.prior_weight,
+            window=self.window,
+            reprobe_after=self.reprobe_after,
+            decay=self.decay,
+            explore_every=self.explore_every,
+        )
+        c.t_draft, c.t_overhead, c.verify, c._seen_at = (
+            self.t_draft,
+            self.t_overhead,
+            self.verify,
+            self._seen_at,
+        )
+        c._probe = self._probe  # shared: only the first request pays the probe rounds
+        c.acc, c.tried = self.acc * 0.25, self.tried * 0.25
+        c._seen_first, c._rounds, c._explores = self._seen_first, self._rounds, self._explores
+        c._predict_start = not self._probe  # costs known (primed, or probed once): start predicted
+        return c
+
+    def absorb(self, other: "AutoK") -> None:
+        """Take a finished request's acceptance evidence back (the next fork starts from it)."""
+        self.acc, self.tried = other.acc.copy(), other.tried.copy()
+        self._seen_first = self._seen_first or other._seen_first
+        self._rounds, self._explores = max(self._rounds, other._rounds), max(self._explores, other._explores)
 
     def prime(
         self,
@@ -113,15 +152,16 @@ class AutoK:
     ) -> None:
         """Start from known costs (calibrated at load, or remembered from an earlier process) and,
         when remembered, acceptance evidence: no probe rounds, the first round runs at the best K
-        they predict. Remembered evidence enters at a quarter weight, as between requests."""
+        they predict. Remembered evidence enters at full weight here: each request's `fork` (or
+        `begin`) takes it at a quarter, as it does between requests of one process."""
         for n, t in verify.items():
             self.verify.setdefault(n, _Floor()).add(t)
             self._seen_at[n] = 0
         if draft_s is not None:
             self.t_draft.add(draft_s)
         m = min(len(acc), self.k_max)
-        self.acc[:m] += 0.25 * np.asarray(acc[:m], dtype=float)
-        self.tried[:m] += 0.25 * np.asarray(tried[:m], dtype=float)
+        self.acc[:m] += np.asarray(acc[:m], dtype=float)
+        self.tried[:m] += np.asarray(tried[:m], dtype=float)
         self._probe = []
         self._seen_first = True  # the timings above already exclude first-use costs
         self._predict_start = True
@@ -166,6 +206,10 @@ class AutoK:
         y = np.array(list(pts.values()), dtype=float)
         b1, b0 = np.polyfit(x, y, 1)
         return max(b0 + max(b1, 0.0) * n, min(pts.values()))
+
+    def expected_tokens(self, k: int) -> float:
+        """Tokens one round with K drafts emits, on average (the target's own token included)."""
+        return 1.0 + float(np.cumprod(self.accept_probs()[:k]).sum()) if k > 0 else 1.0
 
     def expected_rate(self, k: int) -> float:
         o = self.t_overhead.value or 0.0
@@ -232,7 +276,14 @@ class AutoK:
         draft_s: float,
         verify_s: float,
         round_s: float,
+        batch_tokens: int | None = None,
     ) -> None:
+        """One round's outcome; `batch_tokens` is the verify batch's size over every sequence in it
+        (None or n_drafted + 1 when this sequence was alone)."""
+        alone = batch_tokens is None or batch_tokens == n_drafted + 1
+        if not alone:
+            self._observe_shared(n_drafted, n_accepted, verify_s, batch_tokens)
+            return
         self._rounds += 1
         if self._seen_first:  # the first round pays one-off costs (graph building): not a timing
             self.verify.setdefault(n_drafted + 1, _Floor()).add(verify_s)
@@ -243,11 +294,7 @@ class AutoK:
         self._seen_first = True
         if n_drafted == 0:
             return
-        upto = min(n_drafted, self.k_max)
-        self.acc *= self.decay
-        self.tried *= self.decay
-        self.tried[:upto] += np.arange(upto) <= n_accepted  # positions reached in this round
-        self.acc[: min(n_accepted, upto)] += 1
+        self._learn_acceptance(n_drafted, n_accepted)
         self.recent.append((n_emitted, round_s))
         if len(self.recent) == self.recent.maxlen and self.verify.get(1):
             toks = sum(n for n, _ in self.recent)
@@ -257,3 +304,65 @@ class AutoK:
             self.recent.clear()  # windows do not overlap: one verdict per window, not a test per round
             if toks / secs < 0.9 / (self.verify[1].mean + (self.t_overhead.value or 0.0)):
                 self._fall_back()
+
+    def _observe_shared(self, n_drafted: int, n_accepted: int, verify_s: float, batch_tokens: int) -> None:
+        """A round shared with other sequences: the verify time belongs to the whole batch (each of
+        its sequences reports the same one, kept once), acceptance to this sequence; the realised-rate
+        fallback is a single-stream judgement and is not applied."""
+        self._rounds += 1
+        floor = self.verify.setdefault(batch_tokens, _Floor())
+        if self._seen_first and (not floor.samples or floor.samples[-1] != verify_s):
+            floor.add(verify_s)
+            self._seen_at[batch_tokens] = self._rounds
+        self._seen_first = True
+        if n_drafted:
+            self._learn_acceptance(n_drafted, n_accepted)
+
+    def _learn_acceptance(self, n_drafted: int, n_accepted: int) -> None:
+        upto = min(n_drafted, self.k_max)
+        self.acc *= self.decay
+        self.tried *= self.decay
+        self.tried[:upto] += np.arange(upto) <= n_accepted  # positions reached in this round
+        self.acc[: min(n_accepted, upto)] += 1
+
+
+def choose_batch(ctls: list[FixedK | AutoK], draft_batch_cost: float = 0.15) -> list[int]:
+    """K for each sequence of one round. Alone, a sequence's controller decides as it always has.
+    Together, fixed Ks stay as asked; for the auto ones the round's expected tokens per second is
+    maximised over a common draft depth (the batched draft steps cost the same whoever drafts in
+    them), never above what each one's own controller picks, and then a sequence whose drafts do not
+    pay for their share of the verify batch drafts less. Each extra sequence in a batched draft step
+    is assumed to cost `draft_batch_cost` of a single one."""
+    own = [c.choose() for c in ctls]
+    autos = [i for i, c in enumerate(ctls) if isinstance(c, AutoK)]
+    if len(ctls) == 1 or not autos:
+        return own
+    costs: AutoK = ctls[autos[0]]  # forks of one engine's tuner share these timings
+    t_d = costs.t_draft.value or 0.0
+    o = costs.t_overhead.value or 0.0
+
+    def rate(ks: list[int]) -> float:
+        tokens = sum(c.expected_tokens(k) if isinstance(c, AutoK) else 1.0 + k for c, k in zip(ctls, ks))
+        n_drafting = sum(k > 0 for k in ks)
+        draft_s = max(ks) * t_d * (1 + draft_batch_cost * max(n_drafting - 1, 0))
+        return tokens / (draft_s + costs.verify_time(sum(k + 1 for k in ks)) + o)
+
+    def at_depth(depth: int) -> list[int]:
+        ks = list(own)
+        for i in autos:
+            k = min(own[i], depth)
+            ks[i] = max(k, ctls[i].k_min) if k > 0 else 0
+        return ks
+
+    best, ks = max(((rate(at_depth(d)), at_depth(d)) for d in range(max(own) + 1)), key=lambda x: x[0])
+    improved = True
+    while improved:  # trim where a sequence's drafts cost the batch more than they bring
+        improved = False
+        for i in autos:
+            if ks[i] > 0:
+                trial = list(ks)
+                trial[i] = ks[i] - 1 if ks[i] - 1 >= ctls[i].k_min else 0
+                r = rate(trial)
+                if r > best:
+                    best, ks, improved = r, trial, True
+    return ks

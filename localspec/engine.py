@@ -1,9 +1,10 @@
-"""The engine: owns the loaded pair and its preallocated contexts, and turns the decoding loop
-into a stream of text (`stream`) and a finished response (`generate`).
+"""The engine: owns the loaded pair and its preallocated contexts, and serves requests
+(`submit` -> `Handle`; `stream` and `generate` on top) from one engine thread that runs decoding
+rounds over every active request at once (see scheduler.py and speculative.py).
 
-Contexts are created once with a fixed n_ctx and warmed up with one decode so compute buffers are
-reserved before the first request; requests never allocate contexts. The KV cache of the previous
-request is reused for the longest common prompt prefix.
+Contexts are created once with `parallel` sequences of n_ctx tokens each and warmed up with one
+decode so compute buffers are reserved before the first request; requests never allocate contexts.
+A request reuses the KV cache of the slot holding the longest common prompt prefix.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import threading
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -23,10 +24,12 @@ from .compat import check_pair
 from .draft_len import AutoK, FixedK
 from .errors import LocalspecError, PromptTooLong
 from .sampling import SamplingParams
-from .settings import Settings
-from .speculative import ContextFull, SpecConfig, speculative_steps
+from .scheduler import Job, Scheduler
+from .settings import AUTO_K_MAX, Settings
+from .speculative import SeqState, SpecConfig, Step
 from .stats import Counters, Stats
 from .stream import TextStream
+from .text_input import require_text
 from .tuner_memory import TunerMemory, TunerRecord, memory_key
 
 # a neutral prefix for timing decodes at a realistic depth (the text itself does not matter)
@@ -64,41 +67,17 @@ class Chunk:
     response: Response | None = None  # set on the last chunk only
 
 
-class _Slot:
-    """A context plus the tokens its KV cache holds (for prefix reuse)."""
-
-    def __init__(self, ctx: backend.Context) -> None:
-        self.ctx = ctx
-        self.tokens: list[int] = []
-
-    def reuse(self, prompt: Sequence[int]) -> None:
-        n = 0
-        for a, b in zip(self.tokens, prompt):
-            if a != b:
-                break
-            n += 1
-        self.ctx.truncate(min(n, self.ctx.n_past))
-
-    def settle(self, history: list[int]) -> None:
-        self.ctx.truncate(min(self.ctx.n_past, len(history)))
-        self.tokens = history[: self.ctx.n_past]
-
-    def clear(self) -> None:
-        self.ctx.reset()
-        self.tokens = []
-
-
 class Engine:
     def __init__(self, settings: Settings, *, log=None) -> None:  # noqa: ANN001
         self.settings = settings
         self._log = log or (lambda msg: None)
         if settings.target is None:
             raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
-        self._lock = threading.Lock()
         self._stack = ExitStack()
+        self._closed = False
         self.draft: backend.Model | None = None
-        self.draft_slot: _Slot | None = None
-        self._auto: dict[int, AutoK] = {}  # draft_min -> the adaptive-K tuner
+        self.draft_ctx: backend.Context | None = None
+        self._auto: dict[tuple[int, int], AutoK] = {}  # (k_min, k_max) -> the tuner requests fork
         self._known: TunerRecord | None = None  # costs (and acceptance) the tuners start from
         self._memory: TunerMemory | None = None
         self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
@@ -107,6 +86,13 @@ class Engine:
         except BaseException:
             self._stack.close()
             raise
+        self._sched = Scheduler(self.target_ctx, self.draft_ctx, settings.parallel)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        # the thread holds the scheduler, not the engine: an engine nobody closed can still be collected
+        self._thread = threading.Thread(
+            target=_serve, args=(self._sched, self._inbox), name="localspec-engine", daemon=True
+        )
+        self._thread.start()
 
     def _load(self) -> None:
         s = self.settings
@@ -123,12 +109,12 @@ class Engine:
         self.target = self._stack.enter_context(
             backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers, devices=pin)
         )
-        self.target_slot = _Slot(self._stack.enter_context(backend.Context(self.target, **common)))
+        self.target_ctx = self._stack.enter_context(backend.Context(self.target, **common))
         if use_draft:
             self.draft = self._stack.enter_context(
                 backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers, devices=pin)
             )
-            self.draft_slot = _Slot(self._stack.enter_context(backend.Context(self.draft, **common)))
+            self.draft_ctx = self._stack.enter_context(backend.Context(self.draft, **common))
         self.placement = placement.verify(
             plan,
             self.decision,
@@ -139,9 +125,9 @@ class Engine:
             self._log(f"warning: {problem}")
         self._log(self.placement.summary())
         # -- end placement ------------------------------------------------------------------------
-        for slot in self._slots():  # warm-up: reserve compute buffers now, not on the first request
-            slot.ctx.eval([slot.ctx.model.vocab.bos if slot.ctx.model.vocab.bos >= 0 else 0], 0, 1)
-            slot.clear()
+        for ctx in self._contexts():  # warm-up: reserve compute buffers now, not on the first request
+            ctx.eval([ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0], 0, 1)
+            ctx.reset()
         if use_draft and s.draft_k is None:
             self._known = self._known_costs()
 
@@ -157,13 +143,13 @@ class Engine:
                 self.calibration = "remembered"
                 return record
         prefix = self.target.tokenize(CALIBRATION_TEXT, add_special=True)
-        max_batch = min(AutoK.k_max + 1, self.target_ctx.n_batch)
+        max_batch = min(AUTO_K_MAX + 1, self.target_ctx.n_batch)
         verify, draft_s = calibrate.measure(self.target_ctx, self.draft_ctx, prefix, max_batch=max_batch)
         self.calibration = "measured"
         return TunerRecord(verify, draft_s)
 
-    def _new_tuner(self, k_min: int) -> AutoK:
-        tuner = AutoK(k_min=k_min)
+    def _new_tuner(self, k_min: int, k_max: int) -> AutoK:
+        tuner = AutoK(k_min=k_min, k_max=k_max)
         if self._known is not None:
             k = self._known
             tuner.prime(k.verify_s, k.draft_s, k.acc, k.tried)
@@ -173,25 +159,57 @@ class Engine:
         if self._memory is not None:
             self._memory.save(TunerRecord(*tuner.snapshot()))
 
-    @property
-    def target_ctx(self) -> backend.Context:
-        return self.target_slot.ctx
+    def _contexts(self) -> list[backend.Context]:
+        return [self.target_ctx] + ([self.draft_ctx] if self.draft_ctx else [])
 
-    @property
-    def draft_ctx(self) -> backend.Context | None:
-        return self.draft_slot.ctx if self.draft_slot else None
+    # -- the engine thread -----------------------------------------------------------------------
+    def _call(self, fn: Callable[[], None]) -> None:
+        """Run fn on the engine thread between rounds and wait for it."""
+        done = threading.Event()
+        box: list[BaseException] = []
 
-    def _slots(self) -> list[_Slot]:
-        return [self.target_slot] + ([self.draft_slot] if self.draft_slot else [])
+        def cmd() -> None:
+            try:
+                fn()
+            except BaseException as e:
+                box.append(e)
+            done.set()
+
+        self._inbox.put(cmd)
+        done.wait()
+        if box:
+            raise box[0]
 
     def clear_cache(self) -> None:
-        """Forget the cached prompt prefix, so the next request pays its full prefill (benchmarks)."""
-        with self._lock:
-            for slot in self._slots():
-                slot.clear()
+        """Forget the cached prompt prefixes, so the next request pays its full prefill (benchmarks).
+        Waits for running requests to finish first."""
+        self._check_open()
+
+        def clear() -> None:
+            while self._sched.busy:
+                self._sched.step()
+            self._sched.clear()
+
+        self._call(clear)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if getattr(self, "_thread", None) is not None:
+            self._inbox.put(None)
+            self._thread.join()
         self._stack.close()
+
+    def __del__(self) -> None:  # last resort; owners call close()
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LocalspecError("this engine is closed; create a new Engine")
 
     def __enter__(self) -> "Engine":
         return self
@@ -202,61 +220,50 @@ class Engine:
     # -- prompts ---------------------------------------------------------------------------------
     def tokenize(self, prompt: str | Sequence[int] | list[dict], *, chat_mode: bool = False) -> list[int]:
         """Token ids for a prompt: a string, a list of chat messages, or ids as they are."""
+        self._check_open()
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
             return list(prompt)
         if chat_mode or isinstance(prompt, list):
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
             ids = self.tokenize_chat(self.render_chat(messages))
         else:
-            ids = self.target.tokenize(str(prompt), add_special=True, parse_special=False)
+            ids = self.target.tokenize(require_text(str(prompt)), add_special=True, parse_special=False)
         if not ids:
             raise LocalspecError("the prompt is empty")
         return ids
 
     def render_chat(self, messages: list[dict]) -> str:
         """The conversation as text, through the model's own chat template (generation prompt added)."""
-        m = self.target
-        bos = m.token_text(m.vocab.bos) if m.vocab.bos >= 0 else ""
-        eos = m.token_text(m.vocab.eos) if m.vocab.eos >= 0 else ""
-        return chat.render(m.chat_template(), messages, bos_token=bos, eos_token=eos)
+        return chat.render_for(self.target, messages)
 
     def tokenize_chat(self, text: str, *, continuation: bool = False) -> list[int]:
-        """Tokens of rendered chat text (special tokens parsed). A continuation of a conversation
-        already tokenized gets no BOS."""
-        m = self.target
-        bos = m.token_text(m.vocab.bos) if m.vocab.bos >= 0 else ""
-        add_bos = not continuation and m.vocab.add_bos and not (bos and text.startswith(bos))
-        return m.tokenize(text, add_special=add_bos, parse_special=True)
+        """Tokens of rendered chat text; a continuation of a conversation already tokenized gets no BOS."""
+        return chat.tokenize_rendered(self.target, text, continuation=continuation)
 
     # -- generation ------------------------------------------------------------------------------
-    def stream(
-        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
-    ) -> Iterator[Chunk]:
-        s = self.settings.replace(**overrides) if overrides else self.settings
-        ids = self.tokenize(prompt, chat_mode=chat)
-        self._check_fits(ids, s)
-        with self._lock:
-            yield from self._stream(ids, s)
-
-    def _check_fits(self, ids: list[int], s: Settings) -> None:
-        if len(ids) + s.max_tokens > self.target_ctx.n_ctx:
-            raise PromptTooLong(
-                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) = {len(ids) + s.max_tokens} "
-                f"exceeds the context size n_ctx={self.target_ctx.n_ctx}; shorten the prompt, lower "
-                "--max-tokens or raise --n-ctx",
-                n_prompt=len(ids),
-                n_ctx=self.target_ctx.n_ctx,
-            )
-
     def submit(
         self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
     ) -> "Handle":
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
         Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued."""
+        self._check_open()
         s = self.settings.replace(**overrides) if overrides else self.settings
         ids = self.tokenize(prompt, chat_mode=chat)
         self._check_fits(ids, s)
-        return Handle(self, ids, s)
+        req = _Request(self, ids, s)
+        self._inbox.put(req)
+        if self._closed:  # closed meanwhile: the engine thread may be gone
+            req.fail(LocalspecError("this engine is closed; create a new Engine"))
+        return Handle(req)
+
+    def stream(
+        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
+    ) -> Iterator[Chunk]:
+        handle = self.submit(prompt, chat=chat, **overrides)
+        try:
+            yield from handle
+        finally:  # an abandoned stream frees its slot; nothing is held that a next call waits on
+            handle.cancel()
 
     def generate(self, prompt: str | Sequence[int] | list[dict], **overrides: Any) -> Response:
         for chunk in self.stream(prompt, **overrides):
@@ -264,105 +271,120 @@ class Engine:
                 return chunk.response
         raise AssertionError("stream ended without a response")
 
-    def _stream(self, ids: list[int], s: Settings) -> Iterator[Chunk]:
-        seed = s.seed if s.seed is not None else secrets.randbits(32)
-        sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
-        speculative = self.draft_slot is not None and s.spec
-        k_ctl: FixedK | AutoK
+    def _check_fits(self, ids: list[int], s: Settings) -> None:
+        n_ctx = self.target_ctx.n_ctx
+        if len(ids) + s.max_tokens > n_ctx:
+            raise PromptTooLong(
+                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) = {len(ids) + s.max_tokens} "
+                f"exceeds the context of one slot, n_ctx={n_ctx}; shorten the prompt, lower "
+                "--max-tokens or raise --n-ctx",
+                n_prompt=len(ids),
+                n_ctx=n_ctx,
+            )
+
+    def _k_controller(self, s: Settings, speculative: bool) -> FixedK | AutoK:
         if not speculative:
-            k_ctl = FixedK(0)
-        elif s.draft_k is None:
-            # one tuner per engine: what it measured of this machine's costs carries over to the
-            # next request, so only the first pays the probe rounds
-            k_min = max(1, s.draft_min)
-            if k_min not in self._auto:
-                self._auto[k_min] = self._new_tuner(k_min)
-            k_ctl = self._auto[k_min]
-        else:
-            k_ctl = FixedK(s.draft_k)
-        k_ctl.begin()
-        counters = Counters(rounds_trace=[] if s.trace else None)
-        for slot in self._slots():
-            slot.reuse(ids)
-        steps = speculative_steps(
-            self.target_ctx,
-            self.draft_ctx if speculative else None,
-            ids,
-            sp,
-            SpecConfig(mode=s.spec_mode, draft_min=s.draft_min, draft_p_min=s.draft_p_min),
-            np.random.default_rng(seed),
-            counters,
-            k_ctl,
-            max_new=s.max_tokens,
-        )
-        ts = TextStream(self.target.token_bytes, self.target.is_eog, s.stop)
-        text_parts: list[str] = []
-        t_start = time.perf_counter()
-        try:
-            for delta, done in ts.run(steps, time.perf_counter):
-                text_parts.append(delta)
-                yield Chunk(delta, [st.token for st in done], [st.from_draft for st in done])
-        except ContextFull:
+            return FixedK(0)
+        if s.draft_k is not None:
+            return FixedK(s.draft_k)
+        # one tuner per engine: what it measured of this machine's costs carries over to the next
+        # request, so only the first pays the probe rounds; each request forks its own acceptance
+        key = (max(1, s.draft_min), min(AUTO_K_MAX, self.target_ctx.n_batch - 1))
+        if key not in self._auto:
+            self._auto[key] = self._new_tuner(*key)
+        return self._auto[key].fork()
+
+
+class _Request(Job):
+    """A submitted request: builds its sequence state, turns its steps into chunks on a queue."""
+
+    def __init__(self, engine: Engine, ids: list[int], s: Settings) -> None:
+        self.engine, self.prompt, self.settings = engine, ids, s
+        self.seed = s.seed if s.seed is not None else secrets.randbits(32)
+        self.speculative = engine.draft_ctx is not None and s.spec
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.cancel_event = threading.Event()
+        self.counters = Counters(rounds_trace=[] if s.trace else None)
+        self.k_ctl = engine._k_controller(s, self.speculative)
+        self.text = TextStream(engine.target.token_bytes, engine.target.is_eog, s.stop)
+        self.parts: list[str] = []
+        self.t_start = time.perf_counter()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def start(self, seq: int) -> SeqState:
+        s = self.settings
+        sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
+        cfg = SpecConfig(mode=s.spec_mode, draft_min=s.draft_min, draft_p_min=s.draft_p_min)
+        rng = np.random.default_rng(self.seed)
+        return SeqState.start(
+            seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
+            max_new=s.max_tokens, speculative=self.speculative,
+        )  # fmt: skip
+
+    def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
+        for delta, steps in deltas:
+            self.parts.append(delta)
+            self.queue.put(Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps]))
+
+    def deliver(self, steps: list[Step]) -> bool:
+        self._put(self.text.feed(steps, time.perf_counter))
+        return not self.text.done
+
+    def end(self, state: SeqState | None, reason: str) -> None:
+        if isinstance(self.k_ctl, AutoK):
+            key = (self.k_ctl.k_min, self.k_ctl.k_max)
+            self.engine._auto[key].absorb(self.k_ctl)
+            self.engine._remember(self.engine._auto[key])
+        if reason == "cancelled":
+            self.queue.put(None)
+            return
+        ts = self.text
+        self._put(ts.close())
+        if reason == "context" and not ts.done:
             ts.finish = "context"
-        except BaseException:
-            for slot in self._slots():  # error path of the rollback: nothing cached is trusted
-                slot.clear()
-            raise
+        self.counters.unaccept([st.draft_pos for st in ts.dropped if st.from_draft])
         t_end = time.perf_counter()
-        for slot in self._slots():
-            slot.settle(ids + ts.tokens)
-        if isinstance(k_ctl, AutoK):
-            self._remember(k_ctl)
         t_first = ts.first_token_at
         stats = Stats.build(
-            counters,
-            speculative=speculative,
-            n_prompt=len(ids),
+            self.counters,
+            speculative=self.speculative,
+            n_prompt=len(self.prompt),
             n_generated=len(ts.tokens) + ts.saw_eog,
             decode_s=(t_end - t_first) if t_first else 0.0,
-            total_s=t_end - t_start,
+            total_s=t_end - self.t_start,
         )
-        yield Chunk("", response=Response("".join(text_parts), ts.tokens, ts.finish, stats, ids, seed))
+        resp = Response("".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed)
+        self.queue.put(Chunk("", [], [], resp))
+        self.queue.put(None)
+
+    def fail(self, error: BaseException) -> None:
+        self.queue.put(error)
+        self.queue.put(None)
 
 
 class Handle:
     """One submitted request. Iterating yields its chunks (the last carries the Response); cancel()
-    stops it at the next token, after which iteration ends without a response. Today a worker thread
-    runs the request under the engine lock; the batched scheduler replaces that (issue #12)."""
+    stops it - its slot is free again within one round - after which iteration ends without a
+    response. Errors raise where the handle is iterated."""
 
-    def __init__(self, engine: Engine, ids: list[int], settings: Settings) -> None:
-        self.prompt_tokens = ids
+    def __init__(self, req: _Request) -> None:
+        self._req = req
+        self.prompt_tokens = req.prompt
         self.response: Response | None = None
-        self._cancel = threading.Event()
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._work, args=(engine, ids, settings), daemon=True)
-        self._thread.start()
-
-    def _work(self, engine: Engine, ids: list[int], s: Settings) -> None:
-        try:
-            with engine._lock:
-                gen = engine._stream(ids, s)
-                try:
-                    for chunk in gen:
-                        if self._cancel.is_set():
-                            break
-                        self._queue.put(chunk)
-                finally:
-                    gen.close()
-        except BaseException as e:  # handed to the consumer, raised where it iterates
-            self._queue.put(e)
-        self._queue.put(None)
 
     def cancel(self) -> None:
-        self._cancel.set()
+        self._req.cancel_event.set()
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._req.cancelled
 
     def __iter__(self) -> Iterator[Chunk]:
         while True:
-            item = self._queue.get()
+            item = self._req.queue.get()
             if item is None:
                 return
             if isinstance(item, BaseException):
@@ -370,6 +392,39 @@ class Handle:
             if item.response is not None:
                 self.response = item.response
             yield item
+
+
+def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:
+    """The engine thread: take new jobs and commands between rounds; run rounds while any job is
+    active; on None, fail whatever is left and end."""
+    stop = False
+    while not stop:
+        items = [inbox.get()] if not sched.busy else []
+        while True:
+            try:
+                items.append(inbox.get_nowait())
+            except queue.Empty:
+                break
+        for item in items:
+            if item is None:
+                stop = True
+            elif isinstance(item, Job):
+                sched.add(item)
+            else:
+                item()  # a command (clear_cache)
+        items = item = None  # held while the next get() blocks, they would keep a finished job alive
+        if stop:
+            break
+        try:
+            sched.step()
+        except BaseException as e:  # a bug: no job may wait forever on it
+            for job in list(sched.waiting) + [r[0] for r in sched.running]:
+                job.fail(e)
+            sched.waiting.clear()
+            sched.running.clear()
+    closed = LocalspecError("the engine was closed")
+    for job in list(sched.waiting) + [r[0] for r in sched.running]:
+        job.fail(closed)
 
 
 def _check_pair(target, draft) -> None:  # noqa: ANN001

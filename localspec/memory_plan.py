@@ -192,11 +192,17 @@ class Runtime:
     kv_type: str = "f16"
     flash_attn: str = "auto"
     swa_full: bool = True
+    n_seq: int = 1  # slots (--parallel): the unified KV cache holds n_ctx cells for each
 
     @classmethod
     def from_settings(cls, s: Any) -> "Runtime":
         return cls(
-            n_ctx=s.n_ctx, n_batch=s.n_batch, n_ubatch=s.n_ubatch, kv_type=s.kv_type, flash_attn=s.flash_attn
+            n_ctx=s.n_ctx,
+            n_batch=s.n_batch,
+            n_ubatch=s.n_ubatch,
+            kv_type=s.kv_type,
+            flash_attn=s.flash_attn,
+            n_seq=getattr(s, "parallel", 1),
         )
 
 
@@ -266,9 +272,9 @@ def plan_model(spec: ModelSpec, rt: Runtime, role: str = "target") -> ModelPlan:
             f"unknown KV cache type {rt.kv_type!r}; choose one of {', '.join(KV_GGML_TYPES)}"
         )
     kv_t = KV_GGML_TYPES[rt.kv_type]
-    n_cells = _pad(rt.n_ctx)
+    n_cells = _pad(rt.n_ctx * rt.n_seq)  # every slot can fill its n_ctx (backend.Context)
     # the SWA cache keeps the window plus one micro-batch unless it is full-size
-    n_ub = min(rt.n_ubatch, rt.n_batch, rt.n_ctx)  # llama.cpp clamps batches to the requested n_ctx
+    n_ub = min(rt.n_ubatch, rt.n_batch, rt.n_ctx * rt.n_seq)  # llama.cpp clamps batches to its n_ctx
     swa_cells = n_cells if rt.swa_full else min(n_cells, _pad(spec.n_swa + n_ub))
     kv = tuple(
         (swa_cells if swa else n_cells) * (_row_bytes(k, kv_t) + _row_bytes(v, kv_t))
@@ -327,6 +333,7 @@ class PairPlan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "n_ctx": self.rt.n_ctx,
+            "n_seq": self.rt.n_seq,
             "kv_type": self.rt.kv_type,
             "flash_attn": self.rt.flash_attn,
             "n_ubatch": self.rt.n_ubatch,

@@ -35,6 +35,7 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 # speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
 SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
+AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
 MAX_TEMPERATURE = 100.0  # beyond this every distribution is uniform to float precision
 INT32_MAX = 2**31 - 1  # llama.cpp keeps these counts in int32
 UINT64_MAX = 2**64 - 1
@@ -71,7 +72,11 @@ class Settings:
         False, "Download a --pair preset that is not here yet without asking.", group="model", flag="--yes"
     )
     parallel: int = _f(
-        1, "Sequences served at once (slots); the server defaults to 4.", group="model", ge=1, le=256
+        1,
+        "Sequences served at once (slots); each gets the full --n-ctx of KV cache. serve defaults to 4.",
+        group="model",
+        ge=1,
+        le=256,
     )
     tuner_cache: bool = _f(
         True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
@@ -140,7 +145,17 @@ class Settings:
         # every source (flags, TOML, pair presets, request fields, replace()) passes through here
         for f in fields(self):
             object.__setattr__(self, f.name, check_value(f, self._hints()[f.name], getattr(self, f.name)))
-        self.draft_k  # validates
+        k = self.draft_k  # validates
+        if k is not None and k + 1 > self.n_batch:
+            raise LocalspecError(
+                f"--draft-max {k} needs a verify batch of {k + 1} tokens but --n-batch is {self.n_batch}; "
+                f"lower --draft-max to {self.n_batch - 1} or raise --n-batch"
+            )
+        if k is None and self.draft_min > min(AUTO_K_MAX, self.n_batch - 1):
+            raise LocalspecError(
+                f"--draft-min {self.draft_min} is above the most --draft-max auto drafts "
+                f"({min(AUTO_K_MAX, self.n_batch - 1)}); lower --draft-min or give a fixed --draft-max"
+            )
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:
@@ -167,7 +182,7 @@ class Settings:
     def context_args(self) -> dict[str, Any]:
         """The keyword arguments of `backend.Context` that these settings decide."""
         names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type")
-        return {n: getattr(self, n) for n in names}
+        return {n: getattr(self, n) for n in names} | {"n_seq": self.parallel}
 
     @property
     def speculative(self) -> bool:

@@ -1,34 +1,46 @@
-"""The decoding loops, as pure algorithms over a narrow backend protocol.
+"""The decoding algorithm: rounds over a list of sequences, pure over a narrow backend protocol.
 
-Invariant between rounds: the target's KV cache holds every token but the last one (`seq[:-1]`),
-so each verify batch is `[seq[-1], d_1 .. d_K]` and yields K+1 logits rows; the draft's cache holds
-some prefix of `seq` and catches up on what it has not seen at the start of its next round.
+Each sequence (`SeqState`) lives in its own backend sequence id and carries its own tokens, random
+streams, draft-length controller, sampling parameters and counters, so its output never depends on
+who else shares the round. One round (`decode_round`):
+
+  1. draft: every sequence that wants drafts gets them, one batched draft decode per draft position;
+  2. verify: ONE target decode scores every sequence's `[last, d_1..d_K]`;
+  3. accept and roll back, per sequence.
+
+Invariant between rounds, per sequence: the target's KV cache holds every token but the last one
+(`tokens[:-1]`), so the verify batch starts at `tokens[-1]`; the draft's cache holds some prefix
+of `tokens` and catches up on what it has not seen at the start of its next drafting round.
+Single-request decoding (`speculative_steps`) is the same round over a list of one.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator, Protocol, Sequence
 
 import numpy as np
 
 from . import accept
-from .draft_len import AutoK, FixedK
+from .draft_len import AutoK, FixedK, choose_batch
 from .noise import KeyedGumbel
 from .sampling import Dist, SamplingParams, argmax, process
 from .stats import Counters
+
+Item = tuple[int, Sequence[int], int, int]  # (sequence id, tokens, first position, logits rows wanted)
 
 
 class Evaluator(Protocol):
     """What the loop needs from a model context (backend.Context implements it)."""
 
-    n_ctx: int
-    n_past: int
+    n_ctx: int  # per sequence
 
-    def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1) -> np.ndarray: ...
+    def past(self, seq: int = 0) -> int: ...
 
-    def truncate(self, pos: int) -> None: ...
+    def eval_batch(self, items: Sequence[Item]) -> list[np.ndarray]: ...
+
+    def truncate(self, pos: int, seq: int = 0) -> None: ...
 
     def is_eog(self, token: int) -> bool: ...
 
@@ -37,6 +49,7 @@ class Evaluator(Protocol):
 class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
+    draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,36 +63,286 @@ class ContextFull(Exception):
     """The context has no room left for another token."""
 
 
-def _sample(
-    row: np.ndarray, sp: SamplingParams, rng: np.random.Generator, noise: KeyedGumbel | None, pos: int
-) -> int:
-    """The target's own token at sequence position pos (plain decoding, the bonus token)."""
-    if sp.greedy:
-        return argmax(row)
-    return noise.sample(process(row, sp), pos) if noise is not None else process(row, sp).sample(rng)
+@dataclass(eq=False)
+class SeqState:
+    """One sequence being decoded."""
+
+    seq: int  # backend sequence id (the slot)
+    tokens: list[int]  # prompt + generated
+    sp: SamplingParams
+    cfg: SpecConfig
+    k_ctl: FixedK | AutoK
+    counters: Counters
+    draft_rng: np.random.Generator
+    verify_rng: np.random.Generator
+    max_new: int | None = None
+    speculative: bool = True
+    n_new: int = 0
+    finish: str | None = None  # None while running; stop (EOG) | length | context
+    out: list[Step] = field(default_factory=list)  # steps made since the last take()
+    # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
+    noise: KeyedGumbel | None = None
+
+    @classmethod
+    def start(
+        cls,
+        seq: int,
+        prompt: Sequence[int],
+        sp: SamplingParams,
+        cfg: SpecConfig,
+        rng: np.random.Generator,
+        counters: Counters,
+        k_ctl: FixedK | AutoK,
+        *,
+        max_new: int | None = None,
+        speculative: bool = True,
+    ) -> "SeqState":
+        draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
+        noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
+        return cls(
+            seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
+            noise=noise,
+        )  # fmt: skip
+
+    def take(self) -> list[Step]:
+        out, self.out = self.out, []
+        return out
 
 
-def _sync(ctx: Evaluator, seq: Sequence[int], upto: int) -> np.ndarray | None:
-    """Bring ctx's cache to seq[:upto]; return the logits of seq[upto-1] if it had to be evaluated.
-    The caller guarantees the cached prefix matches seq (see Engine)."""
-    if ctx.n_past >= upto:
-        ctx.truncate(upto)
-        return None
-    return ctx.eval(seq[ctx.n_past : upto], ctx.n_past, 1)[0]
+# -- prefill -------------------------------------------------------------------------------------
+def prefill(target: Evaluator, draft: Evaluator | None, st: SeqState, budget: int | None = None) -> bool:
+    """Bring both caches towards `tokens[:-1]` (the last token opens the first round), evaluating at
+    most `budget` tokens per model in this call. Returns True when done. The caller has already
+    trimmed each cache to the prefix it shares with the prompt (prefix reuse)."""
+    return prefill_many(target, draft, [st], budget)[0]
 
 
-def prefill(target: Evaluator, draft: Evaluator | None, seq: Sequence[int], c: Counters) -> None:
-    """Process the prompt up to seq[:-1] in both models; the last token opens the first round."""
+def prefill_many(
+    target: Evaluator, draft: Evaluator | None, states: Sequence[SeqState], budget: int | None = None
+) -> list[bool]:
+    """`prefill` for several sequences, in one batched decode per model."""
     t0 = time.perf_counter()
-    if len(seq) > target.n_ctx - 1:
-        raise ContextFull
-    c.n_prefilled += len(seq) - min(target.n_past, len(seq) - 1)  # the last one opens the first round
+    done = [True] * len(states)
     for ctx in (target, draft):
-        if ctx is not None and len(seq) > 1:
-            _sync(ctx, seq, len(seq) - 1)
-        elif ctx is not None:
-            ctx.truncate(0)
-    c.prefill_s += time.perf_counter() - t0
+        items = []
+        for i, st in enumerate(states):
+            upto = len(st.tokens) - 1
+            if len(st.tokens) >= target.n_ctx:
+                st.finish = "context"
+                continue
+            if ctx is None or (ctx is draft and not st.speculative):
+                continue
+            have = ctx.past(st.seq)
+            end = upto if budget is None else min(upto, have + budget)
+            if ctx is target:  # the prompt's last token is evaluated by the first round's verify
+                st.counters.n_prefilled += max(end - have, 0) + (end == upto)
+            if have >= upto:
+                ctx.truncate(upto, st.seq)
+                continue
+            items.append((st.seq, st.tokens[have:end], have, 1))
+            done[i] &= end == upto
+        if items:
+            ctx.eval_batch(items)
+    dt = time.perf_counter() - t0
+    for st in states:
+        st.counters.prefill_s += dt
+    return done
+
+
+# -- one round -----------------------------------------------------------------------------------
+def _draft_token(row: np.ndarray, st: SeqState, i: int) -> tuple[int | None, Dist | None]:
+    """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q.
+    Draft position i is sequence position len(tokens) + i (the coupled rule's noise key)."""
+    sp, cfg = st.sp, st.cfg
+    check = cfg.draft_p_min > 0 and i >= cfg.draft_min
+    if sp.greedy:
+        if check:
+            e = np.exp(row - row.max())
+            if 1.0 / e.sum() < cfg.draft_p_min:
+                return None, None
+        return argmax(row), None
+    q = process(row, sp) if check or cfg.mode != "match" else None
+    if check and q.top_prob() < cfg.draft_p_min:
+        return None, None
+    if cfg.mode == "match":  # sample-and-match drafts greedily, as llama.cpp does
+        return argmax(row), None
+    if st.noise is not None:
+        return st.noise.sample(q, len(st.tokens) + i), q
+    return q.sample(st.draft_rng), q
+
+
+def _verify_token(row: np.ndarray, st: SeqState, x: int, q: Dist | None, pos: int) -> tuple[bool, int]:
+    """The acceptance rule for one drafted token x at sequence position pos: (kept, the token
+    emitted at this position)."""
+    if st.sp.greedy:
+        return accept.greedy(row, x)
+    if st.cfg.mode == "pq":
+        return accept.pq(process(row, st.sp), q, x, st.verify_rng)
+    if st.cfg.mode == "coupled":
+        return accept.coupled(process(row, st.sp), x, st.noise, pos)
+    return accept.match(process(row, st.sp), x, st.verify_rng)
+
+
+def _sample(row: np.ndarray, st: SeqState, pos: int) -> int:
+    """The target's own token at sequence position pos (plain decoding, the bonus token)."""
+    if st.sp.greedy:
+        return argmax(row)
+    if st.noise is not None:
+        return st.noise.sample(process(row, st.sp), pos)
+    return process(row, st.sp).sample(st.verify_rng)
+
+
+def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[SeqState]) -> None:
+    """One round over every running sequence: new tokens go to each state's `out`, and a sequence
+    that ends (EOG, max_new, a full context) gets its `finish` set; the others go on."""
+    t_round = time.perf_counter()
+    live = []
+    for st in states:
+        if st.finish is None and len(st.tokens) >= target.n_ctx:  # no position left for a verify batch
+            st.finish = "context"
+        if st.finish is None:
+            live.append(st)
+    if not live:
+        return
+    # -- draft length per sequence, for the batch it is in ---------------------------------------
+    drafting = [st for st in live if draft is not None and st.speculative]
+    wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
+    ks = {}
+    for st in live:
+        k = wanted.get(st, 0)
+        room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
+        left = st.max_new - st.n_new - 1 if st.max_new is not None else k
+        ks[st] = max(0, min(k, room - 1, left))
+
+    # -- draft: one batched decode per draft position --------------------------------------------
+    drafts: dict[SeqState, list[int]] = {st: [] for st in live}
+    qs: dict[SeqState, list[Dist | None]] = {st: [] for st in live}
+    t0 = time.perf_counter()
+    t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
+    active = [st for st in live if ks[st] > 0]
+    if active:
+        items = []
+        for st in active:
+            n = len(st.tokens)
+            if draft.past(st.seq) >= n:  # fully cached: re-evaluate the last token for its logits
+                draft.truncate(n - 1, st.seq)
+            have = draft.past(st.seq)
+            items.append((st.seq, st.tokens[have:n], have, 1))
+        i = 0
+        while active:
+            te = time.perf_counter()
+            rows = draft.eval_batch(items)
+            t_deval += time.perf_counter() - te
+            still, items = [], []
+            for st, row in zip(active, rows):
+                x, q = _draft_token(row[0], st, i)
+                if x is None:
+                    continue
+                drafts[st].append(x)
+                qs[st].append(q)
+                if i + 1 < ks[st] and not draft.is_eog(x):
+                    still.append(st)
+                    items.append((st.seq, [x], len(st.tokens) + i, 1))
+            active = still
+            i += 1
+    t1 = time.perf_counter()
+
+    # -- verify: one target decode for every sequence --------------------------------------------
+    items = [(st.seq, [st.tokens[-1], *drafts[st]], len(st.tokens) - 1, len(drafts[st]) + 1) for st in live]
+    all_rows = target.eval_batch(items)
+    t2 = time.perf_counter()
+    batch_tokens = sum(len(it[1]) for it in items)
+
+    # -- accept and roll back, per sequence -------------------------------------------------------
+    for st, rows in zip(live, all_rows):
+        ts = time.perf_counter()
+        new: list[Step] = []
+        n_acc = 0
+        d = drafts[st]
+        for i, x in enumerate(d):
+            ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i)
+            new.append(Step(tok, ok, i if ok else -1))
+            if not ok:
+                break
+            n_acc += 1
+            if target.is_eog(x):
+                break
+        else:  # every draft accepted (or none drafted): the target's next token comes free
+            new.append(Step(_sample(rows[len(d)], st, len(st.tokens) + len(d)), False))
+        if st.max_new is not None:
+            new = new[: st.max_new - st.n_new]
+        for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted
+            if target.is_eog(step.token):
+                new = new[: j + 1]
+                st.finish = "stop"
+                break
+        st.tokens.extend(s.token for s in new)
+        st.n_new += len(new)
+        if st.finish is None and st.max_new is not None and st.n_new >= st.max_new:
+            st.finish = "length"
+        target.truncate(len(st.tokens) - 1, st.seq)
+        if draft is not None and st.speculative:
+            draft.truncate(min(draft.past(st.seq), len(st.tokens) - 1), st.seq)
+        st.out.extend(new)
+        t3 = time.perf_counter()
+
+        c = st.counters
+        c.record_round(ks[st], len(d), n_acc)
+        c.trace_round(
+            k=ks[st], drafted=len(d), accepted=n_acc, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3
+        )
+        c.draft_s += t1 - t0
+        c.verify_s += t2 - t1
+        c.sample_s += t3 - ts
+        c.llama_s += (t2 - t1) + t_deval
+        round_s = (t2 - t_round) + (t3 - ts)  # the shared decodes plus this sequence's own work
+        c.loop_s += round_s
+        st.k_ctl.observe(
+            k=ks[st],
+            n_drafted=len(d),
+            n_accepted=n_acc,
+            n_emitted=len(new),
+            draft_s=t1 - t0,
+            verify_s=t2 - t1,
+            round_s=round_s,
+            batch_tokens=batch_tokens,
+        )
+        c.fallbacks = st.k_ctl.fallbacks
+        c.started_plain = st.k_ctl.started_plain
+
+
+# -- single sequence -----------------------------------------------------------------------------
+def speculative_steps(
+    target: Evaluator,
+    draft: Evaluator | None,
+    prompt: Sequence[int],
+    sp: SamplingParams,
+    cfg: SpecConfig,
+    rng: np.random.Generator,
+    c: Counters,
+    k_ctl: FixedK | AutoK,
+    max_new: int | None = None,
+    seq: int = 0,
+) -> Iterator[Step]:
+    """Yield generated tokens until EOG, `max_new` tokens or a full context (raises ContextFull).
+    Rounds over a list of one sequence. The caller may stop consuming at any step (stop strings):
+    the caches are consistent whenever a token is yielded."""
+    st = SeqState.start(seq, prompt, sp, cfg, rng, c, k_ctl, max_new=max_new, speculative=draft is not None)
+    prefill(target, draft, st)
+    while True:
+        if st.finish is None:
+            decode_round(target, draft, [st])
+        made = st.take()
+        for i, step in enumerate(made):
+            try:
+                yield step
+            except GeneratorExit:  # closed mid-round (a stop string): the rest is never emitted
+                c.unaccept([s.draft_pos for s in made[i + 1 :] if s.from_draft])
+                raise
+        if st.finish == "context":
+            raise ContextFull
+        if st.finish is not None:
+            return
 
 
 def plain_steps(
@@ -94,133 +357,3 @@ def plain_steps(
     """Target-only decoding: the baseline, and what --no-spec runs (mode: whose noise it samples with)."""
     cfg = SpecConfig(mode=mode)
     yield from speculative_steps(target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new)
-
-
-def speculative_steps(
-    target: Evaluator,
-    draft: Evaluator | None,
-    prompt: Sequence[int],
-    sp: SamplingParams,
-    cfg: SpecConfig,
-    rng: np.random.Generator,
-    c: Counters,
-    k_ctl: FixedK | AutoK,
-    max_new: int | None = None,
-) -> Iterator[Step]:
-    """Yield generated tokens until EOG, `max_new` tokens or a full context.
-
-    Each round: the draft proposes up to K tokens, the target scores `[last, d_1..d_K]` in one
-    batch, the acceptance rule keeps a prefix and adds the target's own token, both caches are
-    rolled back to the accepted prefix. The caller may stop consuming at any step (stop strings):
-    the caches are already consistent whenever a token is yielded.
-    """
-    seq = list(prompt)
-    prefill(target, draft, seq, c)
-    draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
-    # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
-    noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
-    n_new = 0
-    while max_new is None or n_new < max_new:
-        t_round = time.perf_counter()
-        room = target.n_ctx - len(seq)  # positions left for the verify batch beyond seq[-1]
-        if room <= 0:
-            raise ContextFull
-        k = k_ctl.choose() if draft is not None else 0
-        k = max(0, min(k, room - 1, (max_new - n_new - 1) if max_new is not None else k))
-
-        # -- draft ------------------------------------------------------------------------------
-        drafts: list[int] = []
-        qs: list[Dist] = []
-        t0 = time.perf_counter()
-        t_deval = 0.0  # time inside the draft's llama_decode, for the overhead figure
-        if k > 0:
-            if draft.n_past >= len(seq):  # fully cached: re-evaluate the last token for its logits
-                draft.truncate(len(seq) - 1)
-            row = _sync(draft, seq, len(seq))
-            t_deval = time.perf_counter() - t0
-            for i in range(k):
-                if sp.greedy:
-                    x = argmax(row)
-                    if cfg.draft_p_min > 0 and i >= cfg.draft_min:
-                        e = np.exp(row - row.max())
-                        if 1.0 / e.sum() < cfg.draft_p_min:
-                            break
-                else:
-                    q = process(row, sp) if cfg.mode != "match" else None
-                    if q is None:  # sample-and-match drafts greedily, as llama.cpp does
-                        x = argmax(row)
-                    else:
-                        if cfg.draft_p_min > 0 and i >= cfg.draft_min and q.top_prob() < cfg.draft_p_min:
-                            break
-                        x = noise.sample(q, len(seq) + i) if noise is not None else q.sample(draft_rng)
-                        qs.append(q)
-                drafts.append(x)
-                if i == k - 1 or draft.is_eog(x):
-                    break
-                te = time.perf_counter()
-                row = draft.eval([x], len(seq) + i, 1)[0]
-                t_deval += time.perf_counter() - te
-        t1 = time.perf_counter()
-
-        # -- verify -----------------------------------------------------------------------------
-        rows = target.eval([seq[-1], *drafts], len(seq) - 1, len(drafts) + 1)
-        t2 = time.perf_counter()
-
-        # -- accept -----------------------------------------------------------------------------
-        new: list[int] = []
-        n_acc = 0
-        for i, x in enumerate(drafts):
-            if sp.greedy:
-                ok, tok = accept.greedy(rows[i], x)
-            elif cfg.mode == "pq":
-                ok, tok = accept.pq(process(rows[i], sp), qs[i], x, verify_rng)
-            elif cfg.mode == "coupled":
-                ok, tok = accept.coupled(process(rows[i], sp), x, noise, len(seq) + i)
-            else:
-                ok, tok = accept.match(process(rows[i], sp), x, verify_rng)
-            new.append(tok)
-            if not ok:
-                break
-            n_acc += 1
-            if target.is_eog(x):
-                break
-        else:  # every draft accepted (or none drafted): the target's next token comes free
-            new.append(_sample(rows[len(drafts)], sp, verify_rng, noise, len(seq) + len(drafts)))
-        if max_new is not None:
-            new = new[: max_new - n_new]
-        t3 = time.perf_counter()
-
-        # -- roll back to the accepted prefix (the one place caches are trimmed) -------------------
-        seq.extend(new)
-        target.truncate(len(seq) - 1)
-        draft_keep = min(draft.n_past, len(seq) - 1) if draft is not None else 0
-        if draft is not None:
-            draft.truncate(draft_keep)
-
-        c.record_round(k, len(drafts), n_acc)
-        c.trace_round(
-            k=k, drafted=len(drafts), accepted=n_acc, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3
-        )
-        c.draft_s += t1 - t0
-        c.verify_s += t2 - t1
-        c.sample_s += t3 - t2
-        c.llama_s += (t2 - t1) + t_deval
-        round_s = time.perf_counter() - t_round
-        c.loop_s += round_s
-        k_ctl.observe(
-            k=k,
-            n_drafted=len(drafts),
-            n_accepted=n_acc,
-            n_emitted=len(new),
-            draft_s=t1 - t0,
-            verify_s=t2 - t1,
-            round_s=round_s,
-        )
-        c.fallbacks = k_ctl.fallbacks
-        c.started_plain = k_ctl.started_plain
-
-        for i, tok in enumerate(new):
-            n_new += 1
-            yield Step(tok, i < n_acc)
-            if target.is_eog(tok):
-                return

@@ -32,6 +32,13 @@ class Counters:
         if self.rounds_trace is not None:
             self.rounds_trace.append(record)
 
+    def unaccept(self, draft_positions: list[int]) -> None:
+        """Accepted draft tokens that were never emitted (cut by a stop string): the counters then
+        count what the response holds. Their rounds still count as verified."""
+        for i in draft_positions:
+            self.n_accepted -= 1
+            self.accepted_by_pos[i] -= 1
+
     def record_round(self, k: int, n_drafted: int, n_accepted: int) -> None:
         self.k_history.append(k)
         if n_drafted == 0:
@@ -76,7 +83,7 @@ class Stats:
     fell_back: bool
     fallbacks: int
     started_plain: bool
-    n_prefilled: int = 0
+    n_prefilled: int  # prompt tokens actually evaluated (after prefix reuse)
     rounds_trace: list[dict] | None = None
 
     def to_dict(self) -> dict:

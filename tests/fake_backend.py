@@ -2,7 +2,7 @@
 
 Logits at a position depend only on the token there, so exact distributions are known in closed
 form, and the fake is batch-invariant (unlike llama.cpp), so greedy results must match exactly.
-Every eval is recorded and the cache is checked the way llama.cpp's would be.
+Every eval is recorded and each sequence's cache is checked the way llama.cpp's would be.
 """
 
 from __future__ import annotations
@@ -11,36 +11,65 @@ import numpy as np
 
 
 class FakeContext:
-    def __init__(self, table: np.ndarray, *, n_ctx: int = 512, eog: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self, table: np.ndarray, *, n_ctx: int = 512, eog: frozenset[int] = frozenset(), n_seq: int = 1
+    ) -> None:
         self.table = np.asarray(table, dtype=np.float32)  # table[token] = logits of the next token
-        self.n_ctx = n_ctx
+        self.n_ctx = n_ctx  # per sequence
+        self.n_seq = n_seq
         self.n_vocab = self.table.shape[1]
         self.eog = eog
-        self.cache: list[int] = []
+        self.caches: list[list[int]] = [[] for _ in range(n_seq)]
         self.calls: list[
             tuple[str, list[int] | int, int]
-        ] = []  # ("eval", tokens, pos) / ("truncate", pos, 0)
-        self.hook = None  # called after every eval/truncate with self
+        ] = []  # sequence 0: ("eval", tokens, pos) / ("truncate", pos, 0)
+        self.seq_calls: list[tuple[int, str, list[int] | int, int]] = []  # every sequence: (seq, kind, ...)
+        self.decodes: list[list[int]] = []  # per decode call: the sequences it held
+        self.hook = None  # called after every decode/truncate with self
+
+    @property
+    def cache(self) -> list[int]:
+        return self.caches[0]
 
     @property
     def n_past(self) -> int:
-        return len(self.cache)
+        return len(self.caches[0])
 
-    def eval(self, tokens, pos: int, n_logits: int = 1) -> np.ndarray:
-        assert pos == len(self.cache), f"eval at {pos} with {len(self.cache)} cached"
-        assert 1 <= n_logits <= len(tokens)
-        assert pos + len(tokens) <= self.n_ctx
-        self.cache.extend(int(t) for t in tokens)
-        self.calls.append(("eval", [int(t) for t in tokens], pos))
+    def past(self, seq: int = 0) -> int:
+        return len(self.caches[seq])
+
+    def eval(self, tokens, pos: int, n_logits: int = 1, seq: int = 0) -> np.ndarray:
+        return self.eval_batch([(seq, tokens, pos, n_logits)])[0]
+
+    def eval_batch(self, items) -> list[np.ndarray]:  # noqa: ANN001
+        assert len({s for s, *_ in items}) == len(items), "a sequence twice in one decode"
+        out = []
+        for seq, tokens, pos, n_logits in items:
+            cache = self.caches[seq]
+            assert pos == len(cache), f"seq {seq}: eval at {pos} with {len(cache)} cached"
+            assert 1 <= n_logits <= len(tokens)
+            assert pos + len(tokens) <= self.n_ctx
+            cache.extend(int(t) for t in tokens)
+            self._record(seq, ("eval", [int(t) for t in tokens], pos))
+            out.append(self.table[np.asarray(tokens[len(tokens) - n_logits :])])
+        self.decodes.append([s for s, *_ in items])
         if self.hook:
             self.hook(self)
-        return self.table[np.asarray(tokens[len(tokens) - n_logits :])]
+        return out
 
-    def truncate(self, pos: int) -> None:
-        del self.cache[pos:]
-        self.calls.append(("truncate", pos, 0))
+    def truncate(self, pos: int, seq: int = 0) -> None:
+        del self.caches[seq][pos:]
+        self._record(seq, ("truncate", pos, 0))
         if self.hook:
             self.hook(self)
+
+    def reset(self) -> None:
+        self.caches = [[] for _ in range(self.n_seq)]
+
+    def _record(self, seq: int, call: tuple) -> None:
+        self.seq_calls.append((seq, *call))
+        if seq == 0:
+            self.calls.append(call)
 
     def is_eog(self, token: int) -> bool:
         return token in self.eog

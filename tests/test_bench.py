@@ -331,7 +331,9 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
         r = rows[name]
         assert r["speedup"] == pytest.approx(r["decode_tok_s"]["median"] / plain)
         assert 0.0 <= r["acceptance_rate"] <= 1.0
-        assert r["acceptance_rate"] > 0.9  # a model drafting for itself at temperature 0
+        # a model drafting for itself at temperature 0 keeps nearly everything it drafts; auto may
+        # draft nothing at all (a draft as dear as its target cannot pay, and calibration says so)
+        assert r["acceptance_rate"] > 0.9 or (name == "auto" and r["acceptance_rate"] == 0.0)
         assert 0.0 <= r["draft_share"] + r["verify_share"] <= 1.0
     assert {s["n_prompt"] for s in table["samples"]} == {40}
     assert len(table["samples"]) == 3 * 4  # configurations x one prompt per kind
@@ -366,3 +368,67 @@ def test_peer_runs_llama_cpp(smollm2_path):
     )
     (k2,) = table.summaries
     assert k2.decode_tok_s.median > 0 and k2.acceptance_rate > 0.9
+
+
+def test_bench_concurrency_tiny(smollm2_path, tmp_path):
+    from click.testing import CliRunner
+
+    from localspec.cli import cli
+
+    out_json, out_md = tmp_path / "c.json", tmp_path / "c.md"
+    args = ["bench", "--target", str(smollm2_path), "--draft", str(smollm2_path), "--per-kind", "1",
+            "--prompt-tokens", "40", "--gen-tokens", "6", "--runs", "1", "--warmup", "0", "--draft-max", "2",
+            "--concurrency", "1,4", "--n-ctx", "128", "--json", str(out_json), "--markdown", str(out_md), "-q"]  # fmt: skip
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = {(r["config"], r["concurrency"]): r for r in json.loads(out_json.read_text())["rows"]}
+    assert set(rows) == {(c, n) for c in ("plain", "K=2") for n in (1, 4)}
+    for r in rows.values():
+        assert r["n_requests"] == 4 and 4 <= r["n_tokens"] <= 24
+        assert r["aggregate_tok_s"] > 0 and r["per_request_tok_s"] > 0 and r["ttft_ms"] > 0
+    # four at once: each request shares the rounds, so it runs slower than alone
+    assert rows[("plain", 4)]["per_request_tok_s"] < rows[("plain", 1)]["per_request_tok_s"]
+    assert "| localspec | K=2 | 4 |" in out_md.read_text()
+
+
+def test_bench_concurrency_is_checked(smollm2_path):
+    from click.testing import CliRunner
+
+    from localspec.cli import cli
+
+    result = CliRunner().invoke(cli, ["bench", "--target", str(smollm2_path), "--concurrency", "0,x"])
+    assert result.exit_code == 1 and "--concurrency takes numbers" in str(result.exception)
+
+
+def test_peer_server_command(tmp_path):
+    ps = peer.PeerSettings(
+        target=Path("t.gguf"), draft=Path("d.gguf"), n_threads=2, n_ctx=512, n_batch=512, n_ubatch=512,
+        flash_attn="auto", kv_type="f16", top_k=40, top_p=0.95, min_p=0.05,
+    )  # fmt: skip
+    (tmp_path / "llama-server").write_text("")
+    plain = peer.server_cmd(ps, 4, None, port=8080, bin_dir=tmp_path)
+    assert plain[plain.index("-np") + 1] == "4" and plain[plain.index("-c") + 1] == "2048" and "-kvu" in plain
+    assert "-md" not in plain
+    spec = peer.server_cmd(ps, 4, 3, port=8080, bin_dir=tmp_path)
+    assert spec[spec.index("--spec-draft-n-max") + 1] == "3" and spec[spec.index("-md") + 1] == "d.gguf"
+    assert peer.server_sampling(ps, 0.0) == {"temperature": 0.0, "top_k": 1}
+
+
+@pytest.mark.slow
+def test_peer_server_concurrency(smollm2_path):
+    """The real llama-server -np 2, when scripts/build_peer.sh has built it."""
+    if not (peer.PEER_BIN / "llama-server").exists():
+        pytest.skip("llama.cpp peer not built (scripts/build_peer.sh)")
+    from localspec.bench import concurrency as conc
+    from localspec.bench.prompts import FittedPrompt
+
+    ps = peer.PeerSettings(
+        target=smollm2_path, draft=smollm2_path, n_threads=1, n_ctx=256, n_batch=256, n_ubatch=256,
+        flash_attn="auto", kv_type="f16", top_k=40, top_p=0.95, min_p=0.05,
+    )  # fmt: skip
+    prompts = [FittedPrompt(str(i), "long", (1,)) for i in range(2)]
+    with conc.PeerServer(ps, 2, 2) as server:
+        wall, reqs = conc.peer_wave(
+            server, ps, prompts, lambda p: "The capital of France is", temperature=0, gen_tokens=8, seed=0
+        )
+    assert wall > 0 and all(r.n_generated > 0 and r.total_s > 0 for r in reqs)

@@ -407,3 +407,40 @@ def test_prefill_counts_only_tokens_not_cached_and_trace_records_rounds():
     assert sum(r["drafted"] for r in c.rounds_trace) == c.n_drafted
     _, fresh = run(FakeContext(t), FakeContext(d), prompt, k=3, n=12)
     assert fresh.n_prefilled == len(prompt) and fresh.rounds_trace is None
+
+
+@pytest.mark.parametrize("mode", ["pq", "match"])
+def test_p_min_applies_when_sampling_in_either_mode(mode):
+    t, _ = markov_tables(v=8, scale=0.1)  # nearly uniform: the draft is never sure
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    _, c = run(FakeContext(t), FakeContext(t), [0], sp=sp, k=4, n=10, mode=mode, draft_p_min=0.5)
+    assert c.n_drafted == 0 and c.plain_steps == 10
+    _, c = run(FakeContext(t), FakeContext(t), [0], sp=sp, k=4, n=10, mode=mode, draft_p_min=0.5, draft_min=2)
+    assert c.n_drafted > 0  # the first draft_min positions are always drafted
+
+
+def test_stop_string_drops_its_tokens_and_their_acceptance():
+    letters = "abcdefgh"
+    v = len(letters)
+    t = np.full((v, v), -5.0)
+    for i in range(v):
+        t[i, (i + 1) % v] = 5.0
+    c = Counters()
+    steps = speculative_steps(
+        FakeContext(t),
+        FakeContext(t.copy()),
+        [0],
+        GREEDY,
+        SpecConfig(),
+        np.random.default_rng(0),
+        c,
+        FixedK(6),
+        max_new=40,
+    )
+    ts = TextStream(lambda tok: letters[tok].encode(), lambda tok: False, stop=["de"])
+    out = list(ts.run(steps, lambda: 0.0))
+    assert "".join(d for d, _ in out) == "bc" and ts.tokens == [1, 2]
+    assert [s.token for _, st in out for s in st] == [1, 2]
+    assert [s.token for s in ts.dropped] == [3, 4]  # 'd', 'e': the stop string, never emitted
+    c.unaccept([s.draft_pos for s in ts.dropped if s.from_draft])
+    assert c.n_accepted == 2 and c.accepted_by_pos[:2] == [1, 1] and sum(c.accepted_by_pos) == 2

@@ -9,6 +9,7 @@ Timing comes from the tools' own output: speculative-simple prints "decoded N to
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from .aggregate import Sample, Spread, spread
 from .prompts import FittedPrompt
 from .runner import BenchConfig
 
-PEER_BIN = REPO_ROOT / "third_party" / "llama.cpp-build" / "bin"
+# LOCALSPEC_PEER_BIN points at a build made elsewhere (one build serves every checkout)
+PEER_BIN = Path(os.environ.get("LOCALSPEC_PEER_BIN") or REPO_ROOT / "third_party" / "llama.cpp-build" / "bin")
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
@@ -159,6 +161,53 @@ def speculative_simple_cmd(
         ps.kv_type,
         *sampling_args(ps, temperature, seed),
     ]
+
+
+def server_cmd(
+    ps: PeerSettings, n_parallel: int, k: int | None, *, port: int, bin_dir: Path = PEER_BIN
+) -> list[str]:
+    """llama-server with n_parallel slots over one unified KV cache of n_ctx per slot (as localspec
+    allocates), plain when k is None, else the draft at a fixed K."""
+    t = str(ps.n_threads)
+    cmd = [
+        str(peer_binary("llama-server", bin_dir)),
+        "-m", str(ps.target),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "-np", str(n_parallel),
+        "-kvu",
+        "-c", str(ps.n_ctx * n_parallel),
+        "-b", str(ps.n_batch),
+        "-ub", str(ps.n_ubatch),
+        "-t", t,
+        "-tb", t,
+        "-ngl", "0",
+        "-fa", ps.flash_attn,
+        "-ctk", ps.kv_type,
+        "-ctv", ps.kv_type,
+        "--no-webui",
+    ]  # fmt: skip
+    if k is not None:
+        cmd += [
+            "-md", str(ps.draft),
+            "--spec-type", "draft-simple",
+            "--spec-draft-n-max", str(k),
+            "--spec-draft-n-min", "0",
+            "--spec-draft-p-min", "0",
+            "-td", t,
+            "-tbd", t,
+            "-ngld", "0",
+            "-ctkd", ps.kv_type,
+            "-ctvd", ps.kv_type,
+        ]  # fmt: skip
+    return cmd
+
+
+def server_sampling(ps: PeerSettings, temperature: float) -> dict:
+    """The /completion sampling fields matching localspec's settings (greedy at temperature 0)."""
+    if temperature <= 0:
+        return {"temperature": 0.0, "top_k": 1}
+    return {"temperature": temperature, "top_k": ps.top_k, "top_p": ps.top_p, "min_p": ps.min_p}
 
 
 def _run(cmd: list[str], timeout_s: float) -> str:

@@ -30,6 +30,7 @@ class BenchPlan:
     seed: int = 0
     peer: bool = False
     peer_temperatures: Sequence[float] | None = None  # where llama.cpp runs too; None: everywhere
+    concurrency: Sequence[int] = ()  # non-empty: N requests at once per level (see concurrency.py)
 
 
 def run_benchmark(
@@ -153,3 +154,65 @@ def _peer_settings(s: Settings) -> peer_mod.PeerSettings:
         top_p=s.top_p,
         min_p=s.min_p,
     )
+
+
+def run_concurrency_benchmark(
+    settings: Settings, plan: BenchPlan, *, progress: Callable[[str], None] | None = None
+) -> dict:
+    """`bench --concurrency`: every level, temperature and configuration on one Engine with
+    max(levels) slots, and with `peer` llama-server -np N alongside. Returns a JSON-able report
+    whose "rows" are `concurrency.ConcurrencyRow` dicts."""
+    from ..backend import default_threads  # noqa: PLC0415
+    from ..engine import Engine  # noqa: PLC0415
+    from . import concurrency as conc  # noqa: PLC0415
+
+    levels = list(plan.concurrency)
+    if plan.peer and settings.draft is None:
+        raise LocalspecError(
+            "--peer compares speculative decoding: it needs a draft model (--draft or --pair)"
+        )
+    if plan.peer:
+        peer_mod.peer_binary("llama-server")  # fail before minutes of localspec runs, not after
+    chosen = select(load_prompts(plan.prompts), plan.per_kind)
+    threads = settings.n_threads or default_threads()
+    settings = settings.replace(n_threads=threads, spec=True, parallel=max(levels))
+    ps = _peer_settings(settings) if plan.peer else None
+    fixed_k = [int(k) for k in plan.draft_max if k != "auto"]
+    rows: list[dict] = []
+    with Engine(settings) as eng:
+        fitted = fit_prompts(chosen, eng.target, plan.prompt_tokens)
+        texts = _peer_texts(eng.target, fitted)
+        configs = configs_for(plan.draft_max, has_draft=eng.draft is not None)
+        for t in plan.temperatures:
+            waves = conc.run_concurrency(
+                eng,
+                fitted,
+                configs,
+                levels,
+                temperature=t,
+                gen_tokens=plan.gen_tokens,
+                runs=plan.runs,
+                warmup=plan.warmup,
+                seed=plan.seed,
+                peer=ps,
+                peer_texts=lambda p: texts[p.id],
+                peer_k=fixed_k,
+                progress=progress,
+            )
+            rows += [r.to_dict() | {"temperature": t} for r in conc.summarize(waves)]
+    params = {
+        "target": str(settings.target),
+        "draft": str(settings.draft) if settings.draft else None,
+        "draft_max": list(plan.draft_max),
+        "temperatures": list(plan.temperatures),
+        "concurrency": levels,
+        "prompt_tokens": plan.prompt_tokens,
+        "gen_tokens": plan.gen_tokens,
+        "runs": plan.runs,
+        "warmup": plan.warmup,
+        "seed": plan.seed,
+        "n_threads": threads,
+        "n_prompts": len(fitted),
+        "peer": plan.peer,
+    }
+    return {"params": params, "machine": machine.describe(), "rows": rows}

@@ -109,6 +109,12 @@ def _spec_modes(value: str) -> list[str]:
     help="Also run llama.cpp's llama-speculative-simple on the same work "
     "(build it first: scripts/build_peer.sh).",
 )
+@click.option(
+    "--concurrency",
+    default=None,
+    help="Serve N requests at once, for each N given (e.g. 1,2,4): aggregate and per-request tok/s "
+    "and time to first token; with --peer, llama-server -np N alongside.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def bench(
     draft_max_list: str,
@@ -125,6 +131,7 @@ def bench(
     md_out: Path | None,
     plot_out: Path | None,
     peer: bool,
+    concurrency: str | None,
     quiet: bool,
     **kwargs,
 ) -> None:  # noqa: ANN003
@@ -155,8 +162,12 @@ def bench(
         warmup=warmup,
         seed=seed,
         peer=peer,
+        concurrency=_levels(concurrency) if concurrency else (),
     )
     progress = None if quiet else (lambda msg: click.echo(f"  {msg}", err=True))
+    if plan.concurrency:
+        _concurrency(settings, plan, progress, json_out, md_out)
+        return
     rep = run_benchmark(settings, plan, progress=progress)
     report.print_rich(rep)
     if json_out:
@@ -166,6 +177,37 @@ def bench(
     if md_out:
         rel = _relative(plot_out, md_out.parent) if plot_out else None
         report.write_markdown(rep, md_out, plot=rel)
+
+
+def _levels(value: str) -> list[int]:
+    try:
+        levels = list(dict.fromkeys(int(v) for v in value.split(",") if v.strip()))
+    except ValueError:
+        raise LocalspecError(f"--concurrency takes numbers, comma-separated (got {value!r})") from None
+    if not levels or any(n < 1 or n > 64 for n in levels):
+        raise LocalspecError(f"--concurrency takes numbers from 1 to 64 (got {value!r})")
+    return levels
+
+
+def _concurrency(settings, plan, progress, json_out: Path | None, md_out: Path | None) -> None:  # noqa: ANN001
+    import json  # noqa: PLC0415
+
+    from ..bench import concurrency as conc  # noqa: PLC0415
+    from ..bench.suite import run_concurrency_benchmark  # noqa: PLC0415
+
+    rep = run_concurrency_benchmark(settings, plan, progress=progress)
+    for t in plan.temperatures:
+        rows = [
+            conc.ConcurrencyRow(**{k: v for k, v in r.items() if k != "temperature"})
+            for r in rep["rows"]
+            if r["temperature"] == t
+        ]
+        click.echo(f"temperature {t:g}")
+        conc.print_table(rows)
+    if json_out:
+        json_out.write_text(json.dumps(rep, indent=2))
+    if md_out:
+        md_out.write_text(conc.markdown(rep))
 
 
 def _relative(path: Path, base: Path) -> str:

@@ -138,7 +138,7 @@ def render(r: dict[str, Any]) -> str:
     rows.append(
         (
             "plan",
-            f"n_ctx {plan['n_ctx']}, KV {plan['kv_type']}, flash-attn {plan['flash_attn']}, "
+            f"n_ctx {plan['n_ctx']} x {plan.get('n_seq', 1)} slot(s), KV {plan['kv_type']}, flash-attn {plan['flash_attn']}, "
             f"n_ubatch {plan['n_ubatch']}",
         )
     )
