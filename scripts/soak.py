@@ -225,7 +225,9 @@ def main() -> int:
         args.target = args.draft = args.model
     if args.target is None and args.pair is None:
         args.pair = DEFAULT_PAIR
-    settings = Settings.load(pair=args.pair, target=args.target, draft=args.draft, n_ctx=args.n_ctx)
+    settings = Settings.load(
+        pair=args.pair, target=args.target, draft=args.draft, n_ctx=args.n_ctx, parallel=args.threads
+    )  # one slot per submitting thread: the requests really run side by side in the batched engine
 
     t0 = time.perf_counter()
     with Engine(settings) as eng:

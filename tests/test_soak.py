@@ -16,9 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_soak_smoke(smollm2_path):
     proc = subprocess.run(
-        # one thread until Model.tokenize is thread-safe (issue #11, the engine's part): with several,
-        # a prompt tokenized while another thread tokenizes can come out wrong (greedy_differs)
-        [sys.executable, "scripts/soak.py", "--model", str(smollm2_path), "--n", "12", "--threads", "1"]
+        # three threads, three slots: requests share rounds, cancel and abandon each other's neighbours
+        [sys.executable, "scripts/soak.py", "--model", str(smollm2_path), "--n", "12", "--threads", "3"]
         + ["--warmup", "2", "--max-tokens", "16", "--samples", "3", "--max-growth-pct", "50"],
         capture_output=True,
         text=True,
