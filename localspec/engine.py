@@ -18,7 +18,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from . import backend, chat, placement
+from . import backend, chat, placement, rpc
 from .compat import check_pair
 from .draft_len import AutoK, FixedK
 from .errors import LocalspecError
@@ -109,17 +109,18 @@ class Engine:
         common = s.context_args()
         # -- placement (issue #5): plan from the headers, never spill to system RAM silently ----------
         plan = placement.plan_for(s)
+        backend.add_rpc_servers(rpc.parse_endpoints(s.rpc))  # probed first: a dead host is one line
         self.decision = placement.enforce(plan, backend.devices(), s)
         for line in self.decision.messages():
             self._log(line)
-        pin = self.decision.devices if self.decision.pin else None  # several GPUs: both on one card
+        dec = self.decision
         self.target = self._stack.enter_context(
-            backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers, devices=pin)
+            backend.Model(s.target, n_gpu_layers=dec.target_gpu_layers, devices=dec.model_devices("target"))
         )
         self.target_slot = _Slot(self._stack.enter_context(backend.Context(self.target, **common)))
         if use_draft:
             self.draft = self._stack.enter_context(
-                backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers, devices=pin)
+                backend.Model(s.draft, n_gpu_layers=dec.draft_gpu_layers, devices=dec.model_devices("draft"))
             )
             self.draft_slot = _Slot(self._stack.enter_context(backend.Context(self.draft, **common)))
         self.placement = placement.verify(
@@ -199,7 +200,9 @@ class Engine:
                 "--max-tokens or raise --n-ctx"
             )
 
-    def submit(self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any) -> "Handle":
+    def submit(
+        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
+    ) -> "Handle":
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
         Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued."""
         s = self.settings.replace(**overrides) if overrides else self.settings
@@ -269,7 +272,7 @@ class Engine:
             decode_s=(t_end - t_first) if t_first else 0.0,
             total_s=t_end - t_start,
         )
-        yield Chunk("", [], Response("".join(text_parts), ts.tokens, ts.finish, stats, ids, seed))
+        yield Chunk("", response=Response("".join(text_parts), ts.tokens, ts.finish, stats, ids, seed))
 
 
 class Handle:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from . import rpc
 from .errors import LocalspecError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,12 @@ class Settings:
     )
     allow_partial_offload: bool = _f(
         False, "Run even if a model does not fit fully on the GPU.", group="model"
+    )
+    rpc: str | None = _f(
+        None,
+        "Split the target over rpc-servers: HOST:PORT[,HOST:PORT...] (trusted networks only; "
+        "the draft stays local). See docs/rpc.md.",
+        group="model",
     )
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling")
@@ -92,6 +99,7 @@ class Settings:
         if self.draft_min < 0 or self.draft_p_min < 0 or self.draft_p_min >= 1:
             raise LocalspecError("draft_min must be >= 0 and draft_p_min in [0, 1)")
         self.draft_k  # validates
+        rpc.parse_endpoints(self.rpc)  # validates
 
     @property
     def draft_k(self) -> int | None:
@@ -168,6 +176,8 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
             v = (v,) if isinstance(v, str) else tuple(v)
         elif k == "draft_max":
             v = str(v)
+        elif k == "rpc" and isinstance(v, (list, tuple)):  # TOML: rpc = ["host:port", ...]
+            v = ",".join(v)
         out[k] = v
     return out
 
