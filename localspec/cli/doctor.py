@@ -197,14 +197,18 @@ def render(r: dict[str, Any]) -> str:
         )
         for f in v["fixes"]:
             rows.append(("", f"fix: {f['flags']} (needs {fmt_bytes(f['device_bytes'])})"))
-    rows.append(
-        (
-            "decision",
-            f"{dec['mode']}: n_gpu_layers target {dec['target_gpu_layers']}, "
-            f"draft {dec['draft_gpu_layers']}"
-            + (f" on {', '.join(dec['devices'])}" if dec["devices"] else ""),
+    if dec["mode"] == "rpc":
+        draft_on = ", ".join(dec["draft_devices"]) or "the CPU"
+        line = (
+            f"rpc: target {dec['target_gpu_layers']} layers over {', '.join(dec['devices'])}; "
+            f"draft on {draft_on}, local"
         )
-    )
+    else:
+        line = (
+            f"{dec['mode']}: n_gpu_layers target {dec['target_gpu_layers']}, draft {dec['draft_gpu_layers']}"
+            + (f" on {', '.join(dec['devices'])}" if dec["devices"] else "")
+        )
+    rows.append(("decision", line))
     for line in ([dec["banner"]] if dec["banner"] else []) + [f"warning: {w}" for w in dec["warnings"]]:
         rows.append(("", line))
     ver = r.get("verified")
