@@ -1,19 +1,23 @@
 """Local vs RPC-split on loopback: the same pair, the target all-local or split over two
 `ggml-rpc-server` processes on 127.0.0.1 (CPU backend), the draft local in both. Prints a markdown
-table of decode speed and the K the tuner settled on (docs/rpc.md quotes it).
+table of decode speed and the K the tuner chose (docs/rpc.md quotes it).
 
-    .venv/bin/python scripts/bench_rpc.py                      # models/default, ~5 min on 2 cores
-    .venv/bin/python scripts/bench_rpc.py --pair DIR --max-tokens 128 --threads 1
+    .venv/bin/python scripts/bench_rpc.py                      # models/default, ~10 min on 2 cores
+    .venv/bin/python scripts/bench_rpc.py --pair DIR --max-tokens 128 --threads 1 --rtt-ms 0,2
 
-On one machine the servers share the client's cores, so "network time" here is loopback plus the
-RPC protocol plus that contention: an upper bound on LAN overhead for compute, not a LAN figure.
+Loopback adds almost no latency, so `--rtt-ms` also runs the split through a relay that delays
+every message by half the given round trip each way, as a LAN would. On one machine the servers
+share the client's cores: the figures show the shape (speed, chosen K), not a LAN's numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import socket
 import statistics
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +29,38 @@ from localspec.settings import DEFAULT_PAIR, Settings  # noqa: E402
 from tests.rpc_servers import Servers, server_binary  # noqa: E402
 
 
+class Relay:
+    """127.0.0.1:<port> -> `target`, each chunk held for `delay_s` in each direction."""
+
+    def __init__(self, target: str, delay_s: float) -> None:
+        self.target, self.delay_s = target, delay_s
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            host, port = self.target.rsplit(":", 1)
+            server = socket.create_connection((host, int(port)))
+            for a, b in ((client, server), (server, client)):
+                a.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 20):
+                time.sleep(self.delay_s)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            s.close()
+
+
 def run(settings: Settings, prompts: list[str], max_tokens: int) -> dict:
     with Engine(settings, log=lambda m: print(f"  {m}", file=sys.stderr)) as eng:
         eng.generate(prompts[0], max_tokens=16)  # warm-up: the tuner's probe rounds happen here
@@ -34,7 +70,12 @@ def run(settings: Settings, prompts: list[str], max_tokens: int) -> dict:
             r = eng.generate(p, max_tokens=max_tokens)
             speeds.append(r.stats.decode_tok_s)
             ks.update(r.stats.k_history)
-    return {"tok_s": statistics.median(speeds), "ks": ks}
+    spec = [k for k, n in ks.items() for _ in range(n) if k]
+    return {
+        "tok_s": statistics.median(speeds),
+        "mean_k": statistics.mean(spec) if spec else 0.0,
+        "plain_share": ks.get(0, 0) / max(1, sum(ks.values())),
+    }
 
 
 def main() -> None:
@@ -42,31 +83,35 @@ def main() -> None:
     ap.add_argument("--pair", type=Path, default=DEFAULT_PAIR)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--prompts", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1, help="threads per rpc-server")
+    ap.add_argument("--threads", type=int, default=1, help="threads per rpc-server and for the client")
+    ap.add_argument("--rtt-ms", default="0", help="emulated round trips to run the split at, e.g. 0,2")
     args = ap.parse_args()
     binary = server_binary()
     if binary is None:
         sys.exit("ggml-rpc-server not found: run scripts/build_rpc_server.sh")
     prompts = [p.text for p in load_prompts()][: args.prompts]
-    base = Settings.load(pair=args.pair, temperature=0.0, n_ctx=1024)
+    base = Settings.load(pair=args.pair, temperature=0.0, n_ctx=1024, n_threads=args.threads)
     rows = []
     servers = Servers(binary, n=2, threads=args.threads)
     try:
-        for label, s in (
-            ("local, plain", base.replace(spec=False)),
-            ("local, auto-K", base),
-            ("RPC split, plain", base.replace(spec=False, rpc=servers.rpc)),
-            ("RPC split, auto-K", base.replace(rpc=servers.rpc)),
-        ):
+        configs = [("local", base.replace(spec=False), base)]
+        for rtt in (float(x) for x in args.rtt_ms.split(",")):
+            rpc = servers.rpc
+            if rtt > 0:  # a server serves one client: each relay feeds its server a single connection
+                rpc = ",".join(Relay(e, rtt / 2e3).endpoint for e in servers.endpoints)
+            label = "RPC split" + (f", {rtt:g} ms RTT" if rtt else ", loopback")
+            configs.append((label, base.replace(spec=False, rpc=rpc), base.replace(rpc=rpc)))
+        for label, plain, spec in configs:
             print(label, file=sys.stderr)
-            rows.append((label, run(s, prompts, args.max_tokens)))
+            rows.append((label, run(plain, prompts, args.max_tokens), run(spec, prompts, args.max_tokens)))
     finally:
         servers.close()
-    print("| target | decode tok/s | K chosen (rounds) |")
-    print("|---|---:|---|")
-    for label, r in rows:
-        ks = ", ".join(f"K={k}: {n}" for k, n in sorted(r["ks"].items()) if k) or "-"
-        print(f"| {label} | {r['tok_s']:.1f} | {ks} |")
+    print("| target | plain tok/s | auto-K tok/s | mean K chosen | plain steps (fallback) |")
+    print("|---|---:|---:|---:|---:|")
+    for label, p, a in rows:
+        print(
+            f"| {label} | {p['tok_s']:.1f} | {a['tok_s']:.1f} | {a['mean_k']:.1f} | {a['plain_share']:.0%} |"
+        )
 
 
 if __name__ == "__main__":

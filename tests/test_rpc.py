@@ -114,6 +114,18 @@ def test_probe_names_an_unreachable_host_and_how_to_start_one():
     )
 
 
+def test_abort_messages_become_one_line_naming_the_lost_server():
+    dead = f"127.0.0.1:{free_port()}"
+    crashed = "ggml-rpc.cpp:566: Remote RPC server crashed or returned malformed response"
+    line = rpc.explain_abort(crashed, [dead])
+    assert line.startswith(f"lost the connection to rpc-server at {dead} ") and "\n" not in line
+    mismatch = ["rpc_dispatcher: RPC server version mismatch: 6.0.0"]
+    assert "another RPC protocol (6.0.0; ours is 7.0.0)" in rpc.explain_abort(
+        "handshake failed", [dead], mismatch
+    )
+    assert rpc.explain_abort("ggml.c:12: GGML_ASSERT(x) failed", [dead]).startswith("llama.cpp aborted: ")
+
+
 def test_watchdog_ends_a_decode_stuck_on_a_dead_server():
     lines: list[str] = []
     dead = f"127.0.0.1:{free_port()}"
