@@ -100,8 +100,9 @@ def system_info() -> str:
 
 
 def supports_gpu_offload() -> bool:
-    _init_backend()
-    return bool(C.llama_supports_gpu_offload())
+    """Whether this build has a local GPU to offload to (llama.cpp's own answer is yes whenever the
+    RPC backend is built in, with or without servers)."""
+    return any(d.offloads and not d.remote for d in devices())
 
 
 def default_threads() -> int:

@@ -13,8 +13,10 @@ share the client's cores: the figures show the shape (speed, chosen K), not a LA
 from __future__ import annotations
 
 import argparse
+import json
 import socket
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -85,33 +87,41 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="threads per rpc-server and for the client")
     ap.add_argument("--rtt-ms", default="0", help="emulated round trips to run the split at, e.g. 0,2")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one configuration (--rpc value)
     args = ap.parse_args()
+    prompts = [p.text for p in load_prompts()][: args.prompts]
+    base = Settings.load(pair=args.pair, temperature=0.0, n_ctx=1024, n_threads=args.threads)
+    if args.one is not None:  # llama.cpp keeps rpc-servers registered: one process per configuration
+        rpc = args.one or None
+        out = [run(base.replace(spec=False, rpc=rpc), prompts, args.max_tokens)]
+        out.append(run(base.replace(rpc=rpc), prompts, args.max_tokens))
+        print(json.dumps(out))
+        return
     binary = server_binary()
     if binary is None:
         sys.exit("ggml-rpc-server not found: run scripts/build_rpc_server.sh")
-    prompts = [p.text for p in load_prompts()][: args.prompts]
-    base = Settings.load(pair=args.pair, temperature=0.0, n_ctx=1024, n_threads=args.threads)
-    rows = []
     servers = Servers(binary, n=2, threads=args.threads)
+    print("| target | plain tok/s | auto-K tok/s | mean K chosen | plain steps (fallback) |")
+    print("|---|---:|---:|---:|---:|", flush=True)
     try:
-        configs = [("local", base.replace(spec=False), base)]
+        configs = [("local", "")]
         for rtt in (float(x) for x in args.rtt_ms.split(",")):
             rpc = servers.rpc
             if rtt > 0:  # a server serves one client: each relay feeds its server a single connection
                 rpc = ",".join(Relay(e, rtt / 2e3).endpoint for e in servers.endpoints)
-            label = "RPC split" + (f", {rtt:g} ms RTT" if rtt else ", loopback")
-            configs.append((label, base.replace(spec=False, rpc=rpc), base.replace(rpc=rpc)))
-        for label, plain, spec in configs:
+            configs.append(("RPC split" + (f", {rtt:g} ms RTT" if rtt else ", loopback"), rpc))
+        for label, rpc in configs:
             print(label, file=sys.stderr)
-            rows.append((label, run(plain, prompts, args.max_tokens), run(spec, prompts, args.max_tokens)))
+            argv = [sys.argv[0], "--pair", str(args.pair), "--max-tokens", str(args.max_tokens)]
+            argv += ["--prompts", str(args.prompts), "--threads", str(args.threads), "--one", rpc]
+            res = subprocess.run([sys.executable, *argv], stdout=subprocess.PIPE, text=True, check=True)
+            p, a = json.loads(res.stdout)
+            print(
+                f"| {label} | {p['tok_s']:.1f} | {a['tok_s']:.1f} | {a['mean_k']:.1f} | {a['plain_share']:.0%} |",
+                flush=True,
+            )
     finally:
         servers.close()
-    print("| target | plain tok/s | auto-K tok/s | mean K chosen | plain steps (fallback) |")
-    print("|---|---:|---:|---:|---:|")
-    for label, p, a in rows:
-        print(
-            f"| {label} | {p['tok_s']:.1f} | {a['tok_s']:.1f} | {a['mean_k']:.1f} | {a['plain_share']:.0%} |"
-        )
 
 
 if __name__ == "__main__":
