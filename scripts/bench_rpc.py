@@ -59,7 +59,11 @@ class Relay:
                 dst.sendall(data)
         except OSError:
             pass
-        for s in (src, dst):
+        for s in (src, dst):  # shutdown, not just close: the other pump may be blocked in recv on it,
+            try:  # and a bare close would leave the connection open, the server serving nobody
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             s.close()
 
 
@@ -87,6 +91,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1, help="threads per rpc-server and for the client")
     ap.add_argument("--rtt-ms", default="0", help="emulated round trips to run the split at, e.g. 0,2")
+    ap.add_argument("--no-local", action="store_true", help="only the split configurations")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one configuration (--rpc value)
     args = ap.parse_args()
     prompts = [p.text for p in load_prompts()][: args.prompts]
@@ -104,7 +109,7 @@ def main() -> None:
     print("| target | plain tok/s | auto-K tok/s | mean K chosen | plain steps (fallback) |")
     print("|---|---:|---:|---:|---:|", flush=True)
     try:
-        configs = [("local", "")]
+        configs = [] if args.no_local else [("local", "")]
         for rtt in (float(x) for x in args.rtt_ms.split(",")):
             rpc = servers.rpc
             if rtt > 0:  # a server serves one client: each relay feeds its server a single connection
