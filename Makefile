@@ -1,15 +1,19 @@
 # The front door. `make setup` builds llama.cpp for this machine's CPU without native-only
-# instructions (the native build segfaults in the AMX matmul on some Xeons). GPU users pass their own:
-#   make setup CMAKE_ARGS="-DGGML_CUDA=on"      (or -DGGML_METAL=on, -DGGML_VULKAN=on)
+# instructions (the native build segfaults in the AMX matmul on some Xeons), with the RPC backend
+# (--rpc, docs/rpc.md). GPU users pass their own flags and keep RPC:
+#   make setup CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=ON"      (or -DGGML_METAL=on, -DGGML_VULKAN=on)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_RPC=ON
 LLAMA_CPP_VERSION := 0.3.36
+# the sdist is downloaded once: the wheel, scripts/build_rpc_server.sh and build_peer.sh all build it
+SDIST := third_party/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
+RPC_SERVER := third_party/rpc-build/bin/ggml-rpc-server
 # built wheels are kept per CMAKE_ARGS: pip's own cache ignores CMAKE_ARGS and would reuse a wrong build
 WHEEL_DIR := .wheels/$(shell printf '%s' "$(CMAKE_ARGS)" | sha1sum | cut -c1-12)
 
-.PHONY: setup models demo serve chat test test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models rpc-server demo serve chat test test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -17,9 +21,10 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@if ! ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
+		test -f $(SDIST) || $(PY) -m pip download -q --no-binary :all: --no-deps \
+			llama-cpp-python==$(LLAMA_CPP_VERSION) -d third_party; \
 		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) with CMAKE_ARGS='$(CMAKE_ARGS)' (a few minutes)"; \
-		CMAKE_ARGS="$(CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(WHEEL_DIR) \
-			llama-cpp-python==$(LLAMA_CPP_VERSION); \
+		CMAKE_ARGS="$(CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(WHEEL_DIR) $(SDIST); \
 	fi
 	printf '%s\n' "$(CMAKE_ARGS)" > $(WHEEL_DIR)/CMAKE_ARGS
 	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
@@ -28,6 +33,12 @@ $(VENV)/.installed: pyproject.toml
 
 models: setup
 	$(VENV)/bin/localspec models
+
+# llama.cpp's RPC server from the same sources (~3 min on 2 cores): the RPC tests start two of them
+rpc-server: $(RPC_SERVER)
+
+$(RPC_SERVER): scripts/build_rpc_server.sh | setup
+	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" scripts/build_rpc_server.sh
 
 demo: models
 	$(VENV)/bin/localspec run --pair models/default --chat --temperature 0 --max-tokens 96 \
@@ -40,7 +51,7 @@ serve: models
 chat: setup
 	$(VENV)/bin/localspec chat
 
-test: models
+test: models rpc-server
 	$(PY) -m pytest -q
 
 test-fast: setup

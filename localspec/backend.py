@@ -12,6 +12,7 @@ import ctypes
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import Callable, Sequence
 import llama_cpp as C
 import numpy as np
 
+from . import rpc
 from .errors import LocalspecError
 from .gguf_file import validate_gguf
 
@@ -98,8 +100,9 @@ def system_info() -> str:
 
 
 def supports_gpu_offload() -> bool:
-    _init_backend()
-    return bool(C.llama_supports_gpu_offload())
+    """Whether this build has a local GPU to offload to (llama.cpp's own answer is yes whenever the
+    RPC backend is built in, with or without servers)."""
+    return any(d.offloads and not d.remote for d in devices())
 
 
 def default_threads() -> int:
@@ -139,7 +142,8 @@ class Model:
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
-        if devices:  # pin to these devices (llama.cpp otherwise spreads layers over every GPU)
+        if devices is not None:  # pin to these devices (llama.cpp otherwise spreads layers over every
+            # GPU and RPC server); an empty list pins to the CPU
             self._devices = device_array(devices)  # referenced until the load has read it
             params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
         mark = log_mark()
@@ -270,6 +274,10 @@ def _last_error(mark: int) -> str:
     lines = [ln for ln in log_since(mark) if ln.strip()]
     errs = [ln for ln in lines if "error" in ln.lower() or "failed" in ln.lower()]
     return (errs or lines or ["(no log)"])[-1].strip()
+
+
+# when the running llama_decode started (0: none runs): the RPC watchdog's measure of a stall
+_BUSY_SINCE = [0.0]
 
 
 class Context:
@@ -434,7 +442,11 @@ class Context:
                 b.seq_id[j - start][0] = items[idx][0]
                 b.logits[j - start] = 1 if want else 0
             b.n_tokens = end - start
-            rc = C.llama_decode(ptr, b)
+            _BUSY_SINCE[0] = time.monotonic()  # the RPC watchdog's measure of a stalled decode
+            try:
+                rc = C.llama_decode(ptr, b)
+            finally:
+                _BUSY_SINCE[0] = 0.0
             if rc != 0:
                 # a failed decode can leave partial entries: drop them so every cache stays consistent
                 for seq in {items[queue[j][0]][0] for j in range(start, end)}:
@@ -552,8 +564,14 @@ class Device:
         """Whether llama.cpp can put model layers on it (n_gpu_layers)."""
         return self.kind in ("gpu", "igpu")
 
+    @property
+    def remote(self) -> bool:
+        """A device of an rpc-server (its description is the server's HOST:PORT)."""
+        return self.backend == "RPC"
+
 
 _GGML_LIB = None
+_ABORT_CB = ctypes.CFUNCTYPE(None, ctypes.c_char_p)  # ggml_abort_callback_t
 
 
 def _ggml():  # noqa: ANN202 - a ctypes.CDLL
@@ -573,6 +591,10 @@ def _ggml():  # noqa: ANN202 - a ctypes.CDLL
             ("ggml_backend_dev_backend_reg", vp, [vp]),
             ("ggml_backend_reg_name", ctypes.c_char_p, [vp]),
             ("ggml_backend_dev_by_name", vp, [ctypes.c_char_p]),
+            ("ggml_backend_reg_by_name", vp, [ctypes.c_char_p]),
+            ("ggml_backend_reg_get_proc_address", vp, [vp, ctypes.c_char_p]),
+            ("ggml_backend_register", None, [vp]),
+            ("ggml_set_abort_callback", vp, [_ABORT_CB]),
         ):
             f = getattr(lib, fn)
             f.restype, f.argtypes = res, args
@@ -619,6 +641,77 @@ def device_array(names: Sequence[str]):  # noqa: ANN201 - a ctypes array
             raise LocalspecError(f"no llama.cpp device named {name!r}")
         arr[i] = dev
     return arr
+
+
+# ---------------------------------------------------------------------------------------------------
+# RPC servers (ggml-rpc): ggml_backend_rpc_add_server is reached through the RPC registry's proc
+# address, as llama.cpp's own --rpc does, then registered so llama.cpp sees its devices. llama.cpp
+# aborts the process on any RPC connection failure, so the endpoints are probed first and an abort
+# callback turns a later failure into one line and exit status 1 (rpc.py says why).
+_RPC_ADD = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
+_RPC_ENDPOINTS: list[str] = []  # registered in this process, in order (a registry is never removed)
+_RPC_GUARD: list = []  # the abort callback and the watchdog, kept alive for the process
+
+
+def rpc_supported() -> bool:
+    """Whether this llama.cpp was built with -DGGML_RPC=ON."""
+    _init_backend()
+    return bool(C.llama_supports_rpc())
+
+
+def rpc_endpoints() -> tuple[str, ...]:
+    return tuple(_RPC_ENDPOINTS)
+
+
+def add_rpc_servers(endpoints: Sequence[str], *, stall_s: float = 30.0) -> None:
+    """Make each rpc-server's devices llama.cpp devices (probing each first; idempotent)."""
+    new = [e for e in endpoints if e not in _RPC_ENDPOINTS]
+    if not new:
+        return
+    if not rpc_supported():
+        raise LocalspecError(
+            "--rpc needs llama-cpp-python built with -DGGML_RPC=ON: rebuild with `make setup` (GPU "
+            'users: add it to their flags, e.g. CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=ON")'
+        )
+    for e in new:  # before llama.cpp connects: its own failure to connect is an abort
+        rpc.probe(e)
+    lib = _ggml()
+    _guard_rpc(lib, stall_s)
+    reg = lib.ggml_backend_reg_by_name(b"RPC")
+    fn = lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server") if reg else None
+    if not fn:
+        raise LocalspecError("this llama.cpp's RPC backend has no ggml_backend_rpc_add_server")
+    add = _RPC_ADD(fn)
+    for e in new:
+        server_reg = add(e.encode())
+        if not server_reg:
+            raise LocalspecError(f"rpc-server at {e} reports no devices")
+        lib.ggml_backend_register(server_reg)
+        _RPC_ENDPOINTS.append(e)
+
+
+def _rpc_fatal(line: str) -> None:
+    os.write(2, f"error: {line}\n".encode())
+    os._exit(1)
+
+
+def _guard_rpc(lib, stall_s: float) -> None:  # noqa: ANN001
+    if _RPC_GUARD:
+        return
+
+    def on_abort(message: bytes | None) -> None:  # runs on llama.cpp's thread, just before abort()
+        text = _str(message)
+        _rpc_fatal(rpc.explain_abort(text, _RPC_ENDPOINTS, log_lines()[-50:]))
+
+    cb = _ABORT_CB(on_abort)
+    lib.ggml_set_abort_callback(cb)
+    _RPC_GUARD.extend([cb, rpc.Watchdog(_RPC_ENDPOINTS, decode_busy_s, _rpc_fatal, stall_s=stall_s)])
+
+
+def decode_busy_s() -> float:
+    """How long the llama_decode running now has taken (0 when none runs)."""
+    started = _BUSY_SINCE[0]
+    return time.monotonic() - started if started else 0.0
 
 
 def llama_cpp_version() -> str:

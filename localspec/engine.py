@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from . import backend, calibrate, chat, placement
+from . import backend, calibrate, chat, placement, rpc
 from .compat import check_pair
 from .draft_len import AutoK, FixedK
 from .errors import LocalspecError, PromptTooLong
@@ -102,17 +102,18 @@ class Engine:
         common = s.context_args()
         # -- placement (issue #5): plan from the headers, never spill to system RAM silently ----------
         plan = placement.plan_for(s)
+        backend.add_rpc_servers(rpc.parse_endpoints(s.rpc))  # probed first: a dead host is one line
         self.decision = placement.enforce(plan, backend.devices(), s)
         for line in self.decision.messages():
             self._log(line)
-        pin = self.decision.devices if self.decision.pin else None  # several GPUs: both on one card
+        dec = self.decision
         self.target = self._stack.enter_context(
-            backend.Model(s.target, n_gpu_layers=self.decision.target_gpu_layers, devices=pin)
+            backend.Model(s.target, n_gpu_layers=dec.target_gpu_layers, devices=dec.model_devices("target"))
         )
         self.target_ctx = self._stack.enter_context(backend.Context(self.target, **common))
         if use_draft:
             self.draft = self._stack.enter_context(
-                backend.Model(s.draft, n_gpu_layers=self.decision.draft_gpu_layers, devices=pin)
+                backend.Model(s.draft, n_gpu_layers=dec.draft_gpu_layers, devices=dec.model_devices("draft"))
             )
             self.draft_ctx = self._stack.enter_context(backend.Context(self.draft, **common))
         self.placement = placement.verify(

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from . import rpc
 from .errors import LocalspecError
 from .memory_plan import (
     ModelPlan,
@@ -57,14 +58,25 @@ def plan_for(settings: Any) -> PairPlan:
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Decision:
-    mode: str  # "gpu" (everything offloaded), "partial" or "cpu"
+    mode: str  # "gpu" (everything offloaded), "partial", "cpu" or "rpc" (target split over rpc-servers)
     target_gpu_layers: int  # n_gpu_layers to load the target with
     draft_gpu_layers: int
-    devices: tuple[str, ...] = ()  # accelerators both models use (empty: CPU)
+    devices: tuple[str, ...] = ()  # accelerators both models use (empty: CPU); rpc: the target's
     pin: bool = False  # pass `devices` to llama_model_params.devices (several GPUs, pair fits on one)
     banner: str | None = None
     warnings: tuple[str, ...] = ()
     verdict: Verdict | None = None
+    remote: tuple[str, ...] = ()  # rpc-server devices ("RPC0", ...) the target is split over
+    # explicit llama_model_params.devices per model (None: as `pin` says); () pins to the CPU
+    target_devices: tuple[str, ...] | None = None
+    draft_devices: tuple[str, ...] | None = None
+
+    def model_devices(self, role: str) -> tuple[str, ...] | None:
+        """What to pass as backend.Model(devices=...) for "target" or "draft"."""
+        explicit = self.target_devices if role == "target" else self.draft_devices
+        if explicit is not None:
+            return explicit
+        return self.devices if self.pin else None
 
     def messages(self) -> list[str]:
         """What to print on stderr before loading (banner first)."""
@@ -80,13 +92,81 @@ class Decision:
             "banner": self.banner,
             "warnings": list(self.warnings),
             "verdict": self.verdict.to_dict() if self.verdict else None,
+            "remote": list(self.remote),
+            "target_devices": None if self.target_devices is None else list(self.target_devices),
+            "draft_devices": None if self.draft_devices is None else list(self.draft_devices),
         }
 
 
 def enforce(plan: PairPlan, devices: Sequence[Any], settings: Any) -> Decision:
     """Choose where both models go, or raise LocalspecError rather than spill silently.
 
-    `devices` are backend.Device-like objects (name, description, kind, free_bytes)."""
+    `devices` are backend.Device-like objects (name, description, kind, free_bytes, remote).
+    Devices of rpc-servers count only when settings.rpc names them: then the target is split over
+    them (and the local GPUs) while the draft stays local, where its many small steps pay no network
+    round trips."""
+    wanted = set(rpc.parse_endpoints(getattr(settings, "rpc", None)))
+    local = [d for d in devices if not getattr(d, "remote", False)]
+    remote = [d for d in devices if getattr(d, "remote", False) and d.description in wanted]
+    if remote:
+        return _enforce_rpc(plan, local, remote, settings)
+    decision = _enforce_local(plan, local, settings)
+    if len(local) < len(devices):  # rpc-servers registered earlier in this process: keep off them
+        pinned = decision.devices if decision.mode != "cpu" else ()
+        decision = dataclasses.replace(decision, target_devices=pinned, draft_devices=pinned)
+    return decision
+
+
+def _enforce_rpc(plan: PairPlan, local: Sequence[Any], remote: Sequence[Any], settings: Any) -> Decision:
+    n_full_t = plan.target.spec.n_layer + 1
+    if settings.n_gpu_layers == 0:
+        raise LocalspecError("--n-gpu-layers 0 keeps every layer local: drop --rpc or the layer limit")
+    gpus = [d for d in local if d.kind == "gpu"] or [d for d in local if d.kind == "igpu"]
+    head = plan.headroom_bytes
+    draft_dev = max(gpus, key=lambda d: d.free_bytes) if gpus else None
+    warnings: list[str] = []
+    draft_bytes = plan.draft.device_bytes if plan.draft else 0
+    if draft_dev is not None and plan.draft and draft_bytes + head > draft_dev.free_bytes:
+        warnings.append(f"the draft does not fit on {draft_dev.name}: it runs on the CPU (slower drafting)")
+        draft_dev = None
+    # llama.cpp's own order: rpc-servers first, so only activations cross the network
+    target_devs = list(remote) + list(gpus)
+    names = tuple(d.name for d in target_devs)
+    free = sum(d.free_bytes for d in target_devs) - head * (len(target_devs) - 1)
+    free -= draft_bytes if draft_dev is not None else 0
+    v = verdict(plan.without_draft(), free, " + ".join(f"{d.name} ({d.description})" for d in target_devs))
+    k = n_full_t
+    if not v.fits:
+        k = gpu_layers_that_fit(plan.without_draft(), free)
+    elif 0 < settings.n_gpu_layers < n_full_t:
+        k = settings.n_gpu_layers
+    if k < n_full_t:
+        if not settings.allow_partial_offload:
+            why = v.message() if not v.fits else f"--n-gpu-layers {settings.n_gpu_layers} keeps layers local"
+            raise LocalspecError(
+                f"{why}; add rpc-servers, or pass --allow-partial-offload to run with {k}/{n_full_t} target "
+                f"layers on them ({PARTIAL_COST})"
+            )
+        warnings.append(
+            f"PARTIAL OFFLOAD: {k}/{n_full_t} target layers on {' + '.join(names)}; {PARTIAL_COST}"
+        )
+    n_d = plan.draft.spec.n_layer + 1 if plan.draft and draft_dev is not None else 0
+    where = f"{draft_dev.name} (local)" if draft_dev is not None else "the CPU (local)"
+    return Decision(
+        "rpc",
+        k,
+        n_d,
+        names,
+        verdict=v,
+        warnings=tuple(warnings),
+        banner=f"RPC split: target over {' + '.join(names)}; draft on {where}",
+        remote=tuple(d.name for d in remote),
+        target_devices=names,
+        draft_devices=(draft_dev.name,) if draft_dev is not None else (),
+    )
+
+
+def _enforce_local(plan: PairPlan, devices: Sequence[Any], settings: Any) -> Decision:
     n_full_t = plan.target.spec.n_layer + 1  # repeating layers + the output layer
     n_full_d = plan.draft.spec.n_layer + 1 if plan.draft else 0
     # llama.cpp prefers discrete GPUs and only falls back to integrated ones
@@ -208,9 +288,17 @@ class Observed:
             return self.offloaded[0]
         return sum(1 for i, d in self.layer_devices.items() if i <= n_layer and not is_host_buffer(d))
 
+    def layers_by_device(self) -> dict[str, list[int]]:
+        """Device -> the layers llama.cpp assigned to it (index n_layer is the output layer)."""
+        out: dict[str, list[int]] = {}
+        for i, dev in sorted(self.layer_devices.items()):
+            out.setdefault(dev, []).append(i)
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "offloaded": list(self.offloaded) if self.offloaded else None,
+            "layers_by_device": self.layers_by_device(),
             "accel_devices": sorted(self.accel_devices),
             "buffers": self.buffers,
             "kv_total": self.kv_total,
@@ -275,7 +363,8 @@ class PlacementReport:
     def require_clean(self, settings: Any) -> list[str]:
         """Raise when llama.cpp put things elsewhere than planned, unless partial offload is allowed
         (then the problems come back as warnings to print)."""
-        if self.problems and self.decision.mode == "gpu" and not settings.allow_partial_offload:
+        strict = self.decision.mode in ("gpu", "rpc")
+        if self.problems and strict and not settings.allow_partial_offload:
             raise LocalspecError(
                 "placement differs from the plan: "
                 + "; ".join(self.problems)
@@ -290,6 +379,7 @@ class PlacementReport:
             "cpu": "CPU only",
             "gpu": " + ".join(d.devices),
             "partial": f"{' + '.join(d.devices)} + CPU",
+            "rpc": f"target over {' + '.join(d.devices)}, draft local",
         }[d.mode]
         lines = [f"placement: {where}"]
         for m in self.models:
@@ -298,10 +388,12 @@ class PlacementReport:
                 + (f" (plan {fmt_bytes(p)})" if abs(s - p) > TOLERANCE * max(s, 1) else "")
                 for k, (p, s) in m.sizes.items()
             ]
-            layers = (
-                f"{m.layers}/{m.n_layers} layers offloaded" if d.mode != "cpu" else "all layers on the CPU"
-            )
+            on_cpu = d.mode == "cpu" or (m.role == "draft" and d.draft_devices == ())
+            layers = "all layers on the CPU" if on_cpu else f"{m.layers}/{m.n_layers} layers offloaded"
             lines.append(f"  {m.role:<6} {layers}; " + ", ".join(parts))
+            if d.mode == "rpc" and m.seen.layer_devices:
+                spread = ", ".join(f"{dev} {_ranges(ls)}" for dev, ls in m.seen.layers_by_device().items())
+                lines.append(f"         layers: {spread}")
         lines += [f"  problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -317,10 +409,20 @@ def verify(
     plan: PairPlan, decision: Decision, target_log: Sequence[str], draft_log: Sequence[str] | None = None
 ) -> PlacementReport:
     """Compare what llama.cpp logged (Model.load_log + Context.init_log per model) with the plan."""
-    checks = [_check(plan.target, decision, decision.target_gpu_layers, parse_log(target_log))]
+    cpu = decision.mode == "cpu"
+    checks = [_check(plan.target, decision, decision.target_gpu_layers, parse_log(target_log), cpu)]
     if plan.draft is not None and draft_log is not None:
-        checks.append(_check(plan.draft, decision, decision.draft_gpu_layers, parse_log(draft_log)))
-    if len(checks) == 2 and decision.mode != "cpu":
+        draft_cpu = cpu or decision.draft_devices == ()
+        seen = parse_log(draft_log)
+        checks.append(_check(plan.draft, decision, decision.draft_gpu_layers, seen, draft_cpu))
+        on_remote = sorted(seen.accel_devices & set(decision.remote))
+        if on_remote:
+            checks[1] = _with_problem(checks[1], f"draft: on {', '.join(on_remote)}, not local")
+    if decision.mode == "rpc":
+        unused = [r for r in decision.remote if r not in checks[0].seen.accel_devices]
+        if unused and checks[0].seen.layer_devices:
+            checks[0] = _with_problem(checks[0], f"target: no layers on {', '.join(unused)}")
+    elif len(checks) == 2 and not cpu:
         t, d = checks[0].seen.accel_devices, checks[1].seen.accel_devices
         if d and t and not d <= t:
             problem = f"the draft is on {', '.join(sorted(d))} but the target on {', '.join(sorted(t))}"
@@ -328,11 +430,11 @@ def verify(
     return PlacementReport(decision, tuple(checks))
 
 
-def _check(mp: ModelPlan, decision: Decision, asked: int, seen: Observed) -> ModelCheck:
+def _check(mp: ModelPlan, decision: Decision, asked: int, seen: Observed, cpu: bool) -> ModelCheck:
     n = mp.spec.n_layer + 1
-    expected = min(asked, n) if decision.mode != "cpu" else 0
+    expected = min(asked, n) if not cpu else 0
     layers = seen.layers_on_accel(mp.spec.n_layer)
-    if decision.mode == "cpu":
+    if cpu:
         sizes = {
             "weights": (mp.spec.file_weights_bytes, seen.host_sum("model")),
             "KV": (mp.kv_bytes, seen.kv_total or seen.host_sum("KV")),
@@ -354,11 +456,22 @@ def _check(mp: ModelPlan, decision: Decision, asked: int, seen: Observed) -> Mod
             f"{mp.role}: only {layers}/{n} layers on the accelerator (planned {expected}); "
             f"the rest run from system RAM"
         )
-    if decision.mode == "gpu" and seen.host_sum("KV") and not seen.device_sum("KV"):
+    if decision.mode in ("gpu", "rpc") and not cpu and seen.host_sum("KV") and not seen.device_sum("KV"):
         problems.append(f"{mp.role}: the KV cache is in system RAM")
-    if decision.mode == "cpu" and layers:
+    if cpu and layers:
         problems.append(f"{mp.role}: {layers} layers offloaded although the plan was CPU only")
     return ModelCheck(mp.role, mp, seen, expected, layers, n, sizes, tuple(problems))
+
+
+def _ranges(ids: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 6] -> '0-2,5-6'."""
+    out: list[str] = []
+    for i in ids:
+        if out and int(out[-1].split("-")[-1]) == i - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
 
 
 def _with_problem(c: ModelCheck, problem: str) -> ModelCheck:

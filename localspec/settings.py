@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from . import rpc
 from .errors import LocalspecError
 from .text_input import require_text
 
@@ -77,6 +78,12 @@ class Settings:
         group="model",
         ge=1,
         le=256,
+    )
+    rpc: str | None = _f(
+        None,
+        "Split the target over rpc-servers: HOST:PORT[,HOST:PORT...] (trusted networks only; "
+        "the draft stays local). See docs/rpc.md.",
+        group="model",
     )
     tuner_cache: bool = _f(
         True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
@@ -156,6 +163,7 @@ class Settings:
                 f"--draft-min {self.draft_min} is above the most --draft-max auto drafts "
                 f"({min(AUTO_K_MAX, self.n_batch - 1)}); lower --draft-min or give a fixed --draft-max"
             )
+        rpc.parse_endpoints(self.rpc)  # validates
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:
@@ -240,6 +248,8 @@ def _coerce(values: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(values) - known)
     if unknown:
         raise LocalspecError(f"unknown setting(s): {', '.join(unknown)}")
+    if isinstance(values.get("rpc"), (list, tuple)):  # TOML: rpc = ["host:port", ...]
+        values = values | {"rpc": ",".join(map(str, values["rpc"]))}
     return values  # types and ranges are checked by Settings itself
 
 

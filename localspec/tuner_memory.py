@@ -135,6 +135,7 @@ def memory_key(settings: Any, target_gpu_layers: int, draft_gpu_layers: int) -> 
         "build": hashlib.sha256(backend.system_info().encode()).hexdigest()[:16],
         "cpu": cpu_name(),
         "devices": sorted(f"{d.name}:{d.description}" for d in backend.devices() if d.kind != "cpu"),
+        "rpc": settings.rpc,  # a target split over the network verifies at another cost
         "gpu_layers": [target_gpu_layers, draft_gpu_layers],
         "threads": settings.n_threads or backend.default_threads(),
         "kv_type": settings.kv_type,

@@ -61,8 +61,10 @@ def main() -> int:
                 warm = one_run(args.pair, p.text, p.chat, temp, args.gen_tokens, [], remembered)
                 for name, r in (("auto (fresh)", cold), ("auto (remembered)", warm)):
                     rates.setdefault((temp, name), []).append(r["decode_tok_s"])
-                    print(f"T={temp} {p.id} {name}: {r['decode_tok_s']:.1f} tok/s, K {r['stats']['k_history'][:12]}",
-                          file=sys.stderr)
+                    print(
+                        f"T={temp} {p.id} {name}: {r['decode_tok_s']:.1f} tok/s, K {r['stats']['k_history'][:12]}",
+                        file=sys.stderr,
+                    )
     print("| T | plain | K=1 | K=3 | auto (fresh) | auto (remembered) | fresh / best | fresh / plain |")
     print("|---|---|---|---|---|---|---|---|")
     for temp in sorted({t for t, _ in rates}):

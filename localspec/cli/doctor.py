@@ -26,16 +26,18 @@ def doctor(as_json: bool, no_load: bool, **kwargs: Any) -> None:
 
 
 def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
-    from .. import backend, placement  # noqa: PLC0415 - keep --help instant
+    from .. import backend, placement, rpc  # noqa: PLC0415 - keep --help instant
     from ..errors import LocalspecError  # noqa: PLC0415
     from ..memory_plan import fmt_bytes  # noqa: PLC0415
 
+    backend.add_rpc_servers(rpc.parse_endpoints(settings.rpc))
     devices = backend.devices()
     out: dict[str, Any] = {
         "llama_cpp_python": backend.llama_cpp_version(),
         "gpu_offload": backend.supports_gpu_offload(),
+        "rpc_support": backend.rpc_supported(),
         "system_info": backend.system_info(),
-        "devices": [d.__dict__ | {"offloads": d.offloads} for d in devices],
+        "devices": [d.__dict__ | {"offloads": d.offloads, "remote": d.remote} for d in devices],
     }
     if settings.target is None:
         return out
@@ -60,13 +62,21 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         return out
     tiny = settings.replace(n_ctx=min(settings.n_ctx, VERIFY_N_CTX))
     vplan = placement.plan_for(tiny)
+    timed: dict[str, dict[int, float]] = {}
     logs = [
-        _load_log(backend, path, layers, tiny)
-        for path, layers in (
-            (tiny.target, decision.target_gpu_layers),
-            *(((tiny.draft, decision.draft_gpu_layers),) if vplan.draft else ()),
+        _load_log(
+            backend,
+            tiny.target,
+            decision.target_gpu_layers,
+            decision.model_devices("target"),
+            tiny,
+            timed if decision.mode == "rpc" else None,
         )
     ]
+    if vplan.draft:
+        logs.append(
+            _load_log(backend, tiny.draft, decision.draft_gpu_layers, decision.model_devices("draft"), tiny)
+        )
     verified = placement.verify(vplan, decision, logs[0], logs[1] if len(logs) > 1 else None)
     out["verified"] = verified.to_dict() | {"n_ctx": vplan.rt.n_ctx, "summary": verified.summary()}
     out["verified"]["accuracy"] = {
@@ -76,6 +86,8 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         }
         for m in verified.models
     }
+    if decision.mode == "rpc":
+        out["network"] = _network_cost(backend, placement, vplan, devices, tiny, timed["times"])
     return out
 
 
@@ -101,12 +113,47 @@ def _remembered(settings: Any, decision: Any) -> dict[str, Any]:
     return out
 
 
-def _load_log(backend: Any, path: Any, n_gpu_layers: int, s: Any) -> list[str]:
+def _load_log(
+    backend: Any, path: Any, n_gpu_layers: int, devices: Any, s: Any, timed: dict | None = None
+) -> list[str]:
+    """llama.cpp's log of loading `path` as planned; with `timed`, also its verify times."""
+    from ..netcost import verify_times  # noqa: PLC0415
+
     with (
-        backend.Model(path, n_gpu_layers=n_gpu_layers) as model,
+        backend.Model(path, n_gpu_layers=n_gpu_layers, devices=devices) as model,
         backend.Context(model, **s.context_args()) as ctx,
     ):
+        if timed is not None:
+            timed["times"] = verify_times(ctx)
         return model.load_log + ctx.init_log
+
+
+def _network_cost(backend: Any, placement: Any, vplan: Any, devices: Any, s: Any, rpc_times: dict) -> dict:
+    """The split target's verify times against the same batches all-local (when it fits here)."""
+    from ..errors import LocalspecError  # noqa: PLC0415
+    from ..netcost import compare, verify_times  # noqa: PLC0415
+
+    out: dict[str, Any] = {"rpc_ms": {n: round(t * 1e3, 3) for n, t in rpc_times.items()}}
+    local_s = s.replace(rpc=None)
+    try:
+        local = placement.enforce(vplan.without_draft(), devices, local_s)
+    except LocalspecError as e:
+        out["skipped"] = f"the target does not fit locally, so no all-local baseline: {e}"
+        return out
+    cpu = next((d for d in devices if d.kind == "cpu"), None)
+    if local.mode == "cpu" and cpu is not None and vplan.target.cpu_bytes > cpu.free_bytes:
+        out["skipped"] = "the target does not fit in local memory, so no all-local baseline"
+        return out
+    with (
+        backend.Model(
+            s.target, n_gpu_layers=local.target_gpu_layers, devices=local.model_devices("target")
+        ) as model,
+        backend.Context(model, **s.context_args()) as ctx,
+    ):
+        local_times = verify_times(ctx)
+    out["local_placement"] = local.mode
+    out["per_batch"] = [c.to_dict() for c in compare(rpc_times, local_times)]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -125,8 +172,9 @@ def render(r: dict[str, Any]) -> str:
         rows.append(
             (
                 "devices" if i == 0 else "",
-                f"{d['name']:<10} {d['kind']:<5} "
-                f"{fmt_bytes(d['free_bytes'])} free of {fmt_bytes(d['total_bytes'])}  {d['description']}",
+                f"{d['name']:<10} {'remote' if d.get('remote') else d['kind']:<6} "
+                f"{fmt_bytes(d['free_bytes'])} free of {fmt_bytes(d['total_bytes'])}  {d['description']}"
+                + ("  (rpc-server)" if d.get("remote") else ""),
             )
         )
     plan = r.get("plan")
@@ -180,14 +228,18 @@ def render(r: dict[str, Any]) -> str:
         )
         for f in v["fixes"]:
             rows.append(("", f"fix: {f['flags']} (needs {fmt_bytes(f['device_bytes'])})"))
-    rows.append(
-        (
-            "decision",
-            f"{dec['mode']}: n_gpu_layers target {dec['target_gpu_layers']}, "
-            f"draft {dec['draft_gpu_layers']}"
-            + (f" on {', '.join(dec['devices'])}" if dec["devices"] else ""),
+    if dec["mode"] == "rpc":
+        draft_on = ", ".join(dec["draft_devices"]) or "the CPU"
+        line = (
+            f"rpc: target {dec['target_gpu_layers']} layers over {', '.join(dec['devices'])}; "
+            f"draft on {draft_on}, local"
         )
-    )
+    else:
+        line = (
+            f"{dec['mode']}: n_gpu_layers target {dec['target_gpu_layers']}, draft {dec['draft_gpu_layers']}"
+            + (f" on {', '.join(dec['devices'])}" if dec["devices"] else "")
+        )
+    rows.append(("decision", line))
     for line in ([dec["banner"]] if dec["banner"] else []) + [f"warning: {w}" for w in dec["warnings"]]:
         rows.append(("", line))
     tm = r.get("tuner_memory")
@@ -217,6 +269,29 @@ def render(r: dict[str, Any]) -> str:
             rows.append(("", f"{role:<6} plan error: " + ", ".join(f"{k} {v}" for k, v in acc.items())))
         if not ver["problems"]:
             rows.append(("", "placement as planned"))
+    net = r.get("network")
+    if net:
+        if "per_batch" in net:
+            rows.append(
+                ("network", f"verify time per batch: split over RPC vs all-local ({net['local_placement']})")
+            )
+            for c in net["per_batch"]:
+                rows.append(
+                    (
+                        "",
+                        f"{c['batch']:>3} tokens: {c['rpc_ms']:8.1f} ms vs {c['local_ms']:8.1f} ms; network "
+                        f"{c['network_ms']:7.1f} ms ({c['share']:.0%} of the verify)",
+                    )
+                )
+        else:
+            rows.append(("network", net["skipped"]))
+            rows.append(
+                (
+                    "",
+                    "verify ms per batch over RPC: "
+                    + ", ".join(f"{n}: {t}" for n, t in net["rpc_ms"].items()),
+                )
+            )
     return _table(rows)
 
 
