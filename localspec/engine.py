@@ -143,8 +143,9 @@ class Engine:
             if record is not None:
                 self.calibration = "remembered"
                 return record
-        prefix = self.target.tokenize(CALIBRATION_TEXT, add_special=True)
-        max_batch = min(AUTO_K_MAX + 1, self.target_ctx.n_batch)
+        max_batch = min(AUTO_K_MAX + 1, self.target_ctx.n_batch, self.target_ctx.n_ctx // 2)
+        # the prefix and the largest verify batch must fit one slot, however small --n-ctx is
+        prefix = self.target.tokenize(CALIBRATION_TEXT, add_special=True)[: self.target_ctx.n_ctx - max_batch]
         verify, draft_s = calibrate.measure(self.target_ctx, self.draft_ctx, prefix, max_batch=max_batch)
         self.calibration = "measured"
         return TunerRecord(verify, draft_s)

@@ -37,6 +37,7 @@ SIZES = {
         "cost_batches": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 32, 48, 64],
         "cost_reps": 20,
         "draft_max": "1,2,3,4,5,6,7,8,auto",  # with the plain baseline: K = 0..8 and the tuner
+        "concurrency": "1,4,8",  # N requests at once need N prompts: 8 of the bundled set
         "step_timeout": 240,
     },
     # a smoke run: every step and configuration, as little work each as will run them; one thread,
@@ -50,11 +51,11 @@ SIZES = {
         "cost_batches": [1, 2, 4, 8],
         "cost_reps": 3,
         "draft_max": "1,2,4,8,auto",
+        "concurrency": "1,2",
         "step_timeout": 300,
     },
 }
 TEMPERATURES = "0,0.8"
-CONCURRENCY = "1,4,8"
 
 
 def main() -> None:
@@ -220,8 +221,6 @@ def _bench_args(pair: Path, out: Path, sizes: dict) -> list[str]:
         "bench",
         "--pair",
         str(pair),
-        "--per-kind",
-        "1",
         "--runs",
         "1",
         "--warmup",
@@ -237,6 +236,8 @@ def _bench_args(pair: Path, out: Path, sizes: dict) -> list[str]:
         lines = (ROOT / "localspec" / "data" / "bench_prompts.jsonl").read_text().splitlines(keepends=True)
         path.write_text("".join(lines[: sizes["prompts"]]))
         args += ["--prompts", str(path)]
+    else:
+        args += ["--per-kind", "1"]
     return args + _threads(sizes)
 
 
@@ -352,13 +353,15 @@ def concurrency(pair: Path, out: Path, sizes: dict) -> dict:
     if "--concurrency" not in help_text:
         return {"skipped": "this localspec has no `bench --concurrency` yet (the batched engine)"}
     js = out / "concurrency.json"
-    args = _bench_args(pair, out, sizes) + [
+    conc = sizes["concurrency"]
+    need = max(int(n) for n in conc.split(","))  # a wave of N requests needs N prompts
+    args = _bench_args(pair, out, sizes | {"prompts": need}) + [
         "--draft-max",
         "auto",
         "--temperature",
         "0",
         "--concurrency",
-        CONCURRENCY,
+        conc,
         "--json",
         str(js),
         "--markdown",

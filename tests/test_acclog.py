@@ -40,7 +40,8 @@ def test_runs_log_and_stats_summarize_and_plot(tmp_path, smollm2_path):
         "--max-tokens",
         "24",
     ]
-    spec = localspec("run", *common, "--draft", model, "--trace", state=tmp_path)
+    # a fixed K: with auto, a draft as big as its target is rightly not used at all
+    spec = localspec("run", *common, "--draft", model, "--draft-max", "3", "--trace", state=tmp_path)
     plain = localspec("run", *common, "--no-spec", state=tmp_path)
     assert spec.returncode == 0 and plain.returncode == 0, spec.stderr + plain.stderr
     log = tmp_path / "localspec" / "acceptance.jsonl"

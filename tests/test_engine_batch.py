@@ -57,8 +57,11 @@ def test_four_concurrent_greedy_requests_are_lossless(eng4, k):
     for r in resps:
         assert r is not None and len(r.tokens) >= 5
         _check_lossless(eng4, r)
-    # self-drafting: concurrent drafts are accepted as they are alone
-    assert sum(r.stats.n_accepted for r in resps) >= 0.9 * sum(r.stats.n_drafted for r in resps) > 0
+    # self-drafting: concurrent drafts are accepted as they are alone (auto may rightly not draft at
+    # all: a draft as dear as its target cannot pay, and the calibrated costs say so)
+    drafted = sum(r.stats.n_drafted for r in resps)
+    assert sum(r.stats.n_accepted for r in resps) >= 0.9 * drafted
+    assert drafted > 0 or k == "auto"
 
 
 def test_concurrent_sampling_depends_on_the_seed_only(eng4):
@@ -196,7 +199,8 @@ def test_draft_settings_are_checked_up_front(kw, msg):
 
 @pytest.mark.slow
 def test_standin_pair_four_concurrent_requests_are_lossless(default_pair):
-    with Engine(Settings.load(pair=default_pair, n_ctx=512, parallel=4)) as eng:
+    # a fixed K: auto may rightly decide that a batch of four verifies best without drafts here
+    with Engine(Settings.load(pair=default_pair, n_ctx=512, parallel=4, draft_max="3")) as eng:
         resps = _concurrently(eng, list(PROMPTS.values()), temperature=0, max_tokens=32)
         for r in resps:
             assert r is not None and len(r.tokens) >= 10

@@ -179,19 +179,36 @@ def test_stream_marks_accepted_drafts(server, model_id):
     assert all(m["all_draft"] == all(m["from_draft"]) for m in marks)
 
 
-def test_eight_clients_at_once_match_serial(server, model_id):
-    client = server.client()
-    prompts = [f"One fact about the number {i}?" for i in range(8)]
+def test_eight_clients_at_once_match_serial(server, model_id, smollm2):
+    """All succeed, and each concurrent answer equals its serial one up to llama.cpp's batch
+    non-invariance: where they differ, every token of both is the target's own greedy choice within
+    a near-tie margin (teacher-forced over the model alone)."""
+    from localspec import chat
+    from localspec.backend import Context
 
-    def ask(p: str) -> str:
-        msgs = [{"role": "user", "content": p}]
+    from .test_spec_real import MARGIN
+
+    client = server.client()
+    questions = [[{"role": "user", "content": f"One fact about the number {i}?"}] for i in range(8)]
+
+    def ask(msgs: list[dict]) -> str:
         r = client.chat.completions.create(model=model_id, messages=msgs, max_tokens=12, temperature=0)
         return r.choices[0].message.content
 
-    serial = [ask(p) for p in prompts]
+    def gaps(msgs: list[dict], text: str) -> list[float]:
+        prompt = chat.prompt_tokens(smollm2, msgs)
+        out = smollm2.tokenize(text, add_special=False, parse_special=False)
+        with Context(smollm2, n_ctx=512) as ctx:
+            rows = ctx.eval(prompt + out[:-1], 0, len(out))
+            return [float(row.max() - row[t]) for row, t in zip(rows, out)]
+
+    serial = [ask(m) for m in questions]
     with ThreadPoolExecutor(8) as pool:
-        concurrent = list(pool.map(ask, prompts))
-    assert concurrent == serial
+        concurrent = list(pool.map(ask, questions))
+    assert all(concurrent) and sum(a == b for a, b in zip(concurrent, serial)) >= 4
+    for msgs, a, b in zip(questions, concurrent, serial):
+        if a != b:
+            assert max(gaps(msgs, a)) <= MARGIN and max(gaps(msgs, b)) <= MARGIN, (a, b)
 
 
 def test_client_closing_stream_frees_server(server, model_id):
