@@ -9,17 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from ..tuner_memory import cpu_name
 from .peer import PEER_BIN
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _version(dist: str) -> str:
@@ -47,7 +38,7 @@ def describe() -> dict[str, Any]:
     from .. import backend  # noqa: PLC0415
 
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "physical_cores": psutil.cpu_count(logical=False),
         "logical_cores": psutil.cpu_count(logical=True),
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
