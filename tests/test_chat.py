@@ -30,6 +30,8 @@ def chat_args(model: Path, *extra: str) -> list[str]:
         str(model),
         "--draft",
         str(model),
+        "--draft-max",  # fixed: auto rightly drafts nothing with a draft as dear as its target
+        "3",
         "--temperature",
         "0",
         *extra,

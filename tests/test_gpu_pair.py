@@ -61,7 +61,8 @@ def engine(pair):
 def test_greedy_speculation_is_lossless(engine, k):
     plain = engine.generate(PROMPT, temperature=0, max_tokens=48, spec=False)
     spec = engine.generate(PROMPT, temperature=0, max_tokens=48, draft_max=k)
-    assert spec.stats.speculative and spec.stats.n_drafted > 0
+    # auto may draft nothing where calibration says it cannot pay (a loaded CPU)
+    assert spec.stats.speculative and (spec.stats.n_drafted > 0 or k == "auto")
     # tie-aware, as in test_spec_real: every emitted token is the target's argmax (or a near-tie)
     gaps = teacher_forced_gaps(engine, spec.prompt_tokens, spec.tokens)
     assert gaps.max() <= MARGIN, gaps

@@ -50,8 +50,9 @@ def test_self_draft_is_accepted_and_lossless(self_pair, k):
     plain = self_pair.generate(PROMPTS["english"], chat=True, temperature=0, max_tokens=48, spec=False)
     spec = self_pair.generate(PROMPTS["english"], chat=True, temperature=0, max_tokens=48, draft_max=k)
     st = spec.stats
-    assert st.speculative and st.n_drafted > 0
-    assert st.acceptance_rate >= 0.95, st
+    # auto may rightly draft nothing: a draft as dear as its target cannot pay
+    assert st.speculative and (st.n_drafted > 0 or k == "auto")
+    assert st.acceptance_rate >= 0.95 or st.n_drafted == 0, st
     gaps = teacher_forced_gaps(self_pair, spec.prompt_tokens, spec.tokens)
     assert gaps.max() <= MARGIN, gaps
     # identical text, unless a near-tie flipped (then the gap check above already bounds it)
