@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import mean
@@ -113,31 +113,27 @@ def engine_wave(
     overrides = dict(max_tokens=gen_tokens, stop=(), temperature=temperature, spec=cfg.spec)
     if cfg.spec:
         overrides["draft_max"] = cfg.draft_max
-    results: list[RequestResult | None] = [None] * len(prompts)
-    errors: list[BaseException] = []
     t0 = time.perf_counter()
     handles = [engine.submit(list(p.tokens), seed=seed + i, **overrides) for i, p in enumerate(prompts)]
 
-    def drain(i: int) -> None:
+    def drain(i: int) -> RequestResult:
         first = None
-        try:
-            for chunk in handles[i]:
-                if first is None and chunk.tokens:
-                    first = time.perf_counter()
-            end = time.perf_counter()
-            n = handles[i].response.stats.n_generated
-            results[i] = RequestResult(prompts[i].id, n, (first or end) - t0, end - t0)
-        except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
-            errors.append(e)
+        for chunk in handles[i]:
+            if first is None and chunk.tokens:
+                first = time.perf_counter()
+        end = time.perf_counter()
+        n = handles[i].response.stats.n_generated
+        return RequestResult(prompts[i].id, n, (first or end) - t0, end - t0)
 
-    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return time.perf_counter() - t0, results  # type: ignore[return-value]
+    return _side_by_side(drain, len(prompts), t0)
+
+
+def _side_by_side(fn: Callable[[int], RequestResult], n: int, t0: float) -> tuple[float, list[RequestResult]]:
+    """fn(0..n-1) in n threads at once; the wave's wall time since t0 and the results in order. The
+    first error raises here, in the caller's thread."""
+    with ThreadPoolExecutor(n) as pool:
+        results = list(pool.map(fn, range(n)))
+    return time.perf_counter() - t0, results
 
 
 # -- llama.cpp's server ---------------------------------------------------------------------------
@@ -218,32 +214,23 @@ def peer_wave(
     gen_tokens: int,
     seed: int,
 ) -> tuple[float, list[RequestResult]]:  # noqa: E501
-    results: list[RequestResult | None] = [None] * len(prompts)
-    errors: list[BaseException] = []
     t0 = time.perf_counter()
 
-    def one(i: int) -> None:
+    def one(i: int) -> RequestResult:
         try:
             out = server.complete(
                 texts(prompts[i]), gen_tokens=gen_tokens, temperature=temperature, seed=seed + i, ps=ps
             )
-            end = time.perf_counter()
-            tm = out.get("timings", {})
-            n = int(tm.get("predicted_n", out.get("tokens_predicted", 0)))
-            # no stream: the first token is taken to come when the server's prompt pass ends
-            wait = max(end - t0 - (tm.get("prompt_ms", 0.0) + tm.get("predicted_ms", 0.0)) / 1e3, 0.0)
-            results[i] = RequestResult(prompts[i].id, n, wait + tm.get("prompt_ms", 0.0) / 1e3, end - t0)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        except Exception as e:  # noqa: BLE001 - the peer's failure, as one line
+            raise LocalspecError(f"llama-server request failed: {e}") from None
+        end = time.perf_counter()
+        tm = out.get("timings", {})
+        n = int(tm.get("predicted_n", out.get("tokens_predicted", 0)))
+        # no stream: the first token is taken to come when the server's prompt pass ends
+        wait = max(end - t0 - (tm.get("prompt_ms", 0.0) + tm.get("predicted_ms", 0.0)) / 1e3, 0.0)
+        return RequestResult(prompts[i].id, n, wait + tm.get("prompt_ms", 0.0) / 1e3, end - t0)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise LocalspecError(f"llama-server request failed: {errors[0]}")
-    return time.perf_counter() - t0, results  # type: ignore[return-value]
+    return _side_by_side(one, len(prompts), t0)
 
 
 def run_concurrency(
