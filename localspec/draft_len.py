@@ -17,6 +17,12 @@ is a function of the *total* batch size (the timings are shared by every sequenc
 `AutoK.fork`), so it adds draft tokens one at a time where they raise the batch's expected tokens
 per second most, and stops - at no drafting at all - once batching alone already uses the hardware.
 Acceptance stays per sequence.
+
+A second source of drafts, the lookup (lookup.py), proposes a match's continuation at no draft
+cost. Each round the sequence `offer`s what its lookup found; the controller then prices both plans -
+the draft model alone, or the lookup's tokens first with the draft model extending them - with
+acceptance learned per source (the lookup's per match length, as its confidence), and picks the best
+plan and K together.
 """
 
 from __future__ import annotations
@@ -27,18 +33,41 @@ from typing import Sequence
 
 import numpy as np
 
+# lookup matches are judged by their length: 2, 3, 4-7, 8-15 and 16+ matched tokens
+LOOKUP_BUCKETS = (2, 3, 4, 8, 16)
+FIXED_LOOKUP_MIN = 4  # a fixed K puts lookup tokens first only from this match length on
+
+
+def lookup_bucket(match_len: int) -> int:
+    return sum(match_len >= b for b in LOOKUP_BUCKETS) - 1
+
 
 class FixedK:
-    def __init__(self, k: int) -> None:
+    """K tokens every round; a long enough lookup match supplies the first of them."""
+
+    def __init__(self, k: int, *, has_model: bool = True) -> None:
         self.k = k
+        self.has_model = has_model
         self.fallbacks = 0
         self.started_plain = False
+        self.lookup_first = False
+        self._n_lookup = 0
 
     def begin(self) -> None:
         pass
 
+    def offer(self, n_lookup: int, match_len: int) -> None:
+        self.lookup_first = n_lookup > 0 and (match_len >= FIXED_LOOKUP_MIN or not self.has_model)
+        self._n_lookup = n_lookup if self.lookup_first else 0
+
     def choose(self) -> int:
-        return self.k
+        return self.k if self.has_model else min(self.k, self._n_lookup)
+
+    def expected_tokens(self, k: int) -> float:
+        return 1.0 + k
+
+    def model_tokens(self, k: int) -> int:
+        return k - min(k, self._n_lookup)
 
     def observe(self, **_round: float) -> None:  # a fixed K learns nothing from a round
         pass
@@ -79,6 +108,8 @@ class AutoK:
     k_min: int = 1
     prior_accept: float = 0.7  # before any evidence: a typical same-family pair
     prior_weight: float = 2.0
+    prior_lookup: float = 0.4  # a match's next token, before any evidence (a guess either way)
+    has_model: bool = True  # False: lookup drafts only (--lookup only, no draft model)
     window: int = 16  # rounds over which the realised speculative rate is judged
     reprobe_after: int = 32  # plain steps before speculation is tried again
     decay: float = 0.95  # per-round forgetting of acceptance evidence (~20-round memory)
@@ -86,6 +117,11 @@ class AutoK:
     # state ------------------------------------------------------------------------------------
     acc: np.ndarray = field(default=None)  # type: ignore[assignment]
     tried: np.ndarray = field(default=None)  # type: ignore[assignment]
+    lk_acc: np.ndarray = field(default=None)  # type: ignore[assignment]  # per match-length bucket
+    lk_tried: np.ndarray = field(default=None)  # type: ignore[assignment]
+    lookup_first: bool = False  # this round's plan: the lookup's tokens first, the model extends them
+    _n_lookup: int = 0  # what this round's lookup offers: tokens, and its match's bucket
+    _bucket: int = -1
     t_draft: _Floor = field(default_factory=_Floor)
     t_overhead: _Ema = field(default_factory=_Ema)
     verify: dict[int, _Floor] = field(default_factory=dict)
@@ -107,6 +143,8 @@ class AutoK:
     def __post_init__(self) -> None:
         self.acc = np.zeros(self.k_max)
         self.tried = np.zeros(self.k_max)
+        self.lk_acc = np.zeros((len(LOOKUP_BUCKETS), self.k_max))
+        self.lk_tried = np.zeros((len(LOOKUP_BUCKETS), self.k_max))
         self.recent = deque(maxlen=self.window)
         self.k_min = min(max(1, self.k_min), self.k_max)
         self._probe = [k if k == 0 else min(max(k, self.k_min), self.k_max) for k in self._probe]
@@ -124,6 +162,8 @@ class AutoK:
             reprobe_after=self.reprobe_after,
             decay=self.decay,
             explore_every=self.explore_every,
+            prior_lookup=self.prior_lookup,
+            has_model=self.has_model,
         )
         c.t_draft, c.t_overhead, c.verify, c._seen_at = (
             self.t_draft,
@@ -133,6 +173,7 @@ class AutoK:
         )
         c._probe = self._probe  # shared: only the first request pays the probe rounds
         c.acc, c.tried = self.acc * 0.25, self.tried * 0.25
+        c.lk_acc, c.lk_tried = self.lk_acc * 0.25, self.lk_tried * 0.25
         c._seen_first, c._rounds, c._explores = self._seen_first, self._rounds, self._explores
         c._predict_start = not self._probe  # costs known (primed, or probed once): start predicted
         return c
@@ -140,6 +181,7 @@ class AutoK:
     def absorb(self, other: "AutoK") -> None:
         """Take a finished request's acceptance evidence back (the next fork starts from it)."""
         self.acc, self.tried = other.acc.copy(), other.tried.copy()
+        self.lk_acc, self.lk_tried = other.lk_acc.copy(), other.lk_tried.copy()
         self._seen_first = self._seen_first or other._seen_first
         self._rounds, self._explores = max(self._rounds, other._rounds), max(self._explores, other._explores)
 
@@ -175,8 +217,8 @@ class AutoK:
         """A new request on the same pair: timings carry over (they belong to the machine), the
         acceptance evidence is kept at a quarter weight (the new text may draft better or worse),
         and the per-request state starts afresh."""
-        self.acc *= 0.25
-        self.tried *= 0.25
+        for a in (self.acc, self.tried, self.lk_acc, self.lk_tried):
+            a *= 0.25
         self.recent.clear()
         self.plain_left, self.fallbacks, self._reprobe = 0, 0, False
         self.started_plain = False
@@ -207,45 +249,97 @@ class AutoK:
         b1, b0 = np.polyfit(x, y, 1)
         return max(b0 + max(b1, 0.0) * n, min(pts.values()))
 
-    def expected_tokens(self, k: int) -> float:
-        """Tokens one round with K drafts emits, on average (the target's own token included)."""
-        return 1.0 + float(np.cumprod(self.accept_probs()[:k]).sum()) if k > 0 else 1.0
+    def lookup_probs(self, bucket: int) -> np.ndarray:
+        """`accept_probs` for lookup tokens proposed from a match in this length bucket."""
+        w = self.prior_weight
+        acc, tried = self.lk_acc[bucket], self.lk_tried[bucket]
+        first = (acc[0] + self.prior_lookup * w) / (tried[0] + w)
+        return (acc + first * w) / (tried + w)
 
-    def expected_rate(self, k: int) -> float:
+    def offer(self, n_lookup: int, match_len: int) -> None:
+        """What this round's lookup proposes: n_lookup tokens from a match of match_len tokens."""
+        self._n_lookup = n_lookup if match_len > 0 else 0
+        self._bucket = lookup_bucket(match_len) if self._n_lookup else -1
+
+    def _plan(self, lookup_first: bool | None) -> bool:
+        return self.lookup_first if lookup_first is None else lookup_first
+
+    def model_tokens(self, k: int, lookup_first: bool | None = None) -> int:
+        """Of K drafts, how many the draft model makes (the rest come from the lookup)."""
+        return k - min(k, self._n_lookup) if self._plan(lookup_first) else k
+
+    def expected_tokens(self, k: int, lookup_first: bool | None = None) -> float:
+        """Tokens one round with K drafts emits, on average (the target's own token included)."""
+        if k <= 0:
+            return 1.0
+        probs = self.accept_probs()[:k]
+        if self._plan(lookup_first):
+            n = min(k, self._n_lookup)
+            probs = np.concatenate([self.lookup_probs(self._bucket)[:n], probs[: k - n]])
+        return 1.0 + float(np.cumprod(probs).sum())
+
+    def expected_rate(self, k: int, lookup_first: bool | None = None) -> float:
         o = self.t_overhead.value or 0.0
         if k == 0:
             return 1.0 / (self.verify_time(1) + o)
-        reach = np.cumprod(self.accept_probs()[:k])
-        tokens = 1.0 + reach.sum()
-        return tokens / (k * (self.t_draft.value or 0.0) + self.verify_time(k + 1) + o)
+        draft_s = self.model_tokens(k, lookup_first) * (self.t_draft.value or 0.0)
+        return self.expected_tokens(k, lookup_first) / (draft_s + self.verify_time(k + 1) + o)
+
+    def _plans(self, sources: str) -> list[tuple[int, bool]]:
+        """(K, lookup first) candidates. sources: both; model (the draft model alone); lookup (the
+        lookup's tokens alone, no draft model time)."""
+        model = self.has_model and sources != "lookup"
+        plans = [(k, False) for k in range(self.k_min, self.k_max + 1)] if model else []
+        if self._n_lookup and sources != "model":
+            top = self.k_max if model else min(self._n_lookup, self.k_max)
+            plans += [(k, True) for k in range(self.k_min if model else 1, top + 1)]
+        return plans
+
+    def best_plan(self, sources: str = "both") -> tuple[int, bool]:
+        """(K, lookup first) with the highest expected tokens per second; (0, False) when none."""
+        plans = self._plans(sources)
+        if not plans:
+            return 0, False
+        return max(plans, key=lambda p: self.expected_rate(*p))
 
     def best_k(self) -> int:
-        rates = [self.expected_rate(k) for k in range(self.k_min, self.k_max + 1)]
-        return self.k_min + int(np.argmax(rates))
+        k, self.lookup_first = self.best_plan()
+        return k
 
     # -- protocol -----------------------------------------------------------------------------
     def choose(self) -> int:
+        self.lookup_first = False
         if self._probe:  # a few probe rounds measure the costs before the model is trusted
             return self._probe.pop(0)
         if self.plain_left > 0:
             self.plain_left -= 1
             self._reprobe = self.plain_left == 0
-            return 0
+            return self._lookup_or_plain()
         k = self.best_k()
         first, self._predict_start = self._predict_start, False
         if first and self.expected_rate(k) < self.expected_rate(0):
             self.started_plain = True  # said once in the stats, instead of a "fallback"
             self.plain_left = self.reprobe_after - 1
-            return 0
-        if self._reprobe:  # one real round after a fallback, at the K measured longest ago: fresh
-            self._reprobe = False  # evidence where the estimate is stalest can win speculation back
+            return self._lookup_or_plain()
+        if self._reprobe and self.has_model:  # one real round after a fallback, at the K measured
+            self._reprobe = False  # longest ago: fresh evidence where the estimate is stalest
+            k, self.lookup_first = self.best_plan("model")  # can win speculation back
             return self._stalest(range(self.k_min, k + 1), k)
         if self.expected_rate(k) < self.expected_rate(0):
             self._fall_back()
-            return 0
-        if self._rounds and self._rounds % self.explore_every == 0:
+            return self._lookup_or_plain()
+        if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
         return k
+
+    def _lookup_or_plain(self) -> int:
+        """While the draft model sits out, a lookup match may still pay on its own (it costs no
+        draft time): its best K if that beats a plain step, else 0."""
+        k, _ = self.best_plan("lookup")
+        if k and self.expected_rate(k, True) > self.expected_rate(0):
+            self.lookup_first = True
+            return k
+        return 0
 
     def _explore(self, best: int) -> int:
         """In turn: whichever of the two K above the best was measured longer ago (a hill climb for
@@ -277,24 +371,26 @@ class AutoK:
         verify_s: float,
         round_s: float,
         batch_tokens: int | None = None,
+        n_lookup: int = 0,
     ) -> None:
         """One round's outcome; `batch_tokens` is the verify batch's size over every sequence in it
-        (None or n_drafted + 1 when this sequence was alone)."""
+        (None or n_drafted + 1 when this sequence was alone); the first `n_lookup` drafts came from
+        the lookup (at no draft time), the rest from the draft model."""
         alone = batch_tokens is None or batch_tokens == n_drafted + 1
         if not alone:
-            self._observe_shared(n_drafted, n_accepted, verify_s, batch_tokens)
+            self._observe_shared(n_drafted, n_accepted, verify_s, batch_tokens, n_lookup)
             return
         self._rounds += 1
         if self._seen_first:  # the first round pays one-off costs (graph building): not a timing
             self.verify.setdefault(n_drafted + 1, _Floor()).add(verify_s)
             self._seen_at[n_drafted + 1] = self._rounds
             self.t_overhead.add(max(round_s - draft_s - verify_s, 0.0))
-            if n_drafted:
-                self.t_draft.add(draft_s / n_drafted)
+            if n_drafted > n_lookup:
+                self.t_draft.add(draft_s / (n_drafted - n_lookup))
         self._seen_first = True
         if n_drafted == 0:
             return
-        self._learn_acceptance(n_drafted, n_accepted)
+        self._learn_acceptance(n_drafted, n_accepted, n_lookup)
         self.recent.append((n_emitted, round_s))
         if len(self.recent) == self.recent.maxlen and self.verify.get(1):
             toks = sum(n for n, _ in self.recent)
@@ -305,7 +401,9 @@ class AutoK:
             if toks / secs < 0.9 / (self.verify[1].mean + (self.t_overhead.value or 0.0)):
                 self._fall_back()
 
-    def _observe_shared(self, n_drafted: int, n_accepted: int, verify_s: float, batch_tokens: int) -> None:
+    def _observe_shared(
+        self, n_drafted: int, n_accepted: int, verify_s: float, batch_tokens: int, n_lookup: int
+    ) -> None:
         """A round shared with other sequences: the verify time belongs to the whole batch (each of
         its sequences reports the same one, kept once), acceptance to this sequence; the realised-rate
         fallback is a single-stream judgement and is not applied."""
@@ -316,14 +414,23 @@ class AutoK:
             self._seen_at[batch_tokens] = self._rounds
         self._seen_first = True
         if n_drafted:
-            self._learn_acceptance(n_drafted, n_accepted)
+            self._learn_acceptance(n_drafted, n_accepted, n_lookup)
 
-    def _learn_acceptance(self, n_drafted: int, n_accepted: int) -> None:
-        upto = min(n_drafted, self.k_max)
-        self.acc *= self.decay
-        self.tried *= self.decay
-        self.tried[:upto] += np.arange(upto) <= n_accepted  # positions reached in this round
-        self.acc[: min(n_accepted, upto)] += 1
+    def _learn_acceptance(self, n_drafted: int, n_accepted: int, n_lookup: int = 0) -> None:
+        """Per source: the lookup's tokens come first, the draft model's only count when reached."""
+        if n_lookup:
+            b = self._bucket
+            _learn(self.lk_acc[b], self.lk_tried[b], n_lookup, min(n_accepted, n_lookup), self.decay)
+        if n_drafted > n_lookup and n_accepted >= n_lookup:
+            _learn(self.acc, self.tried, n_drafted - n_lookup, n_accepted - n_lookup, self.decay)
+
+
+def _learn(acc: np.ndarray, tried: np.ndarray, n_drafted: int, n_accepted: int, decay: float) -> None:
+    upto = min(n_drafted, len(acc))
+    acc *= decay
+    tried *= decay
+    tried[:upto] += np.arange(upto) <= n_accepted  # positions reached in this round
+    acc[: min(n_accepted, upto)] += 1
 
 
 def choose_batch(ctls: list[FixedK | AutoK], draft_batch_cost: float = 0.15) -> list[int]:
@@ -342,9 +449,10 @@ def choose_batch(ctls: list[FixedK | AutoK], draft_batch_cost: float = 0.15) -> 
     o = costs.t_overhead.value or 0.0
 
     def rate(ks: list[int]) -> float:
-        tokens = sum(c.expected_tokens(k) if isinstance(c, AutoK) else 1.0 + k for c, k in zip(ctls, ks))
-        n_drafting = sum(k > 0 for k in ks)
-        draft_s = max(ks) * t_d * (1 + draft_batch_cost * max(n_drafting - 1, 0))
+        tokens = sum(c.expected_tokens(k) for c, k in zip(ctls, ks))
+        model = [c.model_tokens(k) for c, k in zip(ctls, ks)]  # lookup drafts cost no draft step
+        n_drafting = sum(m > 0 for m in model)
+        draft_s = max(model) * t_d * (1 + draft_batch_cost * max(n_drafting - 1, 0))
         return tokens / (draft_s + costs.verify_time(sum(k + 1 for k in ks)) + o)
 
     def at_depth(depth: int) -> list[int]:

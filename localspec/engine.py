@@ -96,7 +96,7 @@ class Engine:
 
     def _load(self) -> None:
         s = self.settings
-        use_draft = s.draft is not None and s.spec
+        use_draft = s.speculative  # not with --lookup only
         if use_draft:
             _check_pair(s.target, s.draft)  # before any weights are loaded
         common = s.context_args()
@@ -129,7 +129,7 @@ class Engine:
         for ctx in self._contexts():  # warm-up: reserve compute buffers now, not on the first request
             ctx.eval([ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0], 0, 1)
             ctx.reset()
-        if use_draft and s.draft_k is None:
+        if (use_draft or s.uses_lookup) and s.draft_k is None:
             self._known = self._known_costs()
 
     def _known_costs(self) -> TunerRecord:
@@ -150,8 +150,8 @@ class Engine:
         self.calibration = "measured"
         return TunerRecord(verify, draft_s)
 
-    def _new_tuner(self, k_min: int, k_max: int) -> AutoK:
-        tuner = AutoK(k_min=k_min, k_max=k_max)
+    def _new_tuner(self, k_min: int, k_max: int, has_model: bool) -> AutoK:
+        tuner = AutoK(k_min=k_min, k_max=k_max, has_model=has_model)
         if self._known is not None:
             k = self._known
             tuner.prime(k.verify_s, k.draft_s, k.acc, k.tried)
@@ -287,11 +287,13 @@ class Engine:
     def _k_controller(self, s: Settings, speculative: bool) -> FixedK | AutoK:
         if not speculative:
             return FixedK(0)
-        if s.draft_k is not None:
-            return FixedK(s.draft_k)
         # one tuner per engine: what it measured of this machine's costs carries over to the next
         # request, so only the first pays the probe rounds; each request forks its own acceptance
-        key = (max(1, s.draft_min), min(AUTO_K_MAX, self.target_ctx.n_batch - 1))
+        # --lookup only (per request, or with no draft loaded): the draft model sits out
+        has_model = self.draft_ctx is not None and s.lookup != "only"
+        if s.draft_k is not None:
+            return FixedK(s.draft_k, has_model=has_model)
+        key = (max(1, s.draft_min), min(AUTO_K_MAX, self.target_ctx.n_batch - 1), has_model)
         if key not in self._auto:
             self._auto[key] = self._new_tuner(*key)
         return self._auto[key].fork()
@@ -303,7 +305,8 @@ class _Request(Job):
     def __init__(self, engine: Engine, ids: list[int], s: Settings) -> None:
         self.engine, self.prompt, self.settings = engine, ids, s
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
-        self.speculative = engine.draft_ctx is not None and s.spec
+        self.lookup = s.uses_lookup
+        self.speculative = s.spec and (engine.draft_ctx is not None or self.lookup)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.cancel_event = threading.Event()
         self.counters = Counters(rounds_trace=[] if s.trace else None)
@@ -323,7 +326,7 @@ class _Request(Job):
         rng = np.random.default_rng(self.seed)
         return SeqState.start(
             seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
-            max_new=s.max_tokens, speculative=self.speculative,
+            max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
@@ -337,9 +340,10 @@ class _Request(Job):
 
     def end(self, state: SeqState | None, reason: str) -> None:
         if isinstance(self.k_ctl, AutoK):
-            key = (self.k_ctl.k_min, self.k_ctl.k_max)
+            key = (self.k_ctl.k_min, self.k_ctl.k_max, self.k_ctl.has_model)
             self.engine._auto[key].absorb(self.k_ctl)
-            self.engine._remember(self.engine._auto[key])
+            if self.k_ctl.has_model or self.engine.draft_ctx is None:  # the record is the pair's
+                self.engine._remember(self.engine._auto[key])
         if reason == "cancelled":
             self.queue.put(None)
             return
@@ -347,7 +351,7 @@ class _Request(Job):
         self._put(ts.close())
         if reason == "context" and not ts.done:
             ts.finish = "context"
-        self.counters.unaccept([st.draft_pos for st in ts.dropped if st.from_draft])
+        self.counters.unaccept(ts.dropped)
         t_end = time.perf_counter()
         t_first = ts.first_token_at
         stats = Stats.build(

@@ -51,7 +51,7 @@ def plan_for(settings: Any) -> PairPlan:
     """The memory plan for settings.target (+ settings.draft when speculating), from headers only."""
     if settings.target is None:
         raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
-    draft = read_spec(settings.draft) if settings.draft is not None and settings.spec else None
+    draft = read_spec(settings.draft) if settings.speculative else None
     return plan_pair(read_spec(settings.target), draft, Runtime.from_settings(settings))
 
 

@@ -34,6 +34,7 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 
 # speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
+LOOKUP_MODES = ("on", "off", "only")
 SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
 AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
@@ -119,6 +120,14 @@ class Settings:
         group="spec",
         choices=SPEC_MODES,
     )
+    lookup: str = _f(
+        "on",
+        "N-gram lookup drafts from the prompt and output so far (free: no draft model time): on "
+        "(chained with the draft model, the tuner picks the source), off, or only (no draft model is "
+        "loaded: a speedup from one GGUF).",
+        group="spec",
+        choices=LOOKUP_MODES,
+    )
     # -- acceptance log (localspec/acclog.py) ----------------------------------------------------
     log: Path | None = _f(
         None, "Append one JSON line per generation to this file (default: the user state dir).", group="log"
@@ -194,7 +203,12 @@ class Settings:
 
     @property
     def speculative(self) -> bool:
-        return self.spec and self.draft is not None
+        """The draft model is loaded and drafts."""
+        return self.spec and self.draft is not None and self.lookup != "only"
+
+    @property
+    def uses_lookup(self) -> bool:
+        return self.spec and self.lookup != "off"
 
     # -- sources -------------------------------------------------------------------------------
     @classmethod

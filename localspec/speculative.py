@@ -4,7 +4,9 @@ Each sequence (`SeqState`) lives in its own backend sequence id and carries its 
 streams, draft-length controller, sampling parameters and counters, so its output never depends on
 who else shares the round. One round (`decode_round`):
 
-  1. draft: every sequence that wants drafts gets them, one batched draft decode per draft position;
+  1. draft: every sequence that wants drafts gets them - its lookup's proposal (lookup.py), the draft
+     model's, or the lookup's extended by the draft model, as its K controller plans - with one
+     batched draft decode per draft-model position;
   2. verify: ONE target decode scores every sequence's `[last, d_1..d_K]`;
   3. accept and roll back, per sequence.
 
@@ -24,11 +26,13 @@ import numpy as np
 
 from . import accept
 from .draft_len import AutoK, FixedK, choose_batch
+from .lookup import Lookup
 from .noise import KeyedGumbel
 from .sampling import Dist, SamplingParams, argmax, process
 from .stats import Counters
 
 Item = tuple[int, Sequence[int], int, int]  # (sequence id, tokens, first position, logits rows wanted)
+LOOKUP_MAX = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
 
 
 class Evaluator(Protocol):
@@ -50,6 +54,7 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
+    source: str = ""  # who drafted it when from_draft: "draft" (the draft model) or "lookup"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +87,7 @@ class SeqState:
     out: list[Step] = field(default_factory=list)  # steps made since the last take()
     # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
     noise: KeyedGumbel | None = None
+    lookup: Lookup | None = None  # the n-gram index over tokens, when lookup drafts are on
 
     @classmethod
     def start(
@@ -96,12 +102,14 @@ class SeqState:
         *,
         max_new: int | None = None,
         speculative: bool = True,
+        lookup: bool = False,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
+        index = Lookup(prompt) if lookup and speculative else None
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
-            noise=noise,
+            noise=noise, lookup=index,
         )  # fmt: skip
 
     def take(self) -> list[Step]:
@@ -130,7 +138,7 @@ def prefill_many(
             if len(st.tokens) >= target.n_ctx:
                 st.finish = "context"
                 continue
-            if ctx is None or (ctx is draft and not st.speculative):
+            if ctx is None or (ctx is draft and not (st.speculative and st.k_ctl.has_model)):
                 continue
             have = ctx.past(st.seq)
             end = upto if budget is None else min(upto, have + budget)
@@ -150,6 +158,23 @@ def prefill_many(
 
 
 # -- one round -----------------------------------------------------------------------------------
+def _offer_lookup(st: SeqState) -> list[int]:
+    """The lookup's proposal for this round, told to the K controller (which plans with it)."""
+    if st.lookup is None:
+        return []
+    tokens, match_len = st.lookup.propose(LOOKUP_MAX)
+    st.k_ctl.offer(len(tokens), match_len)
+    return tokens
+
+
+def _one_point_q(st: SeqState, x: int) -> Dist | None:
+    """A lookup token's q for the p/q rule: it was proposed with certainty, so q is one-point and
+    the rule accepts x with probability p(x), else samples from p without x (see accept.pq)."""
+    if st.sp.greedy or st.cfg.mode != "pq":
+        return None
+    return Dist(np.array([x], dtype=np.int64), np.ones(1))
+
+
 def _draft_token(row: np.ndarray, st: SeqState, i: int) -> tuple[int | None, Dist | None]:
     """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q.
     Draft position i is sequence position len(tokens) + i (the coupled rule's noise key)."""
@@ -205,21 +230,24 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
     if not live:
         return
     # -- draft length per sequence, for the batch it is in ---------------------------------------
-    drafting = [st for st in live if draft is not None and st.speculative]
+    drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
+    offered = {st: _offer_lookup(st) for st in drafting}
     wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
-    ks = {}
+    ks, looked = {}, {}
     for st in live:
         k = wanted.get(st, 0)
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
         left = st.max_new - st.n_new - 1 if st.max_new is not None else k
-        ks[st] = max(0, min(k, room - 1, left))
+        k = max(0, min(k, room - 1, left))
+        looked[st] = offered[st][:k] if k and st.k_ctl.lookup_first else []
+        ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
 
-    # -- draft: one batched decode per draft position --------------------------------------------
-    drafts: dict[SeqState, list[int]] = {st: [] for st in live}
-    qs: dict[SeqState, list[Dist | None]] = {st: [] for st in live}
+    # -- draft: the lookup's tokens first, then one batched draft-model decode per position ------
+    drafts = {st: list(looked[st]) for st in live}
+    qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in looked[st]] for st in live}
     t0 = time.perf_counter()
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
-    active = [st for st in live if ks[st] > 0]
+    active = [st for st in live if ks[st] > len(drafts[st])]
     if active:
         items = []
         for st in active:
@@ -227,14 +255,14 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
             if draft.past(st.seq) >= n:  # fully cached: re-evaluate the last token for its logits
                 draft.truncate(n - 1, st.seq)
             have = draft.past(st.seq)
-            items.append((st.seq, st.tokens[have:n], have, 1))
-        i = 0
+            items.append((st.seq, st.tokens[have:n] + drafts[st], have, 1))
         while active:
             te = time.perf_counter()
             rows = draft.eval_batch(items)
             t_deval += time.perf_counter() - te
             still, items = [], []
             for st, row in zip(active, rows):
+                i = len(drafts[st])
                 x, q = _draft_token(row[0], st, i)
                 if x is None:
                     continue
@@ -244,7 +272,6 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
                     still.append(st)
                     items.append((st.seq, [x], len(st.tokens) + i, 1))
             active = still
-            i += 1
     t1 = time.perf_counter()
 
     # -- verify: one target decode for every sequence --------------------------------------------
@@ -259,9 +286,10 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
         new: list[Step] = []
         n_acc = 0
         d = drafts[st]
+        n_look = len(looked[st])
         for i, x in enumerate(d):
             ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i)
-            new.append(Step(tok, ok, i if ok else -1))
+            new.append(Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else "draft") if ok else ""))
             if not ok:
                 break
             n_acc += 1
@@ -277,19 +305,26 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
                 st.finish = "stop"
                 break
         st.tokens.extend(s.token for s in new)
+        if st.lookup is not None:
+            st.lookup.extend([s.token for s in new])
         st.n_new += len(new)
         if st.finish is None and st.max_new is not None and st.n_new >= st.max_new:
             st.finish = "length"
         target.truncate(len(st.tokens) - 1, st.seq)
-        if draft is not None and st.speculative:
+        if draft is not None and st.speculative and st.k_ctl.has_model:
             draft.truncate(min(draft.past(st.seq), len(st.tokens) - 1), st.seq)
         st.out.extend(new)
         t3 = time.perf_counter()
 
         c = st.counters
-        c.record_round(ks[st], len(d), n_acc)
+        c.record_round(ks[st], len(d), n_acc, n_look)
         c.trace_round(
-            k=ks[st], drafted=len(d), accepted=n_acc, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3
+            k=ks[st],
+            drafted=len(d),
+            accepted=n_acc,
+            lookup=n_look,
+            draft_ms=(t1 - t0) * 1e3,
+            verify_ms=(t2 - t1) * 1e3,
         )
         c.draft_s += t1 - t0
         c.verify_s += t2 - t1
@@ -306,6 +341,7 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
             verify_s=t2 - t1,
             round_s=round_s,
             batch_tokens=batch_tokens,
+            n_lookup=n_look,
         )
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
@@ -323,11 +359,23 @@ def speculative_steps(
     k_ctl: FixedK | AutoK,
     max_new: int | None = None,
     seq: int = 0,
+    lookup: bool = False,
 ) -> Iterator[Step]:
     """Yield generated tokens until EOG, `max_new` tokens or a full context (raises ContextFull).
     Rounds over a list of one sequence. The caller may stop consuming at any step (stop strings):
     the caches are consistent whenever a token is yielded."""
-    st = SeqState.start(seq, prompt, sp, cfg, rng, c, k_ctl, max_new=max_new, speculative=draft is not None)
+    st = SeqState.start(
+        seq,
+        prompt,
+        sp,
+        cfg,
+        rng,
+        c,
+        k_ctl,
+        max_new=max_new,
+        speculative=draft is not None or lookup,
+        lookup=lookup,
+    )
     prefill(target, draft, st)
     while True:
         if st.finish is None:
@@ -337,7 +385,7 @@ def speculative_steps(
             try:
                 yield step
             except GeneratorExit:  # closed mid-round (a stop string): the rest is never emitted
-                c.unaccept([s.draft_pos for s in made[i + 1 :] if s.from_draft])
+                c.unaccept(made[i + 1 :])
                 raise
         if st.finish == "context":
             raise ContextFull

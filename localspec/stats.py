@@ -5,6 +5,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+SOURCES = ("draft", "lookup")  # who drafts: the draft model, the n-gram lookup (lookup.py)
+
+
+@dataclass
+class SourceCounts:
+    """One draft source's share: rounds it drafted in, tokens it drafted, and of those accepted."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
 
 @dataclass
 class Counters:
@@ -27,23 +38,36 @@ class Counters:
     started_plain: bool = False  # auto-K predicted from measured costs that plain decoding is faster
     n_prefilled: int = 0  # prompt tokens the target evaluated; the rest came from the cached prefix
     rounds_trace: list[dict] | None = None  # one record per round, kept only when tracing (--trace)
+    sources: dict[str, SourceCounts] = field(default_factory=lambda: {s: SourceCounts() for s in SOURCES})
 
     def trace_round(self, **record: float) -> None:
         if self.rounds_trace is not None:
             self.rounds_trace.append(record)
 
-    def unaccept(self, draft_positions: list[int]) -> None:
+    def unaccept(self, steps: list) -> None:  # noqa: ANN001 (speculative.Step)
         """Accepted draft tokens that were never emitted (cut by a stop string): the counters then
         count what the response holds. Their rounds still count as verified."""
-        for i in draft_positions:
-            self.n_accepted -= 1
-            self.accepted_by_pos[i] -= 1
+        for step in steps:
+            if step.from_draft:
+                self.n_accepted -= 1
+                self.accepted_by_pos[step.draft_pos] -= 1
+                self.sources[step.source].accepted -= 1
 
-    def record_round(self, k: int, n_drafted: int, n_accepted: int) -> None:
+    def record_round(self, k: int, n_drafted: int, n_accepted: int, n_lookup: int = 0) -> None:
+        """One round; its first n_lookup drafts came from the lookup, the rest from the draft model."""
         self.k_history.append(k)
         if n_drafted == 0:
             self.plain_steps += 1
             return
+        for source, n, acc in (
+            ("lookup", n_lookup, min(n_accepted, n_lookup)),
+            ("draft", n_drafted - n_lookup, max(n_accepted - n_lookup, 0)),
+        ):
+            if n:
+                counts = self.sources[source]
+                counts.rounds += 1
+                counts.drafted += n
+                counts.accepted += acc
         self.rounds += 1
         self.n_drafted += n_drafted
         self.n_accepted += n_accepted
@@ -84,6 +108,8 @@ class Stats:
     fallbacks: int
     started_plain: bool
     n_prefilled: int  # prompt tokens actually evaluated (after prefix reuse)
+    # per draft source (draft, lookup): rounds, drafted, accepted, acceptance_rate, mean_accepted_run
+    sources: dict[str, dict] = field(default_factory=dict)
     rounds_trace: list[dict] | None = None
 
     def to_dict(self) -> dict:
@@ -131,4 +157,15 @@ class Stats:
             n_prefilled=c.n_prefilled,
             rounds_trace=c.rounds_trace,
             started_plain=c.started_plain,
+            sources={name: _source_dict(s) for name, s in c.sources.items() if s.rounds},
         )
+
+
+def _source_dict(s: SourceCounts) -> dict:
+    return {
+        **asdict(s),
+        "acceptance_rate": s.accepted / s.drafted if s.drafted else 0.0,
+        "mean_accepted_run": s.accepted / s.rounds
+        if s.rounds
+        else 0.0,  # accepted tokens per round drafted in
+    }

@@ -130,7 +130,7 @@ def memory_key(settings: Any, target_gpu_layers: int, draft_gpu_layers: int) -> 
 
     return {
         "target": file_fingerprint(Path(settings.target)),
-        "draft": file_fingerprint(Path(settings.draft)),
+        "draft": file_fingerprint(Path(settings.draft)) if settings.speculative else None,  # --lookup only
         "llama_cpp": backend.llama_cpp_version(),
         "build": hashlib.sha256(backend.system_info().encode()).hexdigest()[:16],
         "cpu": cpu_name(),

@@ -442,5 +442,5 @@ def test_stop_string_drops_its_tokens_and_their_acceptance():
     assert "".join(d for d, _ in out) == "bc" and ts.tokens == [1, 2]
     assert [s.token for _, st in out for s in st] == [1, 2]
     assert [s.token for s in ts.dropped] == [3, 4]  # 'd', 'e': the stop string, never emitted
-    c.unaccept([s.draft_pos for s in ts.dropped if s.from_draft])
+    c.unaccept(ts.dropped)
     assert c.n_accepted == 2 and c.accepted_by_pos[:2] == [1, 1] and sum(c.accepted_by_pos) == 2
