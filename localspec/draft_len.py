@@ -36,6 +36,7 @@ import numpy as np
 # lookup matches are judged by their length: 2, 3, 4-7, 8-15 and 16+ matched tokens
 LOOKUP_BUCKETS = (2, 3, 4, 8, 16)
 FIXED_LOOKUP_MIN = 4  # a fixed K puts lookup tokens first only from this match length on
+LOOKUP_PRIORS = (0.35, 0.45, 0.6, 0.75, 0.85)  # per bucket; see scripts/replay_lookup.py
 
 
 def lookup_bucket(match_len: int) -> int:
@@ -108,7 +109,8 @@ class AutoK:
     k_min: int = 1
     prior_accept: float = 0.7  # before any evidence: a typical same-family pair
     prior_weight: float = 2.0
-    prior_lookup: float = 0.4  # a match's next token, before any evidence (a guess either way)
+    # a match's next token is right this often before any evidence, by match-length bucket
+    prior_lookup: tuple[float, ...] = LOOKUP_PRIORS
     has_model: bool = True  # False: lookup drafts only (--lookup only, no draft model)
     window: int = 16  # rounds over which the realised speculative rate is judged
     reprobe_after: int = 32  # plain steps before speculation is tried again
@@ -253,7 +255,7 @@ class AutoK:
         """`accept_probs` for lookup tokens proposed from a match in this length bucket."""
         w = self.prior_weight
         acc, tried = self.lk_acc[bucket], self.lk_tried[bucket]
-        first = (acc[0] + self.prior_lookup * w) / (tried[0] + w)
+        first = (acc[0] + self.prior_lookup[bucket] * w) / (tried[0] + w)
         return (acc + first * w) / (tried + w)
 
     def offer(self, n_lookup: int, match_len: int) -> None:

@@ -290,3 +290,43 @@ def test_tuner_prefers_the_draft_model_when_the_lookup_is_worse():
     ctl.lk_acc[4, :8], ctl.lk_tried[4, :8] = 50.0, 50.0  # long matches: always right, and free
     ctl.offer(8, 30)
     assert ctl.choose() > 0 and ctl.lookup_first
+
+
+# -- on a real model -----------------------------------------------------------------------------
+COPY_PROMPT = (
+    '<ul>\n  <li><a href="/docs/install">Install</a></li>\n  <li><a href="/docs/quickstart">Quickstart</a></li>\n'
+    '  <li><a href="/docs/config">Configuration</a></li>\n</ul>\n\nThe same list again:\n<ul>\n  <li><a href="'
+)
+
+
+def test_lookup_only_on_a_real_model_drafts_and_emits_only_the_targets_argmax(smollm2_path):
+    """One GGUF, no draft model: lookup drafts are verified like any draft (tie-aware greedy)."""
+    from localspec.engine import Engine
+    from localspec.settings import Settings
+
+    from .test_spec_real import MARGIN, teacher_forced_gaps
+
+    s = Settings.load(target=smollm2_path, lookup="only", temperature=0.0, max_tokens=48, n_ctx=512)
+    with Engine(s) as eng:
+        assert eng.draft is None  # nothing but the target is loaded
+        fixed = eng.generate(COPY_PROMPT, draft_max="4")
+        auto = eng.generate(COPY_PROMPT)
+        st = fixed.stats
+        assert st.speculative and st.sources["lookup"]["drafted"] > 0 and "draft" not in st.sources
+        assert st.sources["lookup"]["accepted"] > 0 and st.rounds < st.n_generated
+        for r in (fixed, auto):
+            gaps = teacher_forced_gaps(eng, r.prompt_tokens, r.tokens)
+            assert gaps.max() <= MARGIN, gaps.round(3).tolist()
+
+
+def test_lookup_only_run_from_the_command_line(smollm2_path):
+    from .test_cli_run import localspec
+
+    args = ["run", "--target", str(smollm2_path), "--draft-max", "3", "--temperature", "0",
+            "--max-tokens", "24", "--n-ctx", "256", "--no-log", COPY_PROMPT]  # fmt: skip
+    ok = localspec(*args, "--lookup", "only")
+    assert ok.returncode == 0, ok.stderr
+    assert "lookup " in ok.stderr and "acceptance" in ok.stderr  # the per-source split
+    bad = localspec(*args, "--lookup", "sometimes")  # click's own one-line choice error
+    assert bad.returncode == 2 and "'sometimes' is not one of 'on', 'off', 'only'" in bad.stderr
+    assert "Traceback" not in bad.stderr

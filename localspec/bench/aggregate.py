@@ -60,6 +60,8 @@ class Sample:
     n_drafted: int = 0
     n_accepted: int = 0
     rounds: int = 0
+    lookup_drafted: int = 0  # of n_drafted / n_accepted: the lookup's share (the rest: the draft model)
+    lookup_accepted: int = 0
 
 
 def _rate(tokens: float, ms: float) -> float:
@@ -82,6 +84,8 @@ class ConfigSummary:
     n_generated: int  # over all measured generations
     n_samples: int
     early_stops: int  # generations that ended before the token budget (end of generation)
+    lookup_accepted_share: float = 0.0  # of the accepted drafts, those the lookup proposed
+    lookup_acceptance: float = 0.0  # the lookup's own acceptance rate
     by_kind: dict[str, float] = field(default_factory=dict)  # pooled decode tok/s per prompt kind
 
     def to_dict(self) -> dict:
@@ -112,6 +116,8 @@ def summarize(
     drafted = sum(s.n_drafted for s in samples)
     accepted = sum(s.n_accepted for s in samples)
     rounds = sum(s.rounds for s in samples)
+    lk_drafted = sum(s.lookup_drafted for s in samples)
+    lk_accepted = sum(s.lookup_accepted for s in samples)
     decode_ms = sum(s.decode_ms for s in samples)
     kinds: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
@@ -131,6 +137,8 @@ def summarize(
         n_generated=sum(s.n_generated for s in samples),
         n_samples=len(samples),
         early_stops=sum(1 for s in samples if s.n_generated < gen_tokens),
+        lookup_accepted_share=lk_accepted / accepted if accepted else 0.0,
+        lookup_acceptance=lk_accepted / lk_drafted if lk_drafted else 0.0,
         by_kind={
             k: _rate(sum(s.decode_tokens for s in ss), sum(s.decode_ms for s in ss))
             for k, ss in kinds.items()

@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 from ..errors import LocalspecError
 from ..settings import REPO_ROOT
 from .aggregate import Sample, Spread, spread
+from .peer_variants import PEER_VARIANTS, PeerVariant
 from .prompts import FittedPrompt
 from .runner import BenchConfig
 
@@ -111,16 +112,18 @@ def speculative_simple_cmd(
     temperature: float,
     seed: int,
     bin_dir: Path = PEER_BIN,
+    variant: PeerVariant = PEER_VARIANTS["draft-simple"],
 ) -> list[str]:
     t = str(ps.n_threads)
+    draft = ["-md", str(ps.draft)] if variant.uses_draft else []
     return [
         str(peer_binary("llama-speculative-simple", bin_dir)),
         "-m",
         str(ps.target),
-        "-md",
-        str(ps.draft),
+        *draft,
         "--spec-type",
-        "draft-simple",
+        variant.spec_type,
+        *variant.args,
         "--spec-draft-n-max",
         str(k),
         "--spec-draft-n-min",
@@ -238,10 +241,18 @@ class PeerSide:
         temperature: float,
         gen_tokens: int,
         bin_dir: Path = PEER_BIN,
+        variants: Sequence[str] = ("draft-simple",),
     ) -> None:
         self.ps, self.prompt_text, self.bin_dir = ps, prompt_text, bin_dir
         self.temperature, self.gen_tokens = temperature, gen_tokens
-        self.configs = [BenchConfig(f"K={k}", True, str(k)) for k in draft_lengths]
+        self.configs = []
+        for name in variants:  # the draft model's variants per fixed K; a lookup alone once
+            if not PEER_VARIANTS[name].uses_draft:
+                self.configs.append(BenchConfig(name, True, str(max(draft_lengths)), name))
+                continue
+            for k in draft_lengths:
+                label = f"K={k}" if name == "draft-simple" else f"{name} K={k}"
+                self.configs.append(BenchConfig(label, True, str(k), name))
 
     def one(self, cfg: BenchConfig, prompt: FittedPrompt, run: int, seed: int) -> Sample:
         cmd = speculative_simple_cmd(
@@ -252,6 +263,7 @@ class PeerSide:
             temperature=self.temperature,
             seed=seed,
             bin_dir=self.bin_dir,
+            variant=PEER_VARIANTS[cfg.variant or "draft-simple"],
         )
         r = parse_speculative_simple(_run(cmd, self.ps.timeout_s))
         return Sample(

@@ -4,6 +4,8 @@ Every prompt becomes exactly N target tokens, so prefill cost and attention leng
 every prompt and configuration. Short texts are padded by repeating themselves; long ones are cut
 (continuation prompts then end mid-sentence, which is what "continue this document" looks like).
 Chat prompts are wrapped in the target's chat template, with only the user's text cut or padded.
+Copy prompts (text the answer should copy from) end with the cue to copy, so they keep their end:
+cut from the front, padded with blank lines before the text.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ..errors import LocalspecError
 if TYPE_CHECKING:
     from ..backend import VocabFacts
 
-KINDS = ("chat", "chinese", "code", "long")
+KINDS = ("chat", "chinese", "code", "long", "copy")
 _SENTINEL = "\u0000LOCALSPEC-BENCH\u0000"
 
 
@@ -108,6 +110,11 @@ def fit(body: Sequence[int], n: int, separator: Sequence[int] = ()) -> list[int]
     return out[:n]
 
 
+def fit_end(body: Sequence[int], n: int, pad: Sequence[int]) -> list[int]:
+    """`body`'s last n tokens, or `body` after as many `pad` tokens as it lacks (the end is kept)."""
+    return list(pad) * max(n - len(body), 0) + list(body[-n:] if n > 0 else [])
+
+
 def _whole_characters(model: Tokenizer, tokens: list[int], n: int) -> list[int]:
     """The first n tokens, but never ending inside a character: byte-level BPE splits CJK and emoji
     into several tokens, and a prompt cut through one is broken text (a peer that re-tokenizes it
@@ -157,6 +164,10 @@ def fit_prompts(prompts: Sequence[BenchPrompt], model: Tokenizer, n_tokens: int)
                 f"--prompt-tokens {n_tokens} is too small for prompt {p.id!r}: the chat template alone "
                 f"takes {len(head) + len(tail)} tokens"
             )
-        body = _whole_characters(model, fit(model.tokenize(p.text, add_special=False), room, sep), room)
+        text = model.tokenize(p.text, add_special=False)
+        if p.kind == "copy":
+            body = fit_end(text, room, model.tokenize("\n", add_special=False)[:1])
+        else:
+            body = _whole_characters(model, fit(text, room, sep), room)
         out.append(FittedPrompt(p.id, p.kind, tuple(head + body + tail)))
     return out

@@ -24,6 +24,7 @@ class BenchConfig:
     name: str
     spec: bool
     draft_max: str  # "" for plain
+    variant: str = ""  # ours: the lookup mode; llama.cpp's: its drafter (bench/peer_variants.py)
 
     @property
     def key(self) -> tuple[str, bool, str]:
@@ -63,11 +64,22 @@ def parse_temperatures(value: str) -> list[float]:
     return temps
 
 
-def configs_for(draft_max: Sequence[str], *, has_draft: bool) -> list[BenchConfig]:
-    """The plain baseline, then one speculative configuration per draft length."""
-    if not has_draft:
-        return [PLAIN]
-    return [PLAIN] + [BenchConfig("auto" if k == "auto" else f"K={k}", True, k) for k in draft_max]
+def configs_for(
+    draft_max: Sequence[str], *, has_draft: bool, lookups: Sequence[str] = ("on",)
+) -> list[BenchConfig]:
+    """The plain baseline, then one speculative configuration per draft length and lookup mode
+    (named by the lookup mode only when several are compared; without a draft, only `only` runs)."""
+    modes = [m for m in lookups if has_draft or m == "only"]
+    out = [PLAIN]
+    for mode in modes:
+        for k in draft_max:
+            name = "auto" if k == "auto" else f"K={k}"
+            if mode == "only":
+                name = f"lookup {name}"
+            elif len(modes) > 1:
+                name = f"{name} lookup={mode}"
+            out.append(BenchConfig(name, True, k, mode))
+    return out
 
 
 @dataclass(frozen=True)
@@ -102,6 +114,8 @@ def _sample(resp, wall_s: float, cfg: BenchConfig, run: int, prompt: FittedPromp
         n_drafted=st.n_drafted,
         n_accepted=st.n_accepted,
         rounds=st.rounds,
+        lookup_drafted=st.sources.get("lookup", {}).get("drafted", 0),
+        lookup_accepted=st.sources.get("lookup", {}).get("accepted", 0),
     )
 
 
@@ -143,6 +157,7 @@ class EngineSide:
         )
         if cfg.spec:
             overrides["draft_max"] = cfg.draft_max
+            overrides["lookup"] = cfg.variant or "on"
         t0 = time.perf_counter()
         resp = self.engine.generate(list(prompt.tokens), **overrides)
         return _sample(resp, time.perf_counter() - t0, cfg, run, prompt)

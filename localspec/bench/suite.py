@@ -21,6 +21,8 @@ class BenchPlan:
     draft_max: Sequence[str] = ("1", "2", "3", "4", "6", "8", "auto")
     temperatures: Sequence[float] = (0.0,)
     spec_modes: Sequence[str] = ("pq",)  # at T > 0, each rule gets its own table (side by side)
+    lookups: Sequence[str] = ("on",)  # lookup modes to compare (settings.LOOKUP_MODES)
+    peer_variants: Sequence[str] = ("draft-simple",)  # llama.cpp drafters (bench/peer_variants.py)
     prompts: Path | None = None  # None: the bundled set
     per_kind: int | None = None  # the first N prompts of each kind
     prompt_tokens: int = 128
@@ -59,7 +61,7 @@ def run_benchmark(
     with Engine(settings) as eng:  # the peer runs while our models sit idle in memory
         fitted = fit_prompts(chosen, eng.target, plan.prompt_tokens)
         peer_texts = _peer_texts(eng.target, fitted)
-        configs = configs_for(plan.draft_max, has_draft=eng.draft is not None)
+        configs = configs_for(plan.draft_max, has_draft=eng.draft is not None, lookups=plan.lookups)
         for t, mode, first_mode in _passes(plan):
             sides: list[Side] = [
                 EngineSide(eng, configs, temperature=t, gen_tokens=plan.gen_tokens, spec_mode=mode)
@@ -72,7 +74,12 @@ def run_benchmark(
             ):
                 sides.append(
                     peer_mod.PeerSide(
-                        ps, lambda p: peer_texts[p.id], fixed_k, temperature=t, gen_tokens=plan.gen_tokens
+                        ps,
+                        lambda p: peer_texts[p.id],
+                        fixed_k,
+                        temperature=t,
+                        gen_tokens=plan.gen_tokens,
+                        variants=plan.peer_variants,
                     )
                 )
             tables = measure(
@@ -103,6 +110,8 @@ def run_benchmark(
         "top_p": settings.top_p,
         "min_p": settings.min_p,
         "spec_modes": list(plan.spec_modes),
+        "lookups": list(plan.lookups),
+        "peer_variants": list(plan.peer_variants) if plan.peer else [],
         "prompt_tokens": plan.prompt_tokens,
         "gen_tokens": plan.gen_tokens,
         "runs": plan.runs,

@@ -6,19 +6,20 @@ from pathlib import Path
 
 import click
 
+from ..bench.peer_variants import PEER_VARIANT_NAMES, parse_peer_specs
 from ..errors import LocalspecError
-from ..settings import DEFAULT_PAIR, SPEC_MODES, Settings
+from ..settings import DEFAULT_PAIR, LOOKUP_MODES, SPEC_MODES, Settings
 from .common import resolve_settings, settings_options
 
 # the bench sets these itself: one value per configuration, or fixed by the method
-_OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_mode")
+_OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_mode", "lookup")
 
 
-def _spec_modes(value: str) -> list[str]:
-    modes = list(dict.fromkeys(m.strip().lower() for m in value.split(",") if m.strip()))
-    if not modes or any(m not in SPEC_MODES for m in modes):
-        raise LocalspecError(f"--spec-mode takes {', '.join(SPEC_MODES)}, comma-separated (got {value!r})")
-    return modes
+def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
+    chosen = list(dict.fromkeys(m.strip().lower() for m in value.split(",") if m.strip()))
+    if not chosen or any(m not in allowed for m in chosen):
+        raise LocalspecError(f"{option} takes {', '.join(allowed)}, comma-separated (got {value!r})")
+    return chosen
 
 
 @click.command()
@@ -45,6 +46,23 @@ def _spec_modes(value: str) -> list[str]:
     help="Verification rule(s) at T > 0, comma-separated: pq (speculative sampling), coupled (shared "
     "position-keyed noise: same seed, same text), match (llama.cpp's sample-and-match); "
     "'pq,coupled,match' puts them side by side.",
+)
+@click.option(
+    "--lookup",
+    "lookups",
+    default=Settings.lookup,
+    show_default=True,
+    help="N-gram lookup drafts, comma-separated to compare: on (chained with the draft model), off, "
+    "only (lookup alone, no draft model); each draft length runs once per mode.",
+)
+@click.option(
+    "--peer-spec",
+    "peer_specs",
+    default="draft-simple",
+    show_default=True,
+    help="llama.cpp drafters to run with --peer, comma-separated: "
+    + ", ".join(PEER_VARIANT_NAMES)
+    + "; 'ngram' runs all its lookup configurations.",
 )
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Base seed (same for every configuration)."
@@ -120,6 +138,8 @@ def bench(
     draft_max_list: str,
     temperatures: str,
     spec_modes: str,
+    lookups: str,
+    peer_specs: str,
     seed: int,
     prompts_file: Path | None,
     per_kind: int | None,
@@ -153,7 +173,9 @@ def bench(
     plan = BenchPlan(
         draft_max=parse_draft_max(draft_max_list),
         temperatures=parse_temperatures(temperatures),
-        spec_modes=_spec_modes(spec_modes),
+        spec_modes=_choices("--spec-mode", SPEC_MODES, spec_modes),
+        lookups=_choices("--lookup", LOOKUP_MODES, lookups),
+        peer_variants=parse_peer_specs(peer_specs),
         prompts=prompts_file,
         per_kind=per_kind,
         prompt_tokens=prompt_tokens,

@@ -56,6 +56,9 @@ def format_stats(st) -> str:  # noqa: ANN001
             f", acceptance {st.acceptance_rate:.0%} ({st.n_accepted}/{st.n_drafted}), "
             f"{st.tokens_per_round:.2f} tokens/pass"
         )
+        if "lookup" in st.sources:
+            split = ", ".join(f"{n} {s['accepted']}/{s['drafted']}" for n, s in sorted(st.sources.items()))
+            line += f" ({split})"
         if st.started_plain:
             line += ", plain decoding: measured costs say speculation cannot pay on this machine"
         if st.fell_back:
