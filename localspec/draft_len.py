@@ -36,7 +36,7 @@ import numpy as np
 # lookup matches are judged by their length: 2, 3, 4-7, 8-15 and 16+ matched tokens
 LOOKUP_BUCKETS = (2, 3, 4, 8, 16)
 FIXED_LOOKUP_MIN = 4  # a fixed K puts lookup tokens first only from this match length on
-LOOKUP_PRIORS = (0.35, 0.45, 0.6, 0.75, 0.85)  # per bucket; see scripts/replay_lookup.py
+LOOKUP_PRIORS = (0.5, 0.65, 0.7, 0.9, 0.95)  # per bucket, measured on copy prompts (scripts/replay_lookup.py)
 
 
 def lookup_bucket(match_len: int) -> int:
@@ -318,6 +318,8 @@ class AutoK:
             self._reprobe = self.plain_left == 0
             return self._lookup_or_plain()
         k = self.best_k()
+        if k == 0:  # nothing to draft with (lookup only, and no match this round)
+            return 0
         first, self._predict_start = self._predict_start, False
         if first and self.expected_rate(k) < self.expected_rate(0):
             self.started_plain = True  # said once in the stats, instead of a "fallback"
