@@ -277,7 +277,7 @@ def test_tuner_learns_that_long_matches_pay_and_short_ones_do_not():
     used_short = [_round(ctl, 8, 2, accept_run=0) for _ in range(60)]  # short matches: always wrong
     assert used_long >= 40 * 3  # it drafts several lookup tokens per round
     assert sum(used_short[-30:]) == 0  # and stops proposing the bad ones once learned
-    assert ctl.lookup_probs(lookup_bucket(20))[0] > 0.9 > 0.2 > ctl.lookup_probs(lookup_bucket(2))[0]
+    assert ctl.lookup_probs(lookup_bucket(20))[0] > 0.9 > 0.3 > ctl.lookup_probs(lookup_bucket(2))[0]
 
 
 def test_tuner_prefers_the_draft_model_when_the_lookup_is_worse():
