@@ -32,7 +32,7 @@ def _healthy(srv: Server) -> bool:
 
 
 def test_a_lost_rpc_server_fails_the_requests_in_flight_and_the_server_comes_back(smollm2_path):
-    servers = Servers(need_rpc(), n=1)
+    servers = Servers(need_rpc(), n=2)  # one killed; the other must be let go of
     srv = None
     try:
         srv = Server(smollm2_path, "--rpc", servers.rpc, "--parallel", "2", "--n-threads", "1")
@@ -44,7 +44,7 @@ def test_a_lost_rpc_server_fails_the_requests_in_flight_and_the_server_comes_bac
         with ThreadPoolExecutor(1) as pool:
             plain = pool.submit(client.completions.create, model=model, prompt="Once upon", max_tokens=900)
             _until(lambda: srv.health()["running"] == 2, 10, srv, "the second request did not start")
-            servers.kill(0)
+            servers.kill(1)
             t0 = time.monotonic()
             with pytest.raises(openai.APIError, match="lost an rpc-server"):  # the stream's last event
                 for _ in stream:
@@ -59,7 +59,7 @@ def test_a_lost_rpc_server_fails_the_requests_in_flight_and_the_server_comes_bac
         assert srv.proc.poll() is None and srv.proc.pid == pid
         time.sleep(2 * 2.0)  # a few failed probes: still one line
         assert srv.output().count("waiting for the rpc-servers") == 1
-        servers.restart(0)
+        servers.restart(1)
         _until(lambda: _healthy(srv), 60, srv, "the server did not come back")
         again = client.completions.create(model=model, prompt="Once upon a time", max_tokens=8)
         assert again.choices[0].text and again.usage.completion_tokens == 8

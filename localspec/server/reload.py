@@ -51,8 +51,29 @@ def reexec() -> None:
     """Replace this process with a fresh `localspec serve` of the same command line."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    _close_on_exec()
     os.environ[RELOAD_ENV] = str(reloads() + 1)
     os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def _close_on_exec() -> None:
+    """llama.cpp opens its sockets without CLOEXEC: the connections to the rpc-servers still alive
+    would live on, unused, in the new image, and an rpc-server serves one client at a time, so the
+    reloaded engine could never connect to them again. Marked, not closed: threads may still hold them."""
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            fds = [int(fd) for fd in os.listdir(folder)]
+            break
+        except OSError:
+            continue
+    else:
+        fds = list(range(3, 4096))
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, False)
+            except OSError:
+                pass
 
 
 def wait_for_servers(endpoints: Sequence[str], say: Callable[[str], None], retry_s: float = RETRY_S) -> None:
