@@ -160,11 +160,12 @@ CURVES = {
 
 def bench_rpc_curve(path: str, label: str) -> tuple[dict[int, float], float]:
     """One configuration of scripts/bench_rpc.py --json: its calibrated verify curve (seconds), carried
-    on to K_MAX + 1 tokens along its last slope where calibration stopped early, and its draft cost."""
+    on to K_MAX + 1 tokens along its mean slope where calibration stopped early (a CPU curve is
+    saw-toothed: its last step alone may be nearly flat), and its draft cost."""
     got = json.loads(Path(path).read_text())[label]
     verify = {int(n): ms / 1e3 for n, ms in got["verify_ms"].items()}
     last = max(verify)
-    slope = max(0.0, verify[last] - verify[last - 1]) if last > 1 else verify[1]
+    slope = (verify[last] - verify[1]) / (last - 1) if last > 1 else verify[1]
     for n in range(last + 1, K_MAX + 2):
         verify[n] = verify[last] + slope * (n - last)
     return verify, got["draft_ms"] / 1e3
