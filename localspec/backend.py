@@ -690,7 +690,20 @@ def add_rpc_servers(endpoints: Sequence[str], *, stall_s: float = 30.0) -> None:
         _RPC_ENDPOINTS.append(e)
 
 
+_RPC_ON_LOST: list[Callable[[str], None]] = []  # `localspec serve`'s recovery, see on_rpc_lost
+
+
+def on_rpc_lost(handler: Callable[[str], None] | None) -> None:
+    """Who hears first that an rpc-server is lost (the one line rpc.py makes of it). The handler runs
+    on llama.cpp's thread, which must never return into llama.cpp (abort() follows): it either takes
+    over for good (blocks, then ends the process its own way) or returns to decline, and the process
+    exits with the line and status 1 as without a handler."""
+    _RPC_ON_LOST[:] = [handler] if handler else []
+
+
 def _rpc_fatal(line: str) -> None:
+    for handler in list(_RPC_ON_LOST):
+        handler(line)
     os.write(2, f"error: {line}\n".encode())
     os._exit(1)
 

@@ -134,6 +134,10 @@ def explain_abort(message: str, endpoints: Sequence[str], recent_log: Sequence[s
     if not any(w in message for w in rpc_words):
         return f"llama.cpp aborted: {message.strip()}"
     down = [e for e in endpoints if not reachable(e)]
+    deadline = time.monotonic() + 1.0
+    while not down and time.monotonic() < deadline:  # a dying server may still hold its port a moment
+        time.sleep(0.1)
+        down = [e for e in endpoints if not reachable(e)]
     if down:
         return (
             f"lost the connection to rpc-server at {', '.join(down)} (it stopped or the network "

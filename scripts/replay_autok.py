@@ -20,7 +20,8 @@ script takes both out, to judge the tuner itself:
 
 Other machines' cost curves replace the measured one with `--curve xeon|epyc|gpu` (acceptance is a
 property of the pair, not of the machine); `--traces FILE` keeps the traces, so later replays need
-no model.
+no model. `--curve-json FILE:LABEL` takes a curve scripts/bench_rpc.py measured (its `--json` output;
+LABEL is a row of its table, e.g. "RPC split, 20 ms RTT"): a target split over rpc-servers.
 
     .venv/bin/python scripts/replay_autok.py                 # models/default, ~10 min on 2 cores
     .venv/bin/python scripts/replay_autok.py --traces t.json --fresh --memory --curve gpu
@@ -157,6 +158,19 @@ CURVES = {
 }
 
 
+def bench_rpc_curve(path: str, label: str) -> tuple[dict[int, float], float]:
+    """One configuration of scripts/bench_rpc.py --json: its calibrated verify curve (seconds), carried
+    on to K_MAX + 1 tokens along its mean slope where calibration stopped early (a CPU curve is
+    saw-toothed: its last step alone may be nearly flat), and its draft cost."""
+    got = json.loads(Path(path).read_text())[label]
+    verify = {int(n): ms / 1e3 for n, ms in got["verify_ms"].items()}
+    last = max(verify)
+    slope = (verify[last] - verify[1]) / (last - 1) if last > 1 else verify[1]
+    for n in range(last + 1, K_MAX + 2):
+        verify[n] = verify[last] + slope * (n - last)
+    return verify, got["draft_ms"] / 1e3
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pair", type=Path, default=DEFAULT_PAIR)
@@ -169,6 +183,7 @@ def main() -> int:
     ap.add_argument("--fresh", action="store_true", help="a new process (and tuner) for every request")
     ap.add_argument("--memory", action="store_true", help="with --fresh: each starts from the last's memory")
     ap.add_argument("--curve", choices=sorted(CURVES), help="replay with another machine's costs")
+    ap.add_argument("--curve-json", metavar="FILE:LABEL", help="replay with a curve bench_rpc.py measured")
     args = ap.parse_args()
     if args.traces and args.traces.exists():
         saved = json.loads(args.traces.read_text())
@@ -186,6 +201,8 @@ def main() -> int:
             args.traces.write_text(json.dumps(data))
     if args.curve:
         verify, draft = CURVES[args.curve]
+    if args.curve_json:
+        verify, draft = bench_rpc_curve(*args.curve_json.rsplit(":", 1))
     print("verify ms by batch size: " + ", ".join(f"{n}: {v * 1e3:.0f}" for n, v in verify.items()))
     print(f"draft ms per token: {draft * 1e3:.1f}")
     rng = random.Random(1)

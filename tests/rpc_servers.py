@@ -45,21 +45,16 @@ def free_port() -> int:
 
 
 class Servers:
-    """n servers; `endpoints` is the --rpc value; `kill(i)` stops one for good."""
+    """n servers; `endpoints` is the --rpc value; `kill(i)` stops one, `restart(i)` starts it again."""
 
     def __init__(self, binary: Path, n: int = 2, threads: int = 1) -> None:
+        self.binary, self.threads = binary, threads
         self.procs: list[subprocess.Popen] = []
         self.endpoints: list[str] = []
         try:
             for _ in range(n):
                 port = free_port()
-                self.procs.append(
-                    subprocess.Popen(
-                        [str(binary), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)],
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                    )
-                )
+                self.procs.append(self._start(port))
                 self.endpoints.append(f"127.0.0.1:{port}")
             for e, p in zip(self.endpoints, self.procs):
                 _wait_listening(e, p)
@@ -71,9 +66,21 @@ class Servers:
     def rpc(self) -> str:
         return ",".join(self.endpoints)
 
+    def _start(self, port: int) -> subprocess.Popen:
+        return subprocess.Popen(
+            [str(self.binary), "-H", "127.0.0.1", "-p", str(port), "-t", str(self.threads)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def kill(self, i: int) -> None:
         self.procs[i].kill()
         self.procs[i].wait(timeout=10)
+
+    def restart(self, i: int) -> None:
+        """A new server on the port of server i (killed before)."""
+        self.procs[i] = self._start(int(self.endpoints[i].rsplit(":", 1)[1]))
+        _wait_listening(self.endpoints[i], self.procs[i])
 
     def close(self) -> None:
         for p in self.procs:

@@ -248,6 +248,19 @@ def test_unreachable_server_is_one_line_before_loading(smollm2_path):
     assert f"127.0.0.1:{port}" in r.stderr and "ggml-rpc-server" in r.stderr
 
 
+def test_a_server_of_another_protocol_version_is_one_line_before_loading(smollm2_path):
+    need_rpc()
+    endpoint, srv = _fake_server(bytes([6, 1, 0, 0]) + bytes(24))  # llama.cpp would abort on its handshake
+    with srv:
+        r = localspec("run", "--target", str(smollm2_path), "--rpc", endpoint, "hi", timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr  # one line
+    assert (
+        f"rpc-server at {endpoint} speaks RPC protocol 6.1.0" in r.stderr
+        and "build_rpc_server.sh" in r.stderr
+    )
+
+
 def _greedy(smollm2_path, *extra: str) -> tuple[list[int], str]:
     args = ["run", "--target", str(smollm2_path), "--draft", str(smollm2_path), "--temperature", "0"]
     r = localspec(*args, "--max-tokens", "40", "--n-ctx", "512", "--json", *extra, PROMPT)

@@ -3,12 +3,15 @@ what is awkward to provoke through the `openai` client."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fastapi.testclient import TestClient
 
 from localspec.cli.serve import exposure_warnings
 from localspec.engine import Engine
 from localspec.server import create_app
+from localspec.server.errors import APIError
 from localspec.settings import Settings
 
 
@@ -58,3 +61,22 @@ def test_serve_defaults_sit_below_flags_and_warnings():
     assert exposure_warnings("127.0.0.1", "k") == []
     assert any("network" in w for w in exposure_warnings("0.0.0.0", None))
     assert any("no API key" in w for w in exposure_warnings("::1", None))
+
+
+def test_a_lost_engine_ends_the_requests_in_flight_and_after_with_503(smollm2_path):
+    """What server/reload.py does when an rpc-server drops, without one: the dispatcher is told the
+    engine is gone while a stream runs (the real failure is tested in test_rpc_serve.py)."""
+    settings = Settings(target=smollm2_path, n_ctx=512, temperature=0, parallel=1, n_threads=1)
+    lost = APIError(503, "the server lost an rpc-server", type="server_error", code="rpc_server_lost")
+    with TestClient(create_app(settings, lambda: Engine(settings))) as client:
+        dispatcher = client.app.state.dispatcher
+        body = {"prompt": "Once upon a time", "max_tokens": 400, "stream": True}
+        with client.stream("POST", "/v1/completions", json=body) as r:
+            events = (line for line in r.iter_lines() if line.startswith("data: "))
+            assert '"text"' in next(events)  # generating
+            dispatcher.loop.call_soon_threadsafe(dispatcher.fail_all, lost)
+            rest = list(events)
+        assert json.loads(rest[-1][6:])["error"]["code"] == "rpc_server_lost" and "[DONE]" not in rest[-1]
+        r = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2})
+        assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+        assert dispatcher.load() == (0, 0)

@@ -25,13 +25,17 @@ def serve(**kwargs) -> None:
     import uvicorn  # noqa: PLC0415 - keep --help instant
 
     from ..engine import Engine  # noqa: PLC0415
-    from ..server import create_app  # noqa: PLC0415
+    from ..rpc import parse_endpoints  # noqa: PLC0415
+    from ..server import create_app, reload  # noqa: PLC0415
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
 
-    for line in exposure_warnings(settings.host, settings.api_key):
+    for line in exposure_warnings(settings.host, settings.api_key) if not reload.reloads() else ():
         say(line)
+    endpoints = parse_endpoints(settings.rpc)
+    if reload.reloads() and endpoints:  # re-executed after losing an rpc-server: wait for it (reload.py)
+        reload.wait_for_servers(endpoints, say)
     engine = Engine(settings, log=say)  # loaded here, so a bad model is one `error:` line, not a traceback
     app = create_app(settings, lambda: engine)  # the app closes it on shutdown
     config = uvicorn.Config(
@@ -42,6 +46,9 @@ def serve(**kwargs) -> None:
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
     server = uvicorn.Server(config)
+    lost = reload.EngineLost(say)
+    if endpoints:  # llama.cpp aborts on a lost rpc-server: answer what is in flight, then reload
+        lost.install(server, app)
     # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with 143; a handler
     # of our own is what it re-raises into, so a clean shutdown exits 0
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -49,6 +56,8 @@ def serve(**kwargs) -> None:
         f"serving {app.state.model_id} on http://{_url_host(settings.host)}:{settings.port}/v1 (Ctrl-C to stop)"
     )
     server.run()
+    if lost.line is not None:
+        reload.reexec()
     if not server.started:
         raise SystemExit(1)  # the port was taken or the models failed to load: uvicorn said why
 

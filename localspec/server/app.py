@@ -40,7 +40,9 @@ def create_app(settings: Settings, engine_provider: Callable[[], Any]) -> FastAP
             yield
         finally:
             clean = await app.state.dispatcher.drain(DRAIN_TIMEOUT_S)
-            if clean and hasattr(engine, "close"):
+            if app.state.dispatcher.lost is not None:
+                pass  # an rpc-server dropped: freeing the models would talk to it and abort (reload.py)
+            elif clean and hasattr(engine, "close"):
                 engine.close()  # never while a generation still runs on the models
             elif not clean:
                 log.warning(

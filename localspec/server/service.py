@@ -45,6 +45,7 @@ class Job:
         self._loop = loop
         self._queue: asyncio.Queue = asyncio.Queue()
         self._done = done
+        self._ended = False  # the dispatcher has been told this request left the engine
         threading.Thread(target=self._pump, daemon=True, name="localspec-job").start()
 
     def _pump(self) -> None:
@@ -65,9 +66,22 @@ class Job:
 
     def _deliver(self, item: object) -> None:
         if item is self:
-            self._done(self)
+            self._end()
         else:
             self._queue.put_nowait(item)
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._done(self)
+
+    def fail(self, error: BaseException) -> None:
+        """End the request with `error` without the engine (on the event loop's thread): the engine
+        is gone and its thread will never post this request's end."""
+        if not self._ended:
+            self._queue.put_nowait(error)
+            self._queue.put_nowait(_END)
+            self._end()
 
     @property
     def response(self) -> Response | None:
@@ -120,6 +134,8 @@ class Dispatcher:
         self.acclog = AccLog(settings, source="server", warn=lambda msg: log.warning("%s", msg))
         self._idle = asyncio.Event()
         self._idle.set()
+        self.loop = asyncio.get_running_loop()  # created in the app's lifespan, on the event loop
+        self.lost: APIError | None = None  # set when the engine is gone for good (see server/reload.py)
 
     def load(self) -> tuple[int, int]:
         """(running, waiting): requests in a slot and requests queued for one."""
@@ -128,6 +144,8 @@ class Dispatcher:
 
     async def submit(self, prompt: Any, *, chat: bool, overrides: dict[str, Any]) -> Job:
         """Admit a request or refuse it with 503. Bad input raises here (Engine.submit checks it)."""
+        if self.lost is not None:
+            raise self.lost
         if self._admitted >= self.settings.parallel + self.settings.max_queue:
             self.metrics.count("rejected")
             raise APIError(
@@ -150,7 +168,16 @@ class Dispatcher:
             raise
         job = Job(handle, asyncio.get_running_loop(), self._finished, started=started, overrides=overrides)
         self.jobs.add(job)
+        if self.lost is not None:  # the engine was lost while this request was being submitted
+            job.fail(self.lost)
         return job
+
+    def fail_all(self, error: APIError) -> None:
+        """The engine is gone (an rpc-server dropped): every request in it ends with `error`, and so
+        does every request that comes after. Runs on the event loop's thread."""
+        self.lost = error
+        for job in list(self.jobs):
+            job.fail(error)
 
     def _release(self) -> None:
         self._admitted -= 1

@@ -57,9 +57,12 @@ async def pieces(job: Job, reply: render.Reply, body: s.RequestBase) -> AsyncIte
                 yield event(reply.piece(chunk.text, draft_marks=marks))
                 held = []
     except Exception as e:  # headers are sent: the error goes down the stream in OpenAI's shape
-        err = (
-            from_localspec(e) if isinstance(e, LocalspecError) else APIError(500, str(e), type="server_error")
-        )
+        if isinstance(e, APIError):  # the server's own verdict, e.g. the engine lost its rpc-server
+            err = e
+        elif isinstance(e, LocalspecError):
+            err = from_localspec(e)
+        else:
+            err = APIError(500, str(e), type="server_error")
         yield {"data": err.response().body.decode()}
         return
     resp = job.response
