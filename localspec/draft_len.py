@@ -297,12 +297,40 @@ class AutoK:
             plans += [(k, True) for k in range(self.k_min if model else 1, top + 1)]
         return plans
 
+    def _rates(self, lookup_first: bool, curve: np.ndarray) -> np.ndarray:
+        """expected_rate for K = 1..k_max at once (this runs every round: no Python loop over K)."""
+        k = np.arange(1, self.k_max + 1)
+        probs = self.accept_probs()
+        model = k
+        if lookup_first:
+            n = min(self._n_lookup, self.k_max)
+            probs = np.concatenate([self.lookup_probs(self._bucket)[:n], probs[: self.k_max - n]])
+            model = np.maximum(k - n, 0)
+        tokens = 1.0 + np.cumsum(np.cumprod(probs))
+        cost = model * (self.t_draft.value or 0.0) + curve[k + 1] + (self.t_overhead.value or 0.0)
+        return tokens / cost
+
+    def _curve(self) -> np.ndarray:
+        """verify_time(n) for n = 0..k_max + 1, with one line fit for the unmeasured sizes."""
+        n = np.arange(self.k_max + 2, dtype=float)
+        pts = {b: e.value for b, e in self.verify.items() if e.value is not None}
+        if len(pts) < 2:
+            return np.array([self.verify_time(int(b)) for b in n])
+        b1, b0 = np.polyfit(np.array(list(pts), dtype=float), np.array(list(pts.values())), 1)
+        out = np.maximum(b0 + max(b1, 0.0) * n, min(pts.values()))
+        for b, t in pts.items():
+            if b < len(out):
+                out[b] = t
+        return out
+
     def best_plan(self, sources: str = "both") -> tuple[int, bool]:
         """(K, lookup first) with the highest expected tokens per second; (0, False) when none."""
         plans = self._plans(sources)
         if not plans:
             return 0, False
-        return max(plans, key=lambda p: self.expected_rate(*p))
+        curve = self._curve()
+        rates = {lf: self._rates(lf, curve) for lf in {lf for _, lf in plans}}
+        return max(plans, key=lambda p: rates[p[1]][p[0] - 1])
 
     def best_k(self) -> int:
         k, self.lookup_first = self.best_plan()
