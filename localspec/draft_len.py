@@ -140,6 +140,7 @@ class AutoK:
     # than 4), so each batch size the model relies on is measured rather than interpolated.
     _probe: list[int] = field(default_factory=lambda: [1, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0])
     _predict_start: bool = False  # primed: a request's first choice may be "plain" outright
+    _stretch: int = 1  # plain stretches between re-probes grow while speculation keeps losing
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
 
     def __post_init__(self) -> None:
@@ -351,7 +352,7 @@ class AutoK:
         first, self._predict_start = self._predict_start, False
         if first and self.expected_rate(k) < self.expected_rate(0):
             self.started_plain = True  # said once in the stats, instead of a "fallback"
-            self.plain_left = self.reprobe_after - 1
+            self._plain_stretch()
             return self._lookup_or_plain()
         if self._reprobe and self.has_model:  # one real round after a fallback, at the K measured
             self._reprobe = False  # longest ago: fresh evidence where the estimate is stalest
@@ -360,6 +361,7 @@ class AutoK:
         if self.expected_rate(k) < self.expected_rate(0):
             self._fall_back()
             return self._lookup_or_plain()
+        self._stretch = 1  # speculation pays again: the next fallback re-probes soon
         if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
         return k
@@ -389,8 +391,15 @@ class AutoK:
 
     def _fall_back(self) -> None:
         self.fallbacks += 1
-        self.plain_left = self.reprobe_after - 1
+        self._plain_stretch()
         self.recent.clear()
+
+    def _plain_stretch(self) -> None:
+        """Plain rounds before the next re-probe: a re-probe is not free (the draft first catches up
+        on every token since it last drafted), so each one that finds speculation still losing
+        doubles the wait, up to 16x."""
+        self.plain_left = self.reprobe_after * self._stretch - 1
+        self._stretch = min(2 * self._stretch, 16)
 
     def observe(
         self,

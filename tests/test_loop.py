@@ -364,6 +364,20 @@ def test_auto_k_falls_back_when_speculation_loses_and_reprobes():
     assert ks.count(0) >= 25 and any(k > 0 for k in ks)  # mostly plain, with periodic re-probes
 
 
+def test_auto_k_reprobes_less_often_while_speculation_keeps_losing():
+    """Each re-probe makes the draft catch up on every token since it last drafted, so a pair that
+    cannot pay (a self-draft as dear as its target) must not re-probe every 32 rounds forever."""
+    ctl = _feed(AutoK(), 0.0, 0.1, lambda n: 0.1 * n, rounds=60)
+    assert ctl.fallbacks >= 1
+    ks = []
+    for _ in range(1000):
+        ks.append(ctl.choose())
+        ctl.observe(k=ks[-1], n_drafted=ks[-1], n_accepted=0, n_emitted=1, draft_s=0.1 * ks[-1],
+                    verify_s=0.1 * (ks[-1] + 1), round_s=0.1 * (2 * ks[-1] + 1))  # fmt: skip
+    probes = sum(k > 0 for k in ks)
+    assert 1 <= probes <= 8, probes  # every 32nd round would be 31 probes
+
+
 def test_auto_k_carries_its_measurements_to_the_next_request():
     ctl = _feed(AutoK(), 0.8, 0.010, lambda n: 0.113 + 0.0237 * (n - 1), rounds=100)
     best, timed = ctl.best_k(), dict(ctl.verify)
