@@ -116,6 +116,8 @@ class AutoK:
     reprobe_after: int = 32  # plain steps before speculation is tried again
     decay: float = 0.95  # per-round forgetting of acceptance evidence (~20-round memory)
     explore_every: int = 32  # every Nth round tries a neighbour of the best K, so its cost stays measured
+    min_evidence: float = 6.0  # drafted rounds (decayed) before the model may switch to plain: a few
+    # unlucky first rounds, or one stalled calibration timing, must not cost a whole plain stretch
     # state ------------------------------------------------------------------------------------
     acc: np.ndarray = field(default=None)  # type: ignore[assignment]
     tried: np.ndarray = field(default=None)  # type: ignore[assignment]
@@ -359,8 +361,13 @@ class AutoK:
             k, self.lookup_first = self.best_plan("model")  # can win speculation back
             return self._stalest(range(self.k_min, k + 1), k)
         if self.expected_rate(k) < self.expected_rate(0):
-            self._fall_back()
-            return self._lookup_or_plain()
+            if self.has_model and self.tried[0] >= self.min_evidence:
+                self._fall_back()
+                return self._lookup_or_plain()
+            if self.lookup_first or not self.has_model:  # this round's lookup cannot pay: a plain step
+                self.lookup_first = False
+                return 0
+            # else: too little evidence to judge the draft model yet; its best K keeps measuring
         self._stretch = 1  # speculation pays again: the next fallback re-probes soon
         if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
