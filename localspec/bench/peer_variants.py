@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import LocalspecError
+from .runner import comma_list
 
 
 @dataclass(frozen=True)
@@ -36,16 +37,12 @@ _NGRAM = tuple(n for n in PEER_VARIANTS if n.startswith("ngram"))
 
 def parse_peer_specs(value: str) -> list[str]:
     """'draft-simple,ngram' -> the variant names, each checked; 'ngram' is every lookup variant."""
-    out: list[str] = []
-    for part in (p.strip().lower() for p in value.split(",") if p.strip()):
-        names = _NGRAM if part == "ngram" else (part,)
-        for name in names:
-            if name not in PEER_VARIANTS:
-                raise LocalspecError(
-                    f"--peer-spec takes {', '.join(PEER_VARIANT_NAMES)} or ngram, comma-separated (got {part!r})"
-                )
-            if name not in out:
-                out.append(name)
-    if not out:
-        raise LocalspecError("--peer-spec needs at least one drafter")
-    return out
+    names = list(
+        dict.fromkeys(n for part in comma_list(value) for n in (_NGRAM if part == "ngram" else (part,)))
+    )
+    bad = [n for n in names if n not in PEER_VARIANTS]
+    if bad or not names:
+        raise LocalspecError(
+            f"--peer-spec takes {', '.join(PEER_VARIANT_NAMES)} or ngram, comma-separated (got {value!r})"
+        )
+    return names

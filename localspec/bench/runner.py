@@ -34,18 +34,19 @@ class BenchConfig:
 PLAIN = BenchConfig("plain", False, "")
 
 
+def comma_list(value: str) -> list[str]:
+    """'a, B,,a' -> ['a', 'b']: a comma-separated option's values, lower-cased, once each."""
+    return list(dict.fromkeys(p.strip().lower() for p in value.split(",") if p.strip()))
+
+
 def parse_draft_max(value: str) -> list[str]:
     """'1,2,4,auto' -> ['1', '2', '4', 'auto'], each checked."""
-    out: list[str] = []
-    for part in (p.strip().lower() for p in value.split(",")):
-        if not part:
-            continue
+    out = comma_list(value)
+    for part in out:
         if part != "auto" and not (part.isdigit() and 1 <= int(part) <= 64):
             raise LocalspecError(
                 f"--draft-max takes numbers 1..64 and 'auto', comma-separated (got {part!r})"
             )
-        if part not in out:
-            out.append(part)
     if not out:
         raise LocalspecError("--draft-max needs at least one value")
     return out

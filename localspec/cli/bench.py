@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..bench.peer_variants import PEER_VARIANT_NAMES, parse_peer_specs
+from ..bench.runner import comma_list
 from ..errors import LocalspecError
 from ..settings import DEFAULT_PAIR, LOOKUP_MODES, SPEC_MODES, Settings
 from .common import resolve_settings, settings_options
@@ -16,7 +17,7 @@ _OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_
 
 
 def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
-    chosen = list(dict.fromkeys(m.strip().lower() for m in value.split(",") if m.strip()))
+    chosen = comma_list(value)
     if not chosen or any(m not in allowed for m in chosen):
         raise LocalspecError(f"{option} takes {', '.join(allowed)}, comma-separated (got {value!r})")
     return chosen
