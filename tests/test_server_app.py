@@ -30,7 +30,13 @@ def test_chat_in_process(app_client):
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["object"] == "chat.completion" and body["usage"]["completion_tokens"] <= 5
-    assert body["timings"]["speculative"] is False and body["timings"]["draft_n"] == 0  # no draft given
+    # no draft model: only the lookup may draft (it proposes nothing for a 5-token answer to "Hi")
+    assert body["timings"]["draft_n"] == 0
+    r = app_client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 5, "lookup": "off"},
+    )
+    assert r.status_code == 200 and r.json()["timings"]["speculative"] is False  # a request field
 
 
 def test_chunked_body_over_the_limit_is_413(app_client):

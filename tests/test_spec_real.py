@@ -52,7 +52,8 @@ def test_self_draft_is_accepted_and_lossless(self_pair, k):
     st = spec.stats
     # auto may rightly draft nothing: a draft as dear as its target cannot pay
     assert st.speculative and (st.n_drafted > 0 or k == "auto")
-    assert st.acceptance_rate >= 0.95 or st.n_drafted == 0, st
+    model = st.sources.get("draft")  # the self-draft's own tokens (lookup drafts are not self-drafts)
+    assert model is None or model["acceptance_rate"] >= 0.95, st
     gaps = teacher_forced_gaps(self_pair, spec.prompt_tokens, spec.tokens)
     assert gaps.max() <= MARGIN, gaps
     # identical text, unless a near-tie flipped (then the gap check above already bounds it)
