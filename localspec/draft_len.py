@@ -249,10 +249,7 @@ class AutoK:
         if len(pts) == 1:  # one batch size seen: assume the CPU-like slope of 10% per token
             ((b, t),) = pts.items()
             return t * (1 + 0.1 * (n - b)) if n > b else t / (1 + 0.1 * (b - n))
-        x = np.array(list(pts), dtype=float)
-        y = np.array(list(pts.values()), dtype=float)
-        b1, b0 = np.polyfit(x, y, 1)
-        return max(b0 + max(b1, 0.0) * n, min(pts.values()))
+        return float(_line(pts, np.array([n], dtype=float))[0])
 
     def lookup_probs(self, bucket: int) -> np.ndarray:
         """`accept_probs` for lookup tokens proposed from a match in this length bucket."""
@@ -277,11 +274,7 @@ class AutoK:
         """Tokens one round with K drafts emits, on average (the target's own token included)."""
         if k <= 0:
             return 1.0
-        probs = self.accept_probs()[:k]
-        if self._plan(lookup_first):
-            n = min(k, self._n_lookup)
-            probs = np.concatenate([self.lookup_probs(self._bucket)[:n], probs[: k - n]])
-        return 1.0 + float(np.cumprod(probs).sum())
+        return 1.0 + float(np.cumprod(self._plan_probs(self._plan(lookup_first))[:k]).sum())
 
     def expected_rate(self, k: int, lookup_first: bool | None = None) -> float:
         o = self.t_overhead.value or 0.0
@@ -300,16 +293,19 @@ class AutoK:
             plans += [(k, True) for k in range(self.k_min if model else 1, top + 1)]
         return plans
 
+    def _plan_probs(self, lookup_first: bool) -> np.ndarray:
+        """Acceptance by draft position (up to k_max) of a plan: the lookup's first, when it leads."""
+        probs = self.accept_probs()
+        if not lookup_first:
+            return probs
+        n = min(self._n_lookup, self.k_max)
+        return np.concatenate([self.lookup_probs(self._bucket)[:n], probs[: self.k_max - n]])
+
     def _rates(self, lookup_first: bool, curve: np.ndarray) -> np.ndarray:
         """expected_rate for K = 1..k_max at once (this runs every round: no Python loop over K)."""
         k = np.arange(1, self.k_max + 1)
-        probs = self.accept_probs()
-        model = k
-        if lookup_first:
-            n = min(self._n_lookup, self.k_max)
-            probs = np.concatenate([self.lookup_probs(self._bucket)[:n], probs[: self.k_max - n]])
-            model = np.maximum(k - n, 0)
-        tokens = 1.0 + np.cumsum(np.cumprod(probs))
+        model = np.maximum(k - self._n_lookup, 0) if lookup_first else k
+        tokens = 1.0 + np.cumsum(np.cumprod(self._plan_probs(lookup_first)))
         cost = model * (self.t_draft.value or 0.0) + curve[k + 1] + (self.t_overhead.value or 0.0)
         return tokens / cost
 
@@ -319,8 +315,7 @@ class AutoK:
         pts = {b: e.value for b, e in self.verify.items() if e.value is not None}
         if len(pts) < 2:
             return np.array([self.verify_time(int(b)) for b in n])
-        b1, b0 = np.polyfit(np.array(list(pts), dtype=float), np.array(list(pts.values())), 1)
-        out = np.maximum(b0 + max(b1, 0.0) * n, min(pts.values()))
+        out = _line(pts, n)
         for b, t in pts.items():
             if b < len(out):
                 out[b] = t
@@ -471,6 +466,13 @@ class AutoK:
             _learn(self.lk_acc[b], self.lk_tried[b], n_lookup, min(n_accepted, n_lookup), self.decay)
         if n_drafted > n_lookup and n_accepted >= n_lookup:
             _learn(self.acc, self.tried, n_drafted - n_lookup, n_accepted - n_lookup, self.decay)
+
+
+def _line(pts: dict[int, float], n: np.ndarray) -> np.ndarray:
+    """Verify seconds at batch sizes n from a line through the measured (size, seconds) points,
+    never falling, and never below the cheapest measurement."""
+    b1, b0 = np.polyfit(np.array(list(pts), dtype=float), np.array(list(pts.values()), dtype=float), 1)
+    return np.maximum(b0 + max(b1, 0.0) * n, min(pts.values()))
 
 
 def _learn(acc: np.ndarray, tried: np.ndarray, n_drafted: int, n_accepted: int, decay: float) -> None:
