@@ -50,18 +50,29 @@ K_MAX = 8
 OVERHEAD_S = 0.0013  # a round's time outside draft and verify (0.4-1.3 ms measured in the engine)
 
 
-def match_traces(eng: Engine, prompts, n: int) -> dict[str, list[int]]:  # noqa: ANN001
-    out = {}
-    for p in prompts:
-        eng.clear_cache()
-        resp = eng.generate(list(p.tokens), max_tokens=n, temperature=0, stop=(), spec=True, draft_max="3")
-        toks = list(resp.tokens)
-        eng.clear_cache()  # empties both contexts: the draft is teacher-forced below from position 0
-        rows = eng.draft_ctx.eval(list(p.tokens) + toks, 0, n_logits=len(toks) + 1)
-        guess = rows.argmax(axis=1)  # row j predicts generated token j
-        out[p.id] = [int(guess[j] == toks[j]) for j in range(len(toks))]
+def greedy_matches(eng: Engine, prompt: list[int], n: int) -> tuple[list[int], list[int]]:
+    """The target's greedy continuation of n tokens, and per token whether the draft, teacher-forced
+    over it, guesses it (1) or not (0)."""
     eng.clear_cache()
-    return out
+    resp = eng.generate(prompt, max_tokens=n, temperature=0, stop=(), spec=True, draft_max="3", lookup="off")
+    toks = list(resp.tokens)
+    eng.clear_cache()  # empties both contexts: the draft is teacher-forced below from position 0
+    rows = eng.draft_ctx.eval(prompt + toks, 0, n_logits=len(toks) + 1)
+    guess = rows.argmax(axis=1)  # row j predicts generated token j
+    eng.clear_cache()
+    return toks, [int(guess[j] == toks[j]) for j in range(len(toks))]
+
+
+def match_traces(eng: Engine, prompts, n: int) -> dict[str, list[int]]:  # noqa: ANN001
+    return {p.id: greedy_matches(eng, list(p.tokens), n)[1] for p in prompts}
+
+
+def prime_as_loaded(ctl: AutoK, verify: dict, draft: float, rng: random.Random) -> AutoK:
+    """Prime ctl as a fresh engine does from its calibration at load: the sizes calibrate.measure
+    times, each timed once more, with the same noise as a round."""
+    sizes = {b: t for b, t in verify.items() if b in BASE_SIZES or t <= FLAT * verify[1]}
+    ctl.prime({b: _noisy(t, rng) for b, t in sizes.items()}, _noisy(draft, rng))
+    return ctl
 
 
 def costs(eng: Engine, prompt: list[int], tries: int = 3) -> tuple[dict[int, float], float]:
@@ -135,9 +146,8 @@ def auto(fresh: bool, memory: bool, verify: dict, draft: float):  # noqa: ANN201
         if memory and prev is not None:  # what the previous process saved, as tuner_memory does
             v, d, acc, tried = prev.snapshot()
             ctl.prime(v, d, acc, tried)
-        else:  # calibrated at load: each size timed once more, with the same noise as a round
-            sizes = {b: t for b, t in verify.items() if b in BASE_SIZES or t <= FLAT * verify[1]}
-            ctl.prime({b: _noisy(t, rng) for b, t in sizes.items()}, _noisy(draft, rng))
+        else:
+            prime_as_loaded(ctl, verify, draft, rng)
         return ctl
 
     return make

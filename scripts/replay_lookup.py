@@ -30,10 +30,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay_autok import CURVES, OVERHEAD_S, _noisy, costs  # noqa: E402
+from replay_autok import CURVES, OVERHEAD_S, _noisy, costs, greedy_matches, prime_as_loaded  # noqa: E402
 
 from localspec.bench.prompts import fit_prompts, load_prompts  # noqa: E402
-from localspec.calibrate import BASE_SIZES, FLAT  # noqa: E402
 from localspec.draft_len import AutoK  # noqa: E402
 from localspec.engine import Engine  # noqa: E402
 from localspec.lookup import Lookup  # noqa: E402
@@ -44,14 +43,7 @@ K_MAX = 8
 
 def trace(eng: Engine, prompt: list[int], n: int) -> dict:
     """The greedy continuation's draft matches and, per position, the lookup's proposal facts."""
-    eng.clear_cache()
-    resp = eng.generate(prompt, max_tokens=n, temperature=0, stop=(), draft_max="3", lookup="off")
-    toks = list(resp.tokens)
-    eng.clear_cache()
-    rows = eng.draft_ctx.eval(prompt + toks, 0, n_logits=len(toks) + 1)
-    guess = rows.argmax(axis=1)
-    draft = [int(guess[j] == toks[j]) for j in range(len(toks))]
-    eng.clear_cache()
+    toks, draft = greedy_matches(eng, prompt, n)
     lk = Lookup(prompt)
     avail, run, length = [], [], []
     for t in range(len(toks)):
@@ -134,10 +126,7 @@ def primed(has_model: bool, lookup: bool, verify: dict, draft: float):  # noqa: 
     """A tuner as a fresh engine makes it: primed with costs calibrated at load (with noise)."""
 
     def make(rng: random.Random) -> tuple[AutoK, bool]:
-        ctl = AutoK(k_max=K_MAX, has_model=has_model)
-        sizes = {b: t for b, t in verify.items() if b in BASE_SIZES or t <= FLAT * verify[1]}
-        ctl.prime({b: _noisy(t, rng) for b, t in sizes.items()}, _noisy(draft, rng))
-        return ctl, lookup
+        return prime_as_loaded(AutoK(k_max=K_MAX, has_model=has_model), verify, draft, rng), lookup
 
     return make
 
