@@ -4,31 +4,15 @@
 # Idempotent: the download, the unpack and the cmake build are each skipped when already done.
 set -euo pipefail
 
-VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-TP="$ROOT/third_party"
-PY="${PY:-$ROOT/.venv/bin/python}"
-SRC="$TP/llama_cpp_python-$VERSION/vendor/llama.cpp"
+source "$(dirname "$0")/llama_source.sh"
 BUILD="$TP/llama.cpp-build"
 # the same flags as the Python wheel (see Makefile): the native build segfaults in the AMX matmul here
 CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF
              -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON)
 TARGETS=(llama-speculative-simple llama-server llama-bench llama-cli)
 
-mkdir -p "$TP"
-if [ ! -d "$SRC" ]; then
-    if ! ls "$TP"/llama_cpp_python-"$VERSION".tar.gz >/dev/null 2>&1; then
-        "$PY" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$VERSION" -d "$TP"
-    fi
-    tar -xzf "$TP/llama_cpp_python-$VERSION.tar.gz" -C "$TP"
-fi
-
-# reconfigure only when the flags changed, so a second run is a no-op build
-STAMP="$BUILD/localspec-flags.txt"
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "${CMAKE_FLAGS[*]}" ]; then
-    cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}"
-    printf '%s' "${CMAKE_FLAGS[*]}" > "$STAMP"
-fi
+llama_source
+llama_configure "$BUILD" "${CMAKE_FLAGS[@]}"
 cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target "${TARGETS[@]}"
 
 echo "flags used (from CMakeCache.txt):"

@@ -6,11 +6,7 @@
 # GPU machines add their backend: CMAKE_ARGS="-DGGML_CUDA=on" scripts/build_rpc_server.sh
 set -euo pipefail
 
-VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-TP="$ROOT/third_party"
-PY="${PY:-$ROOT/.venv/bin/python}"
-SRC="$TP/llama_cpp_python-$VERSION/vendor/llama.cpp"
+source "$(dirname "$0")/llama_source.sh"
 BUILD="$TP/rpc-build"
 # the same flags as the Python wheel (see Makefile): the native build segfaults in the AMX matmul here
 CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAMA_CURL=OFF
@@ -23,20 +19,7 @@ for flag in "${EXTRA[@]}"; do
 done
 TARGET=ggml-rpc-server
 
-mkdir -p "$TP"
-if [ ! -d "$SRC" ]; then
-    if ! ls "$TP"/llama_cpp_python-"$VERSION".tar.gz >/dev/null 2>&1; then
-        "$PY" -m pip download -q --no-binary :all: --no-deps "llama-cpp-python==$VERSION" -d "$TP"
-    fi
-    tar -xzf "$TP/llama_cpp_python-$VERSION.tar.gz" -C "$TP"
-fi
-
-# reconfigure only when the flags changed, so a second run is a no-op build
-STAMP="$BUILD/localspec-flags.txt"
-if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "${CMAKE_FLAGS[*]}" ]; then
-    cmake -S "$SRC" -B "$BUILD" "${CMAKE_FLAGS[@]}" > "$BUILD.configure.log" 2>&1 ||
-        { cat "$BUILD.configure.log"; exit 1; }
-    printf '%s' "${CMAKE_FLAGS[*]}" > "$STAMP"
-fi
+llama_source
+llama_configure "$BUILD" "${CMAKE_FLAGS[@]}"
 cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target "$TARGET"
 echo "$BUILD/bin/$TARGET"
