@@ -37,7 +37,7 @@ models: setup
 # llama.cpp's RPC server from the same sources (~3 min on 2 cores): the RPC tests start two of them
 rpc-server: $(RPC_SERVER)
 
-$(RPC_SERVER): scripts/build_rpc_server.sh | setup
+$(RPC_SERVER): scripts/build_rpc_server.sh scripts/llama_source.sh | setup
 	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" scripts/build_rpc_server.sh
 
 demo: models
