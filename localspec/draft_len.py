@@ -103,6 +103,7 @@ class AutoK:
     _probe: list[int] = field(default_factory=lambda: [1, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0])
     _predict_start: bool = False  # primed: a request's first choice may be "plain" outright
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
+    _line: tuple = ()  # (the measured points, b0, b1): the fit is redone only when they change
 
     def __post_init__(self) -> None:
         self.acc = np.zeros(self.k_max)
@@ -202,9 +203,13 @@ class AutoK:
         if len(pts) == 1:  # one batch size seen: assume the CPU-like slope of 10% per token
             ((b, t),) = pts.items()
             return t * (1 + 0.1 * (n - b)) if n > b else t / (1 + 0.1 * (b - n))
-        x = np.array(list(pts), dtype=float)
-        y = np.array(list(pts.values()), dtype=float)
-        b1, b0 = np.polyfit(x, y, 1)
+        key = tuple(pts.items())
+        if not self._line or self._line[0] != key:  # a round asks this for every K of every sequence
+            b1, b0 = np.polyfit(
+                np.array(list(pts), dtype=float), np.array(list(pts.values()), dtype=float), 1
+            )
+            self._line = (key, b0, b1)
+        _, b0, b1 = self._line
         return max(b0 + max(b1, 0.0) * n, min(pts.values()))
 
     def expected_tokens(self, k: int) -> float:
