@@ -241,7 +241,7 @@ def decode_round(
     t0 = time.perf_counter()
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
     active = [st for st in live if ks[st] > 0]
-    t_catch = _draft_catch_up(draft, active)  # the draft's prompt pass, late: not a drafting cost
+    t_catch = _draft_catch_up(draft, active)  # the draft's prompt pass, late: prefill, not drafting
     if active:
         items = []
         for st in active:
@@ -314,7 +314,7 @@ def decode_round(
         c.trace_round(
             k=ks[st], drafted=len(d), accepted=n_acc, draft_ms=(t1 - t0) * 1e3, verify_ms=(t2 - t1) * 1e3
         )
-        c.draft_s += t1 - t0
+        c.draft_s += t1 - t0 - t_catch
         c.verify_s += t2 - t1
         c.sample_s += t3 - ts
         c.llama_s += (t2 - t1) + t_deval
@@ -342,17 +342,21 @@ def _charge_prefill(filling: Sequence[SeqState], dt: float) -> None:
 
 def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> float:
     """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it lags
-    by more than a round's worth (its prompt, or the tokens of plain rounds); returns the seconds.
-    A lag of two or less (the last draft and the bonus token) rides in the first draft step."""
+    by more than a round's worth (its prompt, or the tokens of plain rounds), counted as those
+    sequences' prefill; returns the seconds. A short lag (the last draft and the bonus token) rides
+    in the first draft step."""
     t0 = time.perf_counter()
-    items = []
+    items, behind = [], []
     for st in active:
         have, upto = draft.past(st.seq), len(st.tokens) - 1
         if upto - have > 2:
             items.append((st.seq, st.tokens[have:upto], have, 1))
+            behind.append(st)
     if items:
         draft.eval_batch(items)
-    return time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    _charge_prefill(behind, dt)
+    return dt
 
 
 # -- single sequence -----------------------------------------------------------------------------

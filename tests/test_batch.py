@@ -298,11 +298,12 @@ def test_a_chunk_rides_in_the_verify_decode_and_a_catch_up_is_not_a_drafting_cos
             time.sleep(0.05)
 
     draft.hook = slow_catch_up
-    n = len(seen)
+    n, prefill_s, draft_s = len(seen), b.counters.prefill_s, b.counters.draft_s
     decode_round(target, draft, [a, b])  # b's first drafting round
     draft.hook = None
-    assert b.counters.draft_s >= 0.05  # b's counters pay for its draft's prompt...
-    assert seen[n]["draft_s"] < 0.05 and seen[n]["round_s"] < 0.05  # ...the tuner's timings do not
+    assert b.counters.prefill_s - prefill_s >= 0.05  # b's draft's prompt pass is b's prefill...
+    assert b.counters.draft_s - draft_s < 0.05 and a.counters.prefill_s == 0
+    assert seen[n]["draft_s"] < 0.05 and seen[n]["round_s"] < 0.05  # ...and not in the tuner's timings
     assert a.tokens[1:] == serial(t, d, [1], k=2, n=len(a.tokens) - 1)
     assert b.tokens[len(prompt) :] == serial(t, d, prompt, k=2, n=len(b.tokens) - len(prompt))
 
