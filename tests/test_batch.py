@@ -424,3 +424,12 @@ def test_calibration_times_the_batch_of_a_full_round_of_slots():
     t, _ = markov_tables(v=8)
     verify, _ = calibrate.measure(FakeContext(t, n_ctx=64), None, [1, 2, 3], max_batch=4, also=[4, 8])
     assert sorted(verify) == [1, 2, 3, 4, 8]  # 8: every one of 4 slots drafting one token
+
+
+def test_a_full_round_on_the_epyc_curve_runs_plain_though_one_sequence_alone_drafts():
+    # calibrated on the 2-core EPYC (stand-in pair): 1..4 and a full round of 4 slots drafting one each
+    verify = {1: 0.069, 2: 0.089, 3: 0.113, 4: 0.121, 8: 0.26}
+    base = AutoK(k_min=1, k_max=16)
+    base.prime(verify, 0.02, acc=[7.0, 5.0], tried=[10.0, 7.0])  # ~70% acceptance
+    assert choose_batch([base.fork()]) != [0]  # alone, drafting pays: (1 + 0.7) / 0.109 > 1 / 0.069
+    assert choose_batch([base.fork() for _ in range(4)]) == [0, 0, 0, 0]  # 4 / 0.121 beats 6.8 / 0.3
