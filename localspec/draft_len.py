@@ -343,6 +343,10 @@ def choose_batch(ctls: list[FixedK | AutoK], draft_batch_cost: float = 0.15) -> 
     if len(ctls) == 1 or not autos:
         return own
     costs: AutoK = ctls[autos[0]]  # forks of one engine's tuner share these timings
+    plain = [0 if i in autos else k for i, k in enumerate(own)]
+    floor = costs.verify.get(sum(k + 1 for k in plain))
+    if floor is None or floor.value is None:  # time the plain batch first: a plain round is never a
+        return plain  # bad one, and drafting must beat its measured cost, not a line's guess at it
     t_d = costs.t_draft.value or 0.0
     o = costs.t_overhead.value or 0.0
 

@@ -433,3 +433,15 @@ def test_a_full_round_on_the_epyc_curve_runs_plain_though_one_sequence_alone_dra
     base.prime(verify, 0.02, acc=[7.0, 5.0], tried=[10.0, 7.0])  # ~70% acceptance
     assert choose_batch([base.fork()]) != [0]  # alone, drafting pays: (1 + 0.7) / 0.109 > 1 / 0.069
     assert choose_batch([base.fork() for _ in range(4)]) == [0, 0, 0, 0]  # 4 / 0.121 beats 6.8 / 0.3
+
+
+def test_a_batch_whose_plain_cost_was_never_timed_runs_plain_once_to_time_it():
+    base = AutoK(k_min=1, k_max=16)
+    base.prime({1: 0.069, 2: 0.089, 3: 0.113, 24: 0.64}, 0.02, acc=[9.0, 8.0], tried=[10.0, 9.0])
+    forks = [base.fork() for _ in range(8)]
+    assert choose_batch(forks) == [0] * 8  # T(8) unknown: measured now, not extrapolated
+    for f in forks:  # (a machine where 8 tokens cost far more than 24: drafting must win there)
+        f.observe(
+            k=0, n_drafted=0, n_accepted=0, n_emitted=1, draft_s=0, verify_s=2.0, round_s=2.0, batch_tokens=8
+        )
+    assert base.verify[8].value == 2.0 and any(choose_batch(forks))  # now the measured costs decide
