@@ -4,8 +4,8 @@ Requests (`Job`s) wait for a free slot (a backend sequence id in both models' co
 lands on the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
 turn finds its history), its prompt is prefilled in chunks that ride in the rounds' verify decodes (a
 long prompt never freezes the streams already running, and costs them no extra pass over the
-weights), and then it joins the rounds. A job leaves when it ends, when
-it wants no more tokens (a stop string) or when it is cancelled - at the latest one round later.
+weights), and then it joins the rounds. A job leaves when it ends, when it wants no more tokens (a
+stop string) or when it is cancelled - at the latest one round later.
 """
 
 from __future__ import annotations
