@@ -3,7 +3,9 @@
 The tuner prices a round as K draft steps plus one verify of K+1 tokens. Verify cost per batch size
 is measured, not modelled (saw-toothed on a CPU, flat on a GPU). Only the sizes that can matter are
 timed: 1..4 always; larger ones only while the curve stays cheap (a flat GPU curve makes large K
-worth pricing; on a steep CPU curve K > 3 cannot pay, and timing it would cost more than it tells).
+worth pricing; on a steep CPU curve K > 3 cannot pay, and timing it would cost more than it tells);
+and the sizes a full round of several sequences uses (`also`), which a line through 1..4 would
+underprice on a CPU - a batch of 8 costs twice one of 4 there, not the 1.5x the line says.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def measure(
     *,
     max_batch: int,
     tries: int = 2,
+    also: Sequence[int] = (),
 ) -> tuple[dict[int, float], float | None]:
     """Verify seconds by batch size and draft seconds per token, at the depth of `prefix`.
     Both caches are left empty."""
@@ -48,6 +51,8 @@ def measure(
     for n in range(1, max_batch + 1):
         if n not in BASE_SIZES and verify[n - 1] > FLAT * verify[1]:
             break
+        verify[n] = _floor(target, prefix[-1], depth, n, tries)
+    for n in sorted(set(also) - set(verify)):
         verify[n] = _floor(target, prefix[-1], depth, n, tries)
     draft_s = _floor(draft, prefix[-1], depth, 1, 2 * tries) if draft is not None else None
     for ctx in (target, draft):

@@ -144,6 +144,7 @@ class AutoK:
     _predict_start: bool = False  # primed: a request's first choice may be "plain" outright
     _stretch: int = 1  # plain stretches between re-probes grow while speculation keeps losing
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
+    _line: tuple = ()  # (the measured points, b0, b1): the fit is redone only when they change
 
     def __post_init__(self) -> None:
         self.acc = np.zeros(self.k_max)
@@ -249,7 +250,14 @@ class AutoK:
         if len(pts) == 1:  # one batch size seen: assume the CPU-like slope of 10% per token
             ((b, t),) = pts.items()
             return t * (1 + 0.1 * (n - b)) if n > b else t / (1 + 0.1 * (b - n))
-        return float(_line(pts, np.array([n], dtype=float))[0])
+        return float(self._line_at(pts, np.array([n], dtype=float))[0])
+
+    def _line_at(self, pts: dict[int, float], n: np.ndarray) -> np.ndarray:
+        key = tuple(pts.items())
+        if not self._line or self._line[0] != key:  # a round asks this for every K of every sequence
+            self._line = (key, *_fit(pts))
+        _, b0, b1 = self._line
+        return np.maximum(b0 + b1 * n, min(pts.values()))
 
     def lookup_probs(self, bucket: int) -> np.ndarray:
         """`accept_probs` for lookup tokens proposed from a match in this length bucket."""
@@ -315,7 +323,7 @@ class AutoK:
         pts = {b: e.value for b, e in self.verify.items() if e.value is not None}
         if len(pts) < 2:
             return np.array([self.verify_time(int(b)) for b in n])
-        out = _line(pts, n)
+        out = self._line_at(pts, n)
         for b, t in pts.items():
             if b < len(out):
                 out[b] = t
@@ -468,11 +476,11 @@ class AutoK:
             _learn(self.acc, self.tried, n_drafted - n_lookup, n_accepted - n_lookup, self.decay)
 
 
-def _line(pts: dict[int, float], n: np.ndarray) -> np.ndarray:
-    """Verify seconds at batch sizes n from a line through the measured (size, seconds) points,
-    never falling, and never below the cheapest measurement."""
+def _fit(pts: dict[int, float]) -> tuple[float, float]:
+    """Intercept and slope of a line through the measured (batch size, seconds) points; the slope
+    never negative (a bigger batch never costs less), the caller floors it at the cheapest point."""
     b1, b0 = np.polyfit(np.array(list(pts), dtype=float), np.array(list(pts.values()), dtype=float), 1)
-    return np.maximum(b0 + max(b1, 0.0) * n, min(pts.values()))
+    return float(b0), max(float(b1), 0.0)
 
 
 def _learn(acc: np.ndarray, tried: np.ndarray, n_drafted: int, n_accepted: int, decay: float) -> None:

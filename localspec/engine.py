@@ -143,10 +143,16 @@ class Engine:
             if record is not None:
                 self.calibration = "remembered"
                 return record
-        max_batch = min(AUTO_K_MAX + 1, self.target_ctx.n_batch, self.target_ctx.n_ctx // 2)
+        cap = min(self.target_ctx.n_batch, self.target_ctx.n_ctx // 2)
+        max_batch = min(AUTO_K_MAX + 1, cap)
+        # a full round of slots: every sequence plain, and every one drafting one token
+        also = [n for n in (s.parallel, 2 * s.parallel) if s.parallel > 1 and n <= cap]
         # the prefix and the largest verify batch must fit one slot, however small --n-ctx is
-        prefix = self.target.tokenize(CALIBRATION_TEXT, add_special=True)[: self.target_ctx.n_ctx - max_batch]
-        verify, draft_s = calibrate.measure(self.target_ctx, self.draft_ctx, prefix, max_batch=max_batch)
+        prefix = self.target.tokenize(CALIBRATION_TEXT, add_special=True)
+        prefix = prefix[: self.target_ctx.n_ctx - max([max_batch, *also])]
+        verify, draft_s = calibrate.measure(
+            self.target_ctx, self.draft_ctx, prefix, max_batch=max_batch, also=also
+        )
         self.calibration = "measured"
         return TunerRecord(verify, draft_s)
 

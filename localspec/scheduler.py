@@ -2,9 +2,10 @@
 
 Requests (`Job`s) wait for a free slot (a backend sequence id in both models' contexts). A new job
 lands on the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
-turn finds its history), its prompt is prefilled in chunks between decode rounds (a long prompt never
-freezes the streams already running), and then it joins the rounds. A job leaves when it ends, when
-it wants no more tokens (a stop string) or when it is cancelled - at the latest one round later.
+turn finds its history), its prompt is prefilled in chunks that ride in the rounds' verify decodes (a
+long prompt never freezes the streams already running, and costs them no extra pass over the
+weights), and then it joins the rounds. A job leaves when it ends, when it wants no more tokens (a
+stop string) or when it is cancelled - at the latest one round later.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Sequence
 
-from .speculative import Evaluator, SeqState, decode_round, prefill_many
+from .speculative import Evaluator, SeqState, decode_round
 
 
 class Job:
@@ -50,10 +51,10 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 class Scheduler:
     def __init__(
-        self, target: Evaluator, draft: Evaluator | None, n_slots: int, *, prefill_chunk: int = 64
+        self, target: Evaluator, draft: Evaluator | None, n_slots: int, *, prefill_chunk: int = 128
     ) -> None:
         self.target, self.draft = target, draft
-        self.prefill_chunk = prefill_chunk  # prompt tokens per round while other sequences decode
+        self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
         self.cached: list[list[int]] = [[] for _ in range(n_slots)]  # what each slot's caches hold
         self.free: list[int] = list(range(n_slots))
         self.waiting: deque[Job] = deque()
@@ -86,13 +87,13 @@ class Scheduler:
         try:
             decoding = [st for _, st, pre in self.running if not pre]
             filling = [i for i, (_, _, pre) in enumerate(self.running) if pre]
-            if filling:  # alone, whole prompts at once; beside running streams, a chunk per round
-                states = [self.running[i][1] for i in filling]
-                done = prefill_many(self.target, self.draft, states, self.prefill_chunk if decoding else None)
-                for i, d in zip(filling, done):
-                    job, st, _ = self.running[i]
-                    self.running[i] = (job, st, not d)
-            decode_round(self.target, self.draft, decoding)
+            # alone, whole prompts at once; beside running streams, a chunk per round in their decode
+            budget = self.prefill_chunk if decoding else None
+            states = [self.running[i][1] for i in filling]
+            done = decode_round(self.target, self.draft, decoding, states, budget)
+            for i, d in zip(filling, done):
+                job, st, _ = self.running[i]
+                self.running[i] = (job, st, not d)
         except Exception as e:  # a backend failure: every running job gets it, their caches are dropped
             for job, st, _ in list(self.running):
                 self._leave(job, st, "error", forget=True)

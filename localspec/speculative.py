@@ -119,8 +119,8 @@ class SeqState:
 
 # -- prefill -------------------------------------------------------------------------------------
 def prefill(target: Evaluator, draft: Evaluator | None, st: SeqState, budget: int | None = None) -> bool:
-    """Bring both caches towards `tokens[:-1]` (the last token opens the first round), evaluating at
-    most `budget` tokens per model in this call. Returns True when done. The caller has already
+    """Bring the target's cache towards `tokens[:-1]` (the last token opens the first round),
+    evaluating at most `budget` tokens in this call. Returns True when done. The caller has already
     trimmed each cache to the prefix it shares with the prompt (prefix reuse)."""
     return prefill_many(target, draft, [st], budget)[0]
 
@@ -128,33 +128,40 @@ def prefill(target: Evaluator, draft: Evaluator | None, st: SeqState, budget: in
 def prefill_many(
     target: Evaluator, draft: Evaluator | None, states: Sequence[SeqState], budget: int | None = None
 ) -> list[bool]:
-    """`prefill` for several sequences, in one batched decode per model."""
+    """`prefill` for several sequences, in one batched decode. Only the target is prefilled: the
+    draft catches up in the first round that drafts (`decode_round`), so a sequence that never
+    drafts - batching alone already uses the hardware - never pays the draft's prompt pass."""
     t0 = time.perf_counter()
-    done = [True] * len(states)
-    for ctx in (target, draft):
-        items = []
-        for i, st in enumerate(states):
-            upto = len(st.tokens) - 1
-            if len(st.tokens) >= target.n_ctx:
-                st.finish = "context"
-                continue
-            if ctx is None or (ctx is draft and not (st.speculative and st.k_ctl.has_model)):
-                continue
-            have = ctx.past(st.seq)
-            end = upto if budget is None else min(upto, have + budget)
-            if ctx is target:  # the prompt's last token is evaluated by the first round's verify
-                st.counters.n_prefilled += max(end - have, 0) + (end == upto)
-            if have >= upto:
-                ctx.truncate(upto, st.seq)
-                continue
-            items.append((st.seq, st.tokens[have:end], have, 1))
-            done[i] &= end == upto
-        if items:
-            ctx.eval_batch(items)
+    items, done = _prefill_items(target, states, budget)
+    if items:
+        target.eval_batch(items)
     dt = time.perf_counter() - t0
     for st in states:
         st.counters.prefill_s += dt
     return done
+
+
+def _prefill_items(
+    target: Evaluator, states: Sequence[SeqState], budget: int | None
+) -> tuple[list[Item], list[bool]]:
+    """The target's next prompt chunk for each sequence (at most `budget` tokens each) and whether
+    that chunk completes its prompt."""
+    items: list[Item] = []
+    done = [True] * len(states)
+    for i, st in enumerate(states):
+        upto = len(st.tokens) - 1
+        if len(st.tokens) >= target.n_ctx:
+            st.finish = "context"
+            continue
+        have = target.past(st.seq)
+        end = upto if budget is None else min(upto, have + budget)
+        st.counters.n_prefilled += max(end - have, 0) + (end == upto)  # + the first verify's token
+        if have >= upto:
+            target.truncate(upto, st.seq)
+            continue
+        items.append((st.seq, st.tokens[have:end], have, 1))
+        done[i] = end == upto
+    return items, done
 
 
 # -- one round -----------------------------------------------------------------------------------
@@ -217,9 +224,19 @@ def _sample(row: np.ndarray, st: SeqState, pos: int) -> int:
     return process(row, st.sp).sample(st.verify_rng)
 
 
-def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[SeqState]) -> None:
+def decode_round(
+    target: Evaluator,
+    draft: Evaluator | None,
+    states: Sequence[SeqState],
+    filling: Sequence[SeqState] = (),
+    budget: int | None = None,
+) -> list[bool]:
     """One round over every running sequence: new tokens go to each state's `out`, and a sequence
-    that ends (EOG, max_new, a full context) gets its `finish` set; the others go on."""
+    that ends (EOG, max_new, a full context) gets its `finish` set; the others go on.
+
+    `filling` are sequences still prefilling: their next prompt chunk (at most `budget` tokens each)
+    rides in the same target decode as the verify batch - one pass over the weights per round, as
+    llama-server does. Returns, per filling sequence, whether its prompt is now in."""
     t_round = time.perf_counter()
     live = []
     for st in states:
@@ -227,8 +244,12 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
             st.finish = "context"
         if st.finish is None:
             live.append(st)
+    fill_items, fill_done = _prefill_items(target, filling, budget)
     if not live:
-        return
+        if fill_items:
+            target.eval_batch(fill_items)
+        _charge_prefill(filling, time.perf_counter() - t_round)
+        return fill_done
     # -- draft length per sequence, for the batch it is in ---------------------------------------
     drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
     offered = {st: _offer_lookup(st) for st in drafting}
@@ -247,7 +268,8 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
     qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in looked[st]] for st in live}
     t0 = time.perf_counter()
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
-    active = [st for st in live if ks[st] > len(drafts[st])]
+    active = [st for st in live if ks[st] > len(drafts[st])]  # the draft model has tokens to make
+    t_catch = _draft_catch_up(draft, active)  # the draft's prompt pass, late: prefill, not drafting
     if active:
         items = []
         for st in active:
@@ -276,9 +298,10 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
 
     # -- verify: one target decode for every sequence --------------------------------------------
     items = [(st.seq, [st.tokens[-1], *drafts[st]], len(st.tokens) - 1, len(drafts[st]) + 1) for st in live]
-    all_rows = target.eval_batch(items)
+    all_rows = target.eval_batch(items + fill_items)[: len(items)]
     t2 = time.perf_counter()
-    batch_tokens = sum(len(it[1]) for it in items)
+    batch_tokens = sum(len(it[1]) for it in items + fill_items)
+    _charge_prefill(filling, t2 - t1)
 
     # -- accept and roll back, per sequence -------------------------------------------------------
     for st, rows in zip(live, all_rows):
@@ -326,7 +349,7 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
             draft_ms=(t1 - t0) * 1e3,
             verify_ms=(t2 - t1) * 1e3,
         )
-        c.draft_s += t1 - t0
+        c.draft_s += t1 - t0 - t_catch
         c.verify_s += t2 - t1
         c.sample_s += t3 - ts
         c.llama_s += (t2 - t1) + t_deval
@@ -337,14 +360,39 @@ def decode_round(target: Evaluator, draft: Evaluator | None, states: Sequence[Se
             n_drafted=len(d),
             n_accepted=n_acc,
             n_emitted=len(new),
-            draft_s=t1 - t0,
+            draft_s=t1 - t0 - t_catch,
             verify_s=t2 - t1,
-            round_s=round_s,
+            round_s=round_s - t_catch,
             batch_tokens=batch_tokens,
             n_lookup=n_look,
         )
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
+    return fill_done
+
+
+def _charge_prefill(filling: Sequence[SeqState], dt: float) -> None:
+    for st in filling:
+        st.counters.prefill_s += dt
+
+
+def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> float:
+    """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it lags
+    by more than a round's worth (its prompt, or the tokens of plain rounds), counted as those
+    sequences' prefill; returns the seconds. A short lag (the last draft and the bonus token) rides
+    in the first draft step."""
+    t0 = time.perf_counter()
+    items, behind = [], []
+    for st in active:
+        have, upto = draft.past(st.seq), len(st.tokens) - 1
+        if upto - have > 2:
+            items.append((st.seq, st.tokens[have:upto], have, 1))
+            behind.append(st)
+    if items:
+        draft.eval_batch(items)
+    dt = time.perf_counter() - t0
+    _charge_prefill(behind, dt)
+    return dt
 
 
 # -- single sequence -----------------------------------------------------------------------------

@@ -3,6 +3,8 @@ backend: batch-invariant, so every sequence must produce exactly what it produce
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -247,9 +249,63 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_others_stream():
         sched.step()
     assert running.rounds_with_output == before + 5 and not newcomer.got
     assert max(len(toks) for seq, kind, toks, pos in target.seq_calls if kind == "eval" and seq == 1) <= 32
+    # each chunk rode in the running stream's verify decode: one target decode per round, both inside
+    assert target.decodes[-5:] == [[0, 1]] * 5
     drain(sched)
     assert newcomer.got == serial(t, d, long_prompt, k=3, n=5)
     assert running.got == serial(t, d, [1], k=2, n=60)
+
+
+def test_the_draft_prefills_only_for_a_sequence_that_drafts():
+    t, d = markov_tables(v=16, noise=1.0, seed=12)
+    target, draft = FakeContext(t, n_seq=2), FakeContext(d, n_seq=2)
+    sched = Scheduler(target, draft, 2)
+    prompt = [int(x) for x in np.random.default_rng(1).integers(0, 16, 12)]
+    plain = FakeJob(prompt, n=10, ctl=FixedK(0))  # may draft, but the tuner says no: the draft is idle
+    sched.add(plain)
+    drain(sched)
+    assert plain.got == serial(t, d, prompt, k=0, n=10) and not draft.decodes
+    spec = FakeJob(prompt, n=10, k=3)  # lands on the same slot: the target's cache is reused
+    sched.add(spec)
+    drain(sched)
+    assert spec.got == serial(t, d, prompt, k=3, n=10)
+    evals = [(toks, pos) for seq, kind, toks, pos in draft.seq_calls if kind == "eval"]
+    # its first drafting round brings the draft up to the prompt's end in a decode of its own, so
+    # the draft steps the tuner times are draft steps
+    assert evals[0] == (prompt[:-1], 0) and evals[1] == (prompt[-1:], len(prompt) - 1)
+
+
+def test_a_chunk_rides_in_the_verify_decode_and_a_catch_up_is_not_a_drafting_cost():
+    t, d = markov_tables(v=16, noise=1.0, seed=13)
+    target, draft = FakeContext(t, n_seq=2), FakeContext(d, n_seq=2)
+    seen = []  # what the running sequence's controller is told about each round
+
+    class Recording(FixedK):
+        def observe(self, **r):
+            seen.append(r)
+
+    prompt = [int(x) for x in np.random.default_rng(2).integers(0, 16, 40)]
+    a = SeqState.start(0, [1], GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), Recording(2))
+    b = SeqState.start(1, prompt, GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), FixedK(2))
+    assert decode_round(target, draft, [a], [b], budget=16) == [False]
+    assert len(target.decodes) == 1 and seen[-1]["batch_tokens"] == 3 + 16  # a's [last, d1, d2] + chunk
+    while not decode_round(target, draft, [a], [b], budget=16)[0]:
+        pass
+    assert target.past(1) == len(prompt) - 1 and draft.past(1) == 0 and b.counters.prefill_s > 0
+
+    def slow_catch_up(ctx):  # the draft's prompt pass for b, alone in its decode, takes 50 ms
+        if ctx.decodes and ctx.decodes[-1] == [1] and ctx.seq_calls[-1][1] == "eval":
+            time.sleep(0.05)
+
+    draft.hook = slow_catch_up
+    n, prefill_s, draft_s = len(seen), b.counters.prefill_s, b.counters.draft_s
+    decode_round(target, draft, [a, b])  # b's first drafting round
+    draft.hook = None
+    assert b.counters.prefill_s - prefill_s >= 0.05  # b's draft's prompt pass is b's prefill...
+    assert b.counters.draft_s - draft_s < 0.05 and a.counters.prefill_s == 0
+    assert seen[n]["draft_s"] < 0.05 and seen[n]["round_s"] < 0.05  # ...and not in the tuner's timings
+    assert a.tokens[1:] == serial(t, d, [1], k=2, n=len(a.tokens) - 1)
+    assert b.tokens[len(prompt) :] == serial(t, d, prompt, k=2, n=len(b.tokens) - len(prompt))
 
 
 @pytest.mark.parametrize("mode", ["pq", "match"])
@@ -360,6 +416,14 @@ def test_forks_share_timings_and_keep_acceptance_apart():
     )
     assert a.accept_probs()[0] < b.accept_probs()[0]
     assert 9 in base.verify  # the batch's verify timing is the machine's
+
+
+def test_calibration_times_the_batch_of_a_full_round_of_slots():
+    from localspec import calibrate
+
+    t, _ = markov_tables(v=8)
+    verify, _ = calibrate.measure(FakeContext(t, n_ctx=64), None, [1, 2, 3], max_batch=4, also=[4, 8])
+    assert sorted(verify) == [1, 2, 3, 4, 8]  # 8: every one of 4 slots drafting one token
 
 
 def test_a_full_round_on_the_epyc_curve_runs_plain_though_one_sequence_alone_drafts():

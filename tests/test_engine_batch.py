@@ -66,6 +66,20 @@ def test_four_concurrent_greedy_requests_are_lossless(eng4, k):
     assert drafted > 0 or k == "auto"
 
 
+def test_prompts_joining_a_running_stream_are_lossless(eng4):
+    """Newcomers' prompts ride in the running stream's verify decodes (a long one over several rounds)."""
+    first = eng4.submit(QUESTIONS[0], chat=True, temperature=0, max_tokens=64, draft_max="3")
+    chunks = iter(first)
+    next(chunks)  # it is streaming
+    long_prompt = "Summarise these questions: " + " ".join(QUESTIONS * 10)
+    late = _concurrently(eng4, [long_prompt, QUESTIONS[1]], temperature=0, max_tokens=24, draft_max="3")
+    for _ in chunks:
+        pass
+    assert late[0].stats.n_prefilled > eng4._sched.prefill_chunk  # more than one round's chunk
+    for r in (first.response, *late):
+        _check_lossless(eng4, r)
+
+
 def test_concurrent_sampling_depends_on_the_seed_only(eng4):
     alone = eng4.generate(QUESTIONS[2], chat=True, temperature=0.8, seed=5, max_tokens=24, draft_max="3")
     together = _concurrently(eng4, QUESTIONS, temperature=0.8, seed=5, max_tokens=24, draft_max="3")

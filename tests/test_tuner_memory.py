@@ -196,3 +196,13 @@ def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypat
     assert tm["path"] == str(files[0]) and tm["verify_ms"]["1"] > 0 and tm["draft_ms_per_token"] > 0
     text = CliRunner().invoke(cli, args, catch_exceptions=False).output
     assert "auto-K" in text and "remembered" in text and "verify ms by batch: 1:" in text
+
+
+def test_engine_with_slots_calibrates_the_batch_of_a_full_round(smollm2_path, tmp_path, monkeypatch):
+    from localspec.engine import Engine
+    from localspec.settings import Settings
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    s = Settings.load(target=smollm2_path, draft=smollm2_path, n_ctx=256, parallel=4, n_threads=1)
+    with Engine(s) as eng:
+        assert eng.calibration == "measured" and {4, 8} <= set(eng._known.verify_s)
