@@ -46,9 +46,19 @@ def _concurrently(eng, prompts, **kw):
     return out
 
 
+# A round that folds a newcomer's prompt into the verify decode runs verify rows through llama.cpp's
+# large-batch kernels, whose logits differ from the small-batch ones more than near-tie flips among
+# small batches (MARGIN): on SmolLM2, the top-5 logits relative to the best move by a median 0.19,
+# p99 0.56, max 0.60 between a whole-sequence decode and a token-at-a-time one.
+MIXED_BATCH_MARGIN = 0.6
+
+
 def _check_lossless(eng, resp):
+    """Every token within the kernels' noise of the target's argmax, and nearly all exactly it (a
+    wrong token from a bug is seldom a near-tie)."""
     gaps = teacher_forced_gaps(eng, resp.prompt_tokens, resp.tokens)
-    assert gaps.max() <= MARGIN, gaps.round(3).tolist()
+    assert gaps.max() <= MIXED_BATCH_MARGIN, gaps.round(3).tolist()
+    assert (gaps > MARGIN).sum() <= 1 and (gaps == 0).mean() >= 0.9, gaps.round(3).tolist()
 
 
 @pytest.mark.parametrize("k", ["3", "auto"])

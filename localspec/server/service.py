@@ -55,8 +55,7 @@ class Job:
         except BaseException as e:  # raised again where the route iterates
             self._post(e)
         finally:
-            self._post(_END)
-            self._post(self)  # marks the engine free of this request, see chunks()
+            self._post(self)  # the engine is free of this request; then the route sees the end
 
     def _post(self, item: object) -> None:
         try:
@@ -66,7 +65,9 @@ class Job:
 
     def _deliver(self, item: object) -> None:
         if item is self:
+            # book-keeping (metrics, acceptance log) first, so a client that has its answer sees them
             self._end()
+            self._queue.put_nowait(_END)
         else:
             self._queue.put_nowait(item)
 
