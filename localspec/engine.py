@@ -406,15 +406,25 @@ class Handle:
             yield item
 
 
+GATHER_S = 0.02  # against prompt passes of 0.1-10 s; a lone request's first token waits this much more
+
+
 def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:
     """The engine thread: take new jobs and commands between rounds; run rounds while any job is
     active; on None, fail whatever is left and end."""
     stop = False
     while not stop:
         items = [inbox.get()] if not sched.busy else []
+        # Requests sent together reach this thread a few ms apart; waiting that long for company lets
+        # their prompts share one pass over the weights instead of the first one's taking seconds alone.
+        gather_until = time.monotonic() + GATHER_S if items and isinstance(items[0], Job) else 0.0
         while True:
             try:
-                items.append(inbox.get_nowait())
+                wait = gather_until - time.monotonic()
+                if wait > 0 and len(sched.free) > 1 + sum(isinstance(i, Job) for i in items):
+                    items.append(inbox.get(timeout=wait))
+                else:
+                    items.append(inbox.get_nowait())
             except queue.Empty:
                 break
         for item in items:

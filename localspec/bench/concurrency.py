@@ -15,7 +15,9 @@ import subprocess
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from statistics import mean
 from typing import Callable, Sequence
@@ -253,46 +255,32 @@ def run_concurrency(
     out: list[WaveResult] = []
     for n in levels:
         groups = waves(prompts, n)
-        for w in range(warmup):
-            for cfg in configs:
-                say(f"warm-up {w + 1}/{warmup} localspec {cfg.name} x{n}")
-                engine_wave(engine, cfg, groups[0], temperature=temperature, gen_tokens=gen_tokens, seed=seed)
-        for run in range(runs):
-            for cfg in configs:  # interleaved, so drift of the machine hits every configuration alike
-                say(f"T={temperature:g} run {run + 1}/{runs} localspec {cfg.name} x{n}")
-                for g in groups:
-                    wall, reqs = engine_wave(
-                        engine, cfg, g, temperature=temperature, gen_tokens=gen_tokens, seed=seed + 1000 * run
-                    )
-                    out.append(WaveResult("localspec", cfg.name, n, run, wall, reqs))
-        if peer is not None and peer_texts is not None:
-            for k in [None, *peer_k]:
-                name = "plain" if k is None else f"K={k}"
-                say(f"llama-server -np {n} {name}: loading")
-                with PeerServer(peer, n, k) as server:
-                    for _ in range(warmup):
-                        peer_wave(
-                            server,
-                            peer,
-                            groups[0],
-                            peer_texts,
-                            temperature=temperature,
-                            gen_tokens=gen_tokens,
-                            seed=seed,
-                        )  # noqa: E501
-                    for run in range(runs):
-                        say(f"T={temperature:g} run {run + 1}/{runs} llama-server {name} x{n}")
-                        for g in groups:
-                            wall, reqs = peer_wave(
-                                server,
-                                peer,
-                                g,
-                                peer_texts,
-                                temperature=temperature,
-                                gen_tokens=gen_tokens,
-                                seed=seed + 1000 * run,  # noqa: E501
-                            )
-                            out.append(WaveResult("llama-server", name, n, run, wall, reqs))
+        with ExitStack() as stack:
+            # llama-server at every K stays loaded beside our engine (idle, it costs nothing), so the
+            # two sides' waves interleave and the machine's drift hits both alike
+            peers: list[tuple[str, PeerServer]] = []
+            if peer is not None and peer_texts is not None:
+                for k in [None, *peer_k]:
+                    name = "plain" if k is None else f"K={k}"
+                    say(f"llama-server -np {n} {name}: loading")
+                    peers.append((name, stack.enter_context(PeerServer(peer, n, k))))
+
+            same = dict(temperature=temperature, gen_tokens=gen_tokens)
+            sides = [("localspec", c.name, partial(engine_wave, engine, c, **same)) for c in configs]
+            sides += [
+                ("llama-server", name, partial(peer_wave, server, peer, texts=peer_texts, **same))
+                for name, server in peers
+            ]
+            for w in range(warmup):
+                for side, name, wave in sides:
+                    say(f"warm-up {w + 1}/{warmup} {side} {name} x{n}")
+                    wave(groups[0], seed=seed)
+            for run in range(runs):
+                for side, name, wave in sides:  # interleaved: drift hits every configuration alike
+                    say(f"T={temperature:g} run {run + 1}/{runs} {side} {name} x{n}")
+                    for g in groups:
+                        wall, reqs = wave(g, seed=seed + 1000 * run)
+                        out.append(WaveResult(side, name, n, run, wall, reqs))
     return out
 
 
