@@ -36,7 +36,10 @@ import numpy as np
 # lookup matches are judged by their length: 2, 3, 4-7, 8-15 and 16+ matched tokens
 LOOKUP_BUCKETS = (2, 3, 4, 8, 16)
 FIXED_LOOKUP_MIN = 4  # a fixed K puts lookup tokens first only from this match length on
-LOOKUP_PRIORS = (0.5, 0.65, 0.7, 0.9, 0.95)  # per bucket, measured on copy prompts (scripts/replay_lookup.py)
+# a match's next token is kept this often, per bucket, over the bench prompts of every kind
+# (scripts/lookup_priors.py); sampling keeps it with probability p(x), less often than greedy does
+LOOKUP_PRIORS = (0.5, 0.65, 0.7, 0.9, 0.95)
+LOOKUP_PRIORS_SAMPLED = (0.4, 0.55, 0.65, 0.8, 0.9)  # T = 0.8
 
 
 def lookup_bucket(match_len: int) -> int:
@@ -171,18 +174,23 @@ class AutoK:
             prior_lookup=self.prior_lookup,
             has_model=self.has_model,
         )
-        c.t_draft, c.t_overhead, c.verify, c._seen_at = (
-            self.t_draft,
-            self.t_overhead,
-            self.verify,
-            self._seen_at,
-        )
-        c._probe = self._probe  # shared: only the first request pays the probe rounds
+        c.share_timings(self)
         c.acc, c.tried = self.acc * 0.25, self.tried * 0.25
         c.lk_acc, c.lk_tried = self.lk_acc * 0.25, self.lk_tried * 0.25
         c._seen_first, c._rounds, c._explores = self._seen_first, self._rounds, self._explores
         c._predict_start = not self._probe  # costs known (primed, or probed once): start predicted
         return c
+
+    def share_timings(self, other: "AutoK") -> None:
+        """Use other's cost measurements (they belong to the machine) and its probe schedule (only
+        the first request pays the probe rounds)."""
+        self.t_draft, self.t_overhead, self.verify, self._seen_at = (
+            other.t_draft,
+            other.t_overhead,
+            other.verify,
+            other._seen_at,
+        )
+        self._probe = other._probe
 
     def absorb(self, other: "AutoK") -> None:
         """Take a finished request's acceptance evidence back (the next fork starts from it)."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import backend, calibrate, chat, placement, rpc
 from .compat import check_pair
-from .draft_len import AutoK, FixedK
+from .draft_len import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED, AutoK, FixedK
 from .errors import LocalspecError, PromptTooLong
 from .sampling import SamplingParams
 from .scheduler import Job, Scheduler
@@ -77,7 +77,7 @@ class Engine:
         self._closed = False
         self.draft: backend.Model | None = None
         self.draft_ctx: backend.Context | None = None
-        self._auto: dict[tuple[int, int], AutoK] = {}  # (k_min, k_max) -> the tuner requests fork
+        self._auto: dict[tuple, AutoK] = {}  # _tuner_key -> the tuner requests fork
         self._known: TunerRecord | None = None  # costs (and acceptance) the tuners start from
         self._memory: TunerMemory | None = None
         self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
@@ -156,11 +156,14 @@ class Engine:
         self.calibration = "measured"
         return TunerRecord(verify, draft_s)
 
-    def _new_tuner(self, k_min: int, k_max: int, has_model: bool) -> AutoK:
-        tuner = AutoK(k_min=k_min, k_max=k_max, has_model=has_model)
+    def _new_tuner(self, k_min: int, k_max: int, has_model: bool, sampled: bool) -> AutoK:
+        priors = LOOKUP_PRIORS_SAMPLED if sampled else LOOKUP_PRIORS
+        tuner = AutoK(k_min=k_min, k_max=k_max, has_model=has_model, prior_lookup=priors)
         if self._known is not None:
             k = self._known
             tuner.prime(k.verify_s, k.draft_s, k.acc, k.tried)
+        if self._auto:  # what the other tuners measured since loading is as true for this one
+            tuner.share_timings(next(iter(self._auto.values())))
         return tuner
 
     def _remember(self, tuner: AutoK) -> None:
@@ -290,16 +293,23 @@ class Engine:
                 n_ctx=n_ctx,
             )
 
+    def _tuner_key(self, s: Settings) -> tuple[int, int, bool, bool]:
+        """Requests that share a tuner: same K bounds, same drafters (--lookup only, per request or
+        with no draft loaded, leaves the draft model out), and greedy or sampled (drafts are kept
+        less often when sampling: their evidence and priors are kept apart)."""
+        has_model = self.draft_ctx is not None and s.lookup != "only"
+        k_max = min(AUTO_K_MAX, self.target_ctx.n_batch - 1)
+        return max(1, s.draft_min), k_max, has_model, s.temperature > 0
+
     def _k_controller(self, s: Settings, speculative: bool) -> FixedK | AutoK:
         if not speculative:
             return FixedK(0)
         # one tuner per engine: what it measured of this machine's costs carries over to the next
         # request, so only the first pays the probe rounds; each request forks its own acceptance
         # --lookup only (per request, or with no draft loaded): the draft model sits out
-        has_model = self.draft_ctx is not None and s.lookup != "only"
+        key = self._tuner_key(s)
         if s.draft_k is not None:
-            return FixedK(s.draft_k, has_model=has_model)
-        key = (max(1, s.draft_min), min(AUTO_K_MAX, self.target_ctx.n_batch - 1), has_model)
+            return FixedK(s.draft_k, has_model=key[2])
         if key not in self._auto:
             self._auto[key] = self._new_tuner(*key)
         return self._auto[key].fork()
@@ -346,7 +356,7 @@ class _Request(Job):
 
     def end(self, state: SeqState | None, reason: str) -> None:
         if isinstance(self.k_ctl, AutoK):
-            key = (self.k_ctl.k_min, self.k_ctl.k_max, self.k_ctl.has_model)
+            key = self.engine._tuner_key(self.settings)
             self.engine._auto[key].absorb(self.k_ctl)
             if self.k_ctl.has_model or self.engine.draft_ctx is None:  # the record is the pair's
                 self.engine._remember(self.engine._auto[key])

@@ -57,6 +57,7 @@ def main() -> int:
                 for name, flags in runs.items():
                     r = one_run(args.pair, p.text, p.chat, temp, args.gen_tokens, flags, tempfile.mkdtemp())
                     rates.setdefault((temp, name), []).append(r["decode_tok_s"])
+                    print(f"T={temp} {p.id} {name}: {r['decode_tok_s']:.1f} tok/s", file=sys.stderr)
                 cold = one_run(args.pair, p.text, p.chat, temp, args.gen_tokens, [], tempfile.mkdtemp())
                 warm = one_run(args.pair, p.text, p.chat, temp, args.gen_tokens, [], remembered)
                 for name, r in (("auto (fresh)", cold), ("auto (remembered)", warm)):

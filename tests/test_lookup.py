@@ -319,6 +319,26 @@ def test_lookup_only_on_a_real_model_drafts_and_emits_only_the_targets_argmax(sm
             assert gaps.max() <= MARGIN, gaps.round(3).tolist()
 
 
+def test_sampled_requests_keep_their_lookup_evidence_apart_from_greedy_ones(smollm2_path):
+    """A copy prompt sampled at T=0.8 teaches the sampled tuner about its lookup matches; the
+    greedy tuner's lookup evidence stays as it was, and both price rounds on the same timings."""
+    from localspec.draft_len import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED
+    from localspec.engine import Engine
+    from localspec.settings import Settings
+
+    s = Settings.load(target=smollm2_path, lookup="only", max_tokens=40, n_ctx=512)
+    with Engine(s) as eng:
+        eng.generate(COPY_PROMPT, temperature=0.0)
+        (greedy,) = eng._auto.values()
+        before = greedy.lk_tried.copy()
+        r = eng.generate(COPY_PROMPT, temperature=0.8, seed=3)
+        assert r.stats.sources["lookup"]["drafted"] > 0
+        sampled = next(t for t in eng._auto.values() if t is not greedy)
+        assert sampled.lk_tried.sum() > 0 and (greedy.lk_tried == before).all()
+        assert greedy.prior_lookup == LOOKUP_PRIORS and sampled.prior_lookup == LOOKUP_PRIORS_SAMPLED
+        assert sampled.verify is greedy.verify  # the machine's costs are one
+
+
 def test_lookup_only_run_from_the_command_line(smollm2_path):
     from .test_cli_run import localspec
 
