@@ -450,6 +450,8 @@ class AutoK:
         if n_drafted == 0:
             return
         self._learn_acceptance(n_drafted, n_accepted, n_lookup)
+        if n_lookup:  # a lookup plan is judged each round by its match's own evidence; the window
+            return  # below is the draft model's verdict, and a few missed short matches must not sway it
         self.recent.append((n_emitted, round_s))
         if len(self.recent) == self.recent.maxlen and self.verify.get(1):
             toks = sum(n for n, _ in self.recent)

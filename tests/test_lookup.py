@@ -292,6 +292,23 @@ def test_tuner_prefers_the_draft_model_when_the_lookup_is_worse():
     assert ctl.choose() > 0 and ctl.lookup_first
 
 
+def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
+    """The realised-rate window judges the draft model: rounds whose lookup prefix was rejected
+    (1 token for a 2-token verify, slower than a plain step) are the lookup's evidence, not its."""
+    ctl = _primed()
+    ctl.acc[:4], ctl.tried[:4] = 40.0, 50.0  # the draft model pays on this curve
+    for _ in range(2 * ctl.window):
+        ctl.offer(1, 3)
+        ctl.choose()
+        t = ctl.verify_time(2)
+        ctl.observe(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.0, verify_s=t, round_s=t, n_lookup=1)
+    assert ctl.fallbacks == 0 and ctl.plain_left == 0
+    for _ in range(ctl.window):  # the same rounds from the draft model do trigger the fallback
+        t = ctl.verify_time(2) + 0.008
+        ctl.observe(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.008, verify_s=t, round_s=t)
+    assert ctl.fallbacks == 1
+
+
 # -- on a real model -----------------------------------------------------------------------------
 COPY_PROMPT = (
     '<ul>\n  <li><a href="/docs/install">Install</a></li>\n  <li><a href="/docs/quickstart">Quickstart</a></li>\n'
