@@ -301,7 +301,9 @@ def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
         ctl.offer(1, 3)
         ctl.choose()
         t = ctl.verify_time(2)
-        ctl.observe(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.0, verify_s=t, round_s=t, n_lookup=1)
+        ctl.observe(
+            k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.0, verify_s=t, round_s=t, n_lookup=1
+        )
     assert ctl.fallbacks == 0 and ctl.plain_left == 0
     for _ in range(ctl.window):  # the same rounds from the draft model do trigger the fallback
         t = ctl.verify_time(2) + 0.008
