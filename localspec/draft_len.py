@@ -76,6 +76,9 @@ class FixedK:
     def observe(self, **_round: float) -> None:  # a fixed K learns nothing from a round
         pass
 
+    def observe_unused_offer(self, n_checked: int, n_kept: int) -> None:
+        pass
+
 
 @dataclass
 class _Ema:
@@ -476,6 +479,18 @@ class AutoK:
         self._seen_first = True
         if n_drafted:
             self._learn_acceptance(n_drafted, n_accepted, n_lookup)
+
+    def observe_unused_offer(self, n_checked: int, n_kept: int) -> None:
+        """A round that did not use the lookup's proposal still shows what it was worth: its first
+        n_checked tokens set against the n_checked tokens the round emitted, the first n_kept of
+        them equal. An emitted token is the target's own choice (greedy; coupled sampling's noise
+        pick; or, marginally, a sample from p), so equality is what verifying the proposal would
+        have found (for a sample: with probability p(x), as the one-point p/q rule keeps it).
+        Without this, a match-length bucket that one early miss put below the draft model would
+        never be tried again."""
+        if n_checked and self._bucket >= 0:
+            b = self._bucket
+            _learn(self.lk_acc[b], self.lk_tried[b], n_checked, n_kept, self.decay)
 
     def _learn_acceptance(self, n_drafted: int, n_accepted: int, n_lookup: int = 0) -> None:
         """Per source: the lookup's tokens come first, the draft model's only count when reached."""

@@ -366,9 +366,21 @@ def decode_round(
             batch_tokens=batch_tokens,
             n_lookup=n_look,
         )
+        if offered.get(st) and not n_look:
+            st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new))
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
     return fill_done
+
+
+def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[int, int]:
+    """(how many of an unused lookup proposal's tokens the round's output can judge, how many of
+    those lead in agreement with it)."""
+    checked = min(len(proposal), len(emitted))
+    kept = 0
+    while kept < checked and proposal[kept] == emitted[kept].token:
+        kept += 1
+    return checked, kept
 
 
 def _charge_prefill(filling: Sequence[SeqState], dt: float) -> None:

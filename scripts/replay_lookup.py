@@ -11,7 +11,7 @@ Policies replayed with the machine's measured costs, or another machine's (`--cu
 of replay_autok.py): plain; the real `AutoK` with the draft model alone, with the lookup alone, and
 chained; and the oracle: the fastest schedule of rounds a perfect chooser could pick with the same
 drafters and costs (dynamic programming over positions). ours / oracle is the machine-independent
-figure of issue #17.
+figure of issue #17. The last line sets it beside the best fixed plan picked in hindsight per text.
 
     .venv/bin/python scripts/replay_lookup.py --traces /tmp/lookup_traces.json   # ~3 min on 2 cores
     .venv/bin/python scripts/replay_lookup.py --traces /tmp/lookup_traces.json --curve gpu
@@ -99,6 +99,24 @@ def oracle(tr: dict, n: int, verify: dict, draft: float, sources: str) -> float:
     return n / best[0]
 
 
+def fixed_plan(tr: dict, n: int, verify: dict, draft: float, k: int, min_match: int | None) -> float:
+    """Tokens per second of one fixed plan: K drafts every round, the lookup's first when its match
+    has at least min_match tokens (None: the draft model alone)."""
+    t, secs = 0, 0.0
+    while t < n:
+        kk = min(k, n - t - 1)
+        lf = min_match is not None and tr["avail"][t] > 0 and tr["len"][t] >= min_match
+        acc, n_look = outcome(tr, t, kk, lf)
+        t, secs = t + acc + 1, secs + round_cost(kk, n_look, verify, draft)
+    return t / secs
+
+
+def best_fixed(tr: dict, n: int, verify: dict, draft: float) -> float:
+    """The best fixed plan for this text, picked in hindsight: a bound no fixed setting beats."""
+    mins = (None, 2, 3, 4, 8, 16)
+    return max(fixed_plan(tr, n, verify, draft, k, m) for k in range(K_MAX + 1) for m in mins)
+
+
 def replay(tr: dict, n: int, make, verify: dict, draft: float, rng: random.Random) -> float:  # noqa: ANN001
     """The real AutoK over one request (fed what the engine feeds it); tokens per second."""
     ctl, lookup = make(rng)
@@ -118,6 +136,9 @@ def replay(tr: dict, n: int, make, verify: dict, draft: float, rng: random.Rando
         ctl.observe(
             k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1, draft_s=d, verify_s=v, round_s=r, n_lookup=n_look
         )  # fmt: skip
+        if lookup and not n_look and tr["avail"][t]:  # as the engine does: an unused offer is still evidence
+            checked = min(tr["avail"][t], acc + 1)
+            ctl.observe_unused_offer(checked, min(tr["run"][t], checked))
         t, secs = t + acc + 1, secs + r
     return t / secs
 
@@ -172,18 +193,27 @@ def main() -> int:
     print("| prompt | plain | policy | tok/s | × plain | oracle tok/s | / oracle |")
     print("|---|---|---|---|---|---|---|")
     ratios: dict[str, list[float]] = {name: [] for name in policies}
+    hindsight: list[tuple[float, float]] = []  # (best fixed plan / oracle, chained / best fixed plan)
     for pid, tr in traces.items():
         plain = 1.0 / (verify[1] + OVERHEAD_S)
         for name, make in policies.items():
             got = np.mean([replay(tr, n, make, verify, draft, random.Random(s)) for s in range(args.seeds)])
             best = oracle(tr, n, verify, draft, oracle_of[name])
             ratios[name].append(got / best)
+            if oracle_of[name] == "both":
+                fixed_best = best_fixed(tr, n, verify, draft)
+                hindsight.append((fixed_best / best, got / fixed_best))
             print(
                 f"| {pid} | {plain:.1f} | {name} | {got:.1f} | {got / plain:.2f} | {best:.1f} | {got / best:.2f} |"
             )
     print()
     for name, r in ratios.items():
         print(f"{name}: mean {np.mean(r):.2f} of the oracle (min {min(r):.2f})")
+    of_oracle, ours = zip(*hindsight)
+    print(
+        f"best fixed plan in hindsight (K, lookup first from a match length): mean {np.mean(of_oracle):.2f} of "
+        f"the oracle; chained (auto) reaches {np.mean(ours):.2f} of it (min {min(ours):.2f})"
+    )
     return 0
 
 

@@ -311,6 +311,40 @@ def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
     assert ctl.fallbacks == 1
 
 
+class _TimedContext(FakeContext):
+    """A fake target whose decode takes the time a primed tuner expects (its timings stay true)."""
+
+    def __init__(self, table, curve) -> None:  # noqa: ANN001
+        super().__init__(table)
+        self.curve = curve
+
+    def eval_batch(self, items):  # noqa: ANN001
+        time.sleep(self.curve(sum(len(it[1]) for it in items)))
+        return super().eval_batch(items)
+
+
+def test_an_early_miss_does_not_shut_a_match_length_out_for_good():
+    """Rounds that do not use the lookup still learn what its proposal was worth: after a few
+    misses put long matches below a plain step, the lookup's unused offers (which the output then
+    confirms) bring it back. Before, a bucket the tuner stopped using never gathered evidence again."""
+
+    def curve(n: int) -> float:
+        return 0.004 * (1 + 0.35 * (n - 1))
+
+    ctl = AutoK(k_max=8, has_model=False)
+    ctl.prime({n: curve(n) for n in range(1, 10)}, None)
+    ctl.begin()
+    b = lookup_bucket(20)
+    ctl.lk_acc[b], ctl.lk_tried[b] = 0.0, 4.0  # four misses on long matches, as a first round can have
+    t = np.zeros((8, 8))
+    t[np.arange(6), (np.arange(6) + 1) % 6] = 5.0  # 0 -> 1 -> ... -> 5 -> 0, always
+    prompt = [0, 1, 2, 3, 4, 5] * 5  # every match is long, and right
+    steps, c = _steps(_TimedContext(t, curve), None, prompt, ctl, n=60)
+    assert [s.token for s in steps] == plain(t, prompt, n=60)
+    assert ctl.lookup_probs(b)[0] > 0.8
+    assert c.sources["lookup"].accepted >= 20  # before: none, the lookup was never tried again
+
+
 # -- on a real model -----------------------------------------------------------------------------
 COPY_PROMPT = (
     '<ul>\n  <li><a href="/docs/install">Install</a></li>\n  <li><a href="/docs/quickstart">Quickstart</a></li>\n'
