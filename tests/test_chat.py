@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,9 @@ def spawn(tmp_path: Path, args: list[str]):  # noqa: ANN201
         encoding="utf-8",
         timeout=120,
         dimensions=(40, 200),
+        # a suite started in the background (nohup, `&`) ignores SIGINT, and a child inherits that:
+        # Python then installs no KeyboardInterrupt handler, and Ctrl-C could not stop an answer
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     child.expect_exact(PROMPT)
     return child
