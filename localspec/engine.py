@@ -13,9 +13,10 @@ import queue
 import secrets
 import threading
 import time
+from concurrent.futures import Future
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -31,6 +32,8 @@ from .stats import Counters, Stats
 from .stream import TextStream
 from .text_input import require_text
 from .tuner_memory import TunerMemory, TunerRecord, memory_key
+
+T = TypeVar("T")
 
 # a neutral prefix for timing decodes at a realistic depth (the text itself does not matter)
 CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 3
@@ -81,18 +84,32 @@ class Engine:
         self._known: TunerRecord | None = None  # costs (and acceptance) the tuners start from
         self._memory: TunerMemory | None = None
         self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
-        try:
-            self._load()
-        except BaseException:
-            self._stack.close()
-            raise
-        self._sched = Scheduler(self.target_ctx, self.draft_ctx, settings.parallel)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        # the thread holds the scheduler, not the engine: an engine nobody closed can still be collected
+        # Every decode of this engine, the load's warm-up and calibration included, runs on its one
+        # thread: while a second thread's OpenMP team lives, libgomp cuts its barrier spinning (more
+        # OpenMP threads than cores) and each small decode took ~12% longer.
+        loaded: Future = Future()
         self._thread = threading.Thread(
-            target=_serve, args=(self._sched, self._inbox), name="localspec-engine", daemon=True
+            target=_load_then_serve,
+            args=([self._load_scheduler], loaded, self._inbox),
+            name="localspec-engine",
+            daemon=True,
         )
         self._thread.start()
+        try:
+            loaded.result()
+        except BaseException:
+            if not loaded.done():  # interrupted while loading: let the load end, then the thread
+                self._inbox.put(None)
+                self._thread.join()
+            self._thread = None
+            self._stack.close()
+            raise
+
+    def _load_scheduler(self) -> Scheduler:
+        self._load()
+        self._sched = Scheduler(self.target_ctx, self.draft_ctx, self.settings.parallel)
+        return self._sched
 
     def _load(self) -> None:
         s = self.settings
@@ -174,22 +191,29 @@ class Engine:
         return [self.target_ctx] + ([self.draft_ctx] if self.draft_ctx else [])
 
     # -- the engine thread -----------------------------------------------------------------------
-    def _call(self, fn: Callable[[], None]) -> None:
-        """Run fn on the engine thread between rounds and wait for it."""
+    def on_engine_thread(self, fn: Callable[[], T]) -> T:
+        """fn() on the engine thread, between rounds, and its result. Tools that drive target_ctx and
+        draft_ctx themselves (the scripts' traces and timings) go through this, so that every decode
+        stays on one thread (see __init__); called from the engine thread, it just runs fn."""
+        self._check_open()
+        if threading.current_thread() is self._thread:
+            return fn()
         done = threading.Event()
-        box: list[BaseException] = []
+        box: list[tuple[bool, Any]] = []  # (raised, the result or the exception)
 
         def cmd() -> None:
             try:
-                fn()
+                box.append((False, fn()))
             except BaseException as e:
-                box.append(e)
+                box.append((True, e))
             done.set()
 
         self._inbox.put(cmd)
         done.wait()
-        if box:
-            raise box[0]
+        raised, value = box[0]
+        if raised:
+            raise value
+        return value
 
     def clear_cache(self) -> None:
         """Forget the cached prompt prefixes, so the next request pays its full prefill (benchmarks).
@@ -201,7 +225,7 @@ class Engine:
                 self._sched.step()
             self._sched.clear()
 
-        self._call(clear)
+        self.on_engine_thread(clear)
 
     def close(self) -> None:
         if self._closed:
@@ -417,6 +441,22 @@ class Handle:
 
 
 GATHER_S = 0.02  # against prompt passes of 0.1-10 s; a lone request's first token waits this much more
+
+
+def _load_then_serve(box: list[Callable[[], Scheduler]], loaded: Future, inbox: queue.SimpleQueue) -> None:
+    """The engine thread's life: load (the engine's bound method, taken out of `box` so that once
+    loaded the thread holds only the scheduler and an engine nobody closed can still be collected),
+    then serve."""
+    load = box.pop()
+    try:
+        sched = load()
+    except BaseException as e:
+        loaded.set_exception(e)
+        return
+    finally:
+        del load
+    loaded.set_result(None)
+    _serve(sched, inbox)
 
 
 def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:

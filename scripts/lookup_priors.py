@@ -32,7 +32,8 @@ def kept_first(eng: Engine, prompt: list[int], n: int, temp: float, seed: int) -
     eng.clear_cache()
     out = list(eng.generate(prompt, max_tokens=n, temperature=temp, seed=seed, stop=(), spec=False).tokens)
     eng.clear_cache()
-    rows = np.array(eng.target_ctx.eval(prompt + out, 0, n_logits=len(out) + 1))  # row j predicts out[j]
+    # row j predicts out[j]; on the engine thread, where every decode of eng runs
+    rows = eng.on_engine_thread(lambda: np.array(eng.target_ctx.eval(prompt + out, 0, n_logits=len(out) + 1)))
     eng.clear_cache()
     sp = SamplingParams(temperature=temp)
     lk, found = Lookup(prompt), []

@@ -57,8 +57,10 @@ def greedy_matches(eng: Engine, prompt: list[int], n: int) -> tuple[list[int], l
     resp = eng.generate(prompt, max_tokens=n, temperature=0, stop=(), spec=True, draft_max="3", lookup="off")
     toks = list(resp.tokens)
     eng.clear_cache()  # empties both contexts: the draft is teacher-forced below from position 0
-    rows = eng.draft_ctx.eval(prompt + toks, 0, n_logits=len(toks) + 1)
-    guess = rows.argmax(axis=1)  # row j predicts generated token j
+    # row j predicts generated token j; on the engine thread, where every decode of eng runs
+    guess = eng.on_engine_thread(
+        lambda: eng.draft_ctx.eval(prompt + toks, 0, n_logits=len(toks) + 1).argmax(1)
+    )
     eng.clear_cache()
     return toks, [int(guess[j] == toks[j]) for j in range(len(toks))]
 
@@ -76,7 +78,8 @@ def prime_as_loaded(ctl: AutoK, verify: dict, draft: float, rng: random.Random) 
 
 
 def costs(eng: Engine, prompt: list[int], tries: int = 3) -> tuple[dict[int, float], float]:
-    """Verify seconds per batch size and draft seconds per token, at the prompt's depth."""
+    """Verify seconds per batch size and draft seconds per token, at the prompt's depth (call it on
+    the engine thread: `eng.on_engine_thread`)."""
 
     def floor(ctx, n: int) -> float:  # noqa: ANN001 - backend.Context
         best = float("inf")
@@ -204,7 +207,7 @@ def main() -> int:
             prompts = fit_prompts(select(load_prompts(None), None), eng.target, args.prompt_tokens)
             print(f"tracing {len(prompts)} prompts ...", file=sys.stderr)
             traces = match_traces(eng, prompts, args.gen_tokens + K_MAX)
-            verify, draft = costs(eng, list(prompts[0].tokens))
+            verify, draft = eng.on_engine_thread(lambda: costs(eng, list(prompts[0].tokens)))
         bench_ids = [p.id for p in select(prompts, 1)]
         if args.traces:
             data = {"traces": traces, "bench_ids": bench_ids, "verify": verify, "draft": draft}

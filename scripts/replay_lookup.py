@@ -175,7 +175,7 @@ def main() -> int:
             prompts = fit_prompts(chosen, eng.target, args.prompt_tokens)
             print(f"tracing {len(prompts)} prompts ...", file=sys.stderr)
             traces = {p.id: trace(eng, list(p.tokens), args.gen_tokens + K_MAX) for p in prompts}
-            verify, draft = costs(eng, list(prompts[0].tokens))
+            verify, draft = eng.on_engine_thread(lambda: costs(eng, list(prompts[0].tokens)))
         if args.traces:
             args.traces.write_text(json.dumps({"traces": traces, "verify": verify, "draft": draft}))
     if args.curve:

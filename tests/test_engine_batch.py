@@ -273,3 +273,45 @@ def test_an_engine_nobody_closed_is_collected(smollm2_path):
     assert ref() is None
     thread.join(timeout=10)
     assert not thread.is_alive()  # closing it ended its engine thread
+
+
+def test_every_decode_of_an_engine_runs_on_its_one_thread(smollm2_path, monkeypatch):
+    """While a second thread's OpenMP team lives, libgomp cuts its barrier spinning (more OpenMP
+    threads than cores) and each small decode took ~12% longer: so the load's warm-up and calibration
+    decode on the engine thread too, as every request does."""
+    threads = set()
+    decode = Context._decode
+
+    def spy(self, items, copy=False):
+        threads.add(threading.get_ident())
+        return decode(self, items, copy)
+
+    monkeypatch.setattr(Context, "_decode", spy)
+    s = Settings.load(target=smollm2_path, draft=smollm2_path, n_ctx=256, tuner_cache=False)
+    with Engine(s) as eng:
+        assert eng.calibration == "measured"  # the load decoded: warm-up and calibration
+        eng.generate("Hi", max_tokens=4, temperature=0)
+        eng.clear_cache()
+        for _ in eng.stream("Hello", max_tokens=4, temperature=0.8, seed=1):
+            pass
+        # tools that drive the contexts themselves go through the engine thread; nested, it runs inline
+        box = []
+        t = threading.Thread(target=lambda: box.append(eng.on_engine_thread(lambda: _eval_after_clear(eng))))
+        t.start()
+        t.join(timeout=60)
+        assert box and box[0].shape == (1, eng.target.n_vocab)
+    assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+def _eval_after_clear(eng):
+    eng.clear_cache()  # itself an engine-thread call
+    return eng.target_ctx.eval([eng.target.vocab.bos], 0).copy()
+
+
+def test_a_load_that_fails_on_the_engine_thread_raises_in_the_caller(tmp_path):
+    bad = tmp_path / "not-a-model.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    before = set(threading.enumerate())
+    with pytest.raises(LocalspecError):
+        Engine(Settings.load(target=bad, n_ctx=128))
+    assert not [t for t in set(threading.enumerate()) - before if t.name == "localspec-engine"]
