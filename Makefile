@@ -10,21 +10,26 @@ LLAMA_CPP_VERSION := 0.3.36
 # the sdist is downloaded once: the wheel, scripts/build_rpc_server.sh and build_peer.sh all build it
 SDIST := third_party/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
 RPC_SERVER := third_party/rpc-build/bin/ggml-rpc-server
-# built wheels are kept per CMAKE_ARGS: pip's own cache ignores CMAKE_ARGS and would reuse a wrong build
-WHEEL_DIR := .wheels/$(shell printf '%s' "$(CMAKE_ARGS)" | sha1sum | cut -c1-12)
+# whatever the backend: ggml-cpu's fp16 table declared hidden, so the shared libraries' kernels
+# compile as llama.cpp's static binaries do (scripts/ggml_hidden_tables.h says why)
+HIDDEN_TABLES := scripts/ggml_hidden_tables.h
+LLAMA_CFLAGS := -include$(CURDIR)/$(HIDDEN_TABLES)
+# built wheels are kept per CMAKE_ARGS (and that header): pip's own cache ignores CMAKE_ARGS and
+# would reuse a wrong build
+WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
 .PHONY: setup models rpc-server demo serve chat test test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(HIDDEN_TABLES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@if ! ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \
 		test -f $(SDIST) || $(PY) -m pip download -q --no-binary :all: --no-deps \
 			llama-cpp-python==$(LLAMA_CPP_VERSION) -d third_party; \
 		echo "building llama-cpp-python $(LLAMA_CPP_VERSION) with CMAKE_ARGS='$(CMAKE_ARGS)' (a few minutes)"; \
-		CMAKE_ARGS="$(CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(WHEEL_DIR) $(SDIST); \
+		CFLAGS="$(LLAMA_CFLAGS)" CXXFLAGS="$(LLAMA_CFLAGS)" CMAKE_ARGS="$(CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(WHEEL_DIR) $(SDIST); \
 	fi
 	printf '%s\n' "$(CMAKE_ARGS)" > $(WHEEL_DIR)/CMAKE_ARGS
 	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl

@@ -11,7 +11,9 @@ Policies replayed with the machine's measured costs, or another machine's (`--cu
 of replay_autok.py): plain; the real `AutoK` with the draft model alone, with the lookup alone, and
 chained; and the oracle: the fastest schedule of rounds a perfect chooser could pick with the same
 drafters and costs (dynamic programming over positions). ours / oracle is the machine-independent
-figure of issue #17. The last line sets it beside the best fixed plan picked in hindsight per text.
+figure of issue #17. The last lines set it beside the best fixed plan picked in hindsight per text,
+and set chained / draft model alone (ours) beside the same ratio of the two oracles: what the
+lookup can add to the draft model at all with these costs.
 
     .venv/bin/python scripts/replay_lookup.py --traces /tmp/lookup_traces.json   # ~3 min on 2 cores
     .venv/bin/python scripts/replay_lookup.py --traces /tmp/lookup_traces.json --curve gpu
@@ -194,11 +196,14 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     ratios: dict[str, list[float]] = {name: [] for name in policies}
     hindsight: list[tuple[float, float]] = []  # (best fixed plan / oracle, chained / best fixed plan)
+    gains: list[tuple[float, float]] = []  # (chained / draft model alone: ours, the oracles')
     for pid, tr in traces.items():
         plain = 1.0 / (verify[1] + OVERHEAD_S)
+        got_of, best_of = {}, {}
         for name, make in policies.items():
             got = np.mean([replay(tr, n, make, verify, draft, random.Random(s)) for s in range(args.seeds)])
             best = oracle(tr, n, verify, draft, oracle_of[name])
+            got_of[oracle_of[name]], best_of[oracle_of[name]] = got, best
             ratios[name].append(got / best)
             if oracle_of[name] == "both":
                 fixed_best = best_fixed(tr, n, verify, draft)
@@ -206,6 +211,7 @@ def main() -> int:
             print(
                 f"| {pid} | {plain:.1f} | {name} | {got:.1f} | {got / plain:.2f} | {best:.1f} | {got / best:.2f} |"
             )
+        gains.append((got_of["both"] / got_of["model"], best_of["both"] / best_of["model"]))
     print()
     for name, r in ratios.items():
         print(f"{name}: mean {np.mean(r):.2f} of the oracle (min {min(r):.2f})")
@@ -213,6 +219,12 @@ def main() -> int:
     print(
         f"best fixed plan in hindsight (K, lookup first from a match length): mean {np.mean(of_oracle):.2f} of "
         f"the oracle; chained (auto) reaches {np.mean(ours):.2f} of it (min {min(ours):.2f})"
+    )
+    ours_gain, oracle_gain = zip(*gains)
+    print(
+        f"chained / draft model alone: ours {np.mean(ours_gain):.2f}, the oracles' {np.mean(oracle_gain):.2f} "
+        f"(per prompt {', '.join(f'{g:.2f}' for g in oracle_gain)}): what the lookup can add to the draft "
+        "model with these costs"
     )
     return 0
 

@@ -114,3 +114,19 @@ def test_prefix_cache_reuse_gives_same_output(engine):
     engine.generate("Something else entirely", temperature=0, max_tokens=4)
     b = engine.generate("The history of the lighthouse", temperature=0, max_tokens=12)
     assert a.tokens == b.tokens
+
+
+def test_the_wheel_hides_ggml_cpus_fp16_table():
+    """`make setup` force-includes scripts/ggml_hidden_tables.h: with ggml-cpu's fp16 table hidden
+    in its shared library, the kernels compile as in llama.cpp's static binaries (a visible one,
+    reached through the GOT, made 508-token prompt passes 3-4% slower: docs/benchmarks.md)."""
+    import ctypes
+    import importlib.util
+    from pathlib import Path
+
+    libs = sorted((Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib").glob("libggml-cpu.*"))
+    if not libs:
+        pytest.skip("llama_cpp has no separate libggml-cpu here")
+    cpu = ctypes.CDLL(str(libs[0]))
+    assert hasattr(cpu, "ggml_backend_cpu_init")  # the right library, with its API exported
+    assert not hasattr(cpu, "ggml_table_f32_f16"), "the wheel was built without scripts/ggml_hidden_tables.h"
