@@ -32,6 +32,7 @@ $(VENV)/.installed: pyproject.toml $(HIDDEN_TABLES)
 		CFLAGS="$(LLAMA_CFLAGS)" CXXFLAGS="$(LLAMA_CFLAGS)" CMAKE_ARGS="$(CMAKE_ARGS)" $(PY) -m pip wheel -q --no-cache-dir --no-deps -w $(WHEEL_DIR) $(SDIST); \
 	fi
 	printf '%s\n' "$(CMAKE_ARGS)" > $(WHEEL_DIR)/CMAKE_ARGS
+	printf '%s\n' "$(LLAMA_CFLAGS)" > $(WHEEL_DIR)/CFLAGS
 	$(PY) -m pip install -q --force-reinstall --no-deps $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl
 	$(PY) -m pip install -q --find-links $(WHEEL_DIR) -e ".[dev]"
 	touch $@

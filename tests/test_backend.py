@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -120,10 +124,6 @@ def test_the_wheel_hides_ggml_cpus_fp16_table():
     """`make setup` force-includes scripts/ggml_hidden_tables.h: with ggml-cpu's fp16 table hidden
     in its shared library, the kernels compile as in llama.cpp's static binaries (a visible one,
     reached through the GOT, made 508-token prompt passes 3-4% slower: docs/benchmarks.md)."""
-    import ctypes
-    import importlib.util
-    from pathlib import Path
-
     libs = sorted((Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib").glob("libggml-cpu.*"))
     if not libs:
         pytest.skip("llama_cpp has no separate libggml-cpu here")
