@@ -7,15 +7,19 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_RPC=ON
 LLAMA_CPP_VERSION := 0.3.36
-# the sdist is downloaded once: the wheel, scripts/build_rpc_server.sh and build_peer.sh all build it
+# the sdist is downloaded once: the wheel, tools/build/build_rpc_server.sh and build_peer.sh all build it
 SDIST := third_party/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
 RPC_SERVER := third_party/rpc-build/bin/ggml-rpc-server
 # whatever the backend: ggml-cpu's fp16 table declared hidden, so the shared libraries' kernels
-# compile as llama.cpp's static binaries do (scripts/ggml_hidden_tables.h says why)
-HIDDEN_TABLES := scripts/ggml_hidden_tables.h
+# compile as llama.cpp's static binaries do (tools/build/ggml_hidden_tables.h says why)
+HIDDEN_TABLES := tools/build/ggml_hidden_tables.h
 LLAMA_CFLAGS := -include$(CURDIR)/$(HIDDEN_TABLES)
 # built wheels are kept per CMAKE_ARGS (and that header): pip's own cache ignores CMAKE_ARGS and
 # would reuse a wrong build
+# the checkout keeps its models and llama.cpp's own binaries beside it (an installed localspec uses the
+# user's data and cache folders: localspec/paths.py)
+export LOCALSPEC_MODELS ?= $(CURDIR)/models
+export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
 WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
 .PHONY: setup models rpc-server demo serve chat test test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
@@ -43,8 +47,8 @@ models: setup
 # llama.cpp's RPC server from the same sources (~3 min on 2 cores): the RPC tests start two of them
 rpc-server: $(RPC_SERVER)
 
-$(RPC_SERVER): scripts/build_rpc_server.sh scripts/llama_source.sh | setup
-	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" scripts/build_rpc_server.sh
+$(RPC_SERVER): tools/build/build_rpc_server.sh tools/build/llama_source.sh | setup
+	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" tools/build/build_rpc_server.sh
 
 demo: models
 	$(VENV)/bin/localspec run --pair models/default --chat --temperature 0 --max-tokens 96 \
@@ -64,26 +68,26 @@ test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
 bench: models
-	$(PY) scripts/make_bench.py
+	$(PY) tools/make_bench.py
 
 bench-full: models
-	$(PY) scripts/make_bench.py --full
+	$(PY) tools/make_bench.py --full
 
-# everything a GPU machine without network needs for scripts/gpu_check.sh (docs/gpu.md)
+# everything a GPU machine without network needs for tools/gpu_check.sh (docs/gpu.md)
 gpu-bundle: models
-	$(PY) scripts/gpu_bundle.py
+	$(PY) tools/gpu_bundle.py
 
 # the GPU check's --cpu path: a tiny synthetic pair, the same steps, about two minutes
 gpu-check-cpu: models
-	PYTHON=$(PY) scripts/gpu_check.sh --cpu
+	PYTHON=$(PY) tools/gpu_check.sh --cpu
 
 lint:
-	$(VENV)/bin/ruff check localspec tests scripts
-	$(VENV)/bin/ruff format --check localspec tests scripts
+	$(VENV)/bin/ruff check localspec tests tools research
+	$(VENV)/bin/ruff format --check localspec tests tools research
 
 format:
-	$(VENV)/bin/ruff format localspec tests scripts
-	$(VENV)/bin/ruff check --fix localspec tests scripts
+	$(VENV)/bin/ruff format localspec tests tools research
+	$(VENV)/bin/ruff check --fix localspec tests tools research
 
 clean:
 	rm -rf $(VENV) .wheels .pytest_cache

@@ -1,3 +1,3 @@
-from .cli import main
+from localspec.cli import main
 
 main()

@@ -4,7 +4,7 @@ which llama.cpp's tokenizer cannot encode; refuse them up front with the positio
 
 from __future__ import annotations
 
-from .errors import LocalspecError
+from localspec.errors import LocalspecError
 
 
 def require_text(text: str, what: str = "the prompt") -> str:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from localspec.settings import setting_fields
+from localspec.config.settings import setting_fields
 
 from .gguf_bytes import F32, Gguf, kv_u32, tensor_info
 

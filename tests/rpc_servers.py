@@ -16,7 +16,7 @@ BUILT = ROOT / "third_party" / "rpc-build" / "bin" / "ggml-rpc-server"
 
 
 def server_binary() -> Path | None:
-    """LOCALSPEC_RPC_SERVER, else the one scripts/build_rpc_server.sh built, else one on PATH."""
+    """LOCALSPEC_RPC_SERVER, else the one tools/build/build_rpc_server.sh built, else one on PATH."""
     env = os.environ.get("LOCALSPEC_RPC_SERVER")
     if env:
         return Path(env)
@@ -28,13 +28,13 @@ def server_binary() -> Path | None:
 
 def need_rpc() -> Path:
     """The server binary, or skip the test saying what is missing."""
-    from localspec import backend
+    from localspec import llama
 
-    if not backend.rpc_supported():
+    if not llama.rpc_supported():
         pytest.skip("llama-cpp-python was built without -DGGML_RPC=ON (rebuild with `make setup`)")
     binary = server_binary()
     if binary is None:
-        pytest.skip("ggml-rpc-server not built: run scripts/build_rpc_server.sh (`make test` does)")
+        pytest.skip("ggml-rpc-server not built: run tools/build/build_rpc_server.sh (`make test` does)")
     return binary
 
 

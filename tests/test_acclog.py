@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from localspec.acclog import AccLog, log_path
-from localspec.settings import Settings
-from localspec.stats import Counters, Stats
+from localspec.config.settings import Settings
+from localspec.decode.stats import Counters, Stats
+from localspec.telemetry.acclog import AccLog, log_path
 
 ROOT = Path(__file__).resolve().parent.parent
 

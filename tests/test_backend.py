@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.backend import Context
-from localspec.detok import Detokenizer
+from localspec.config.settings import Settings
+from localspec.decode.detok import Detokenizer
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
-from localspec.settings import Settings
+from localspec.llama import Context
 
 TEXTS = {
     "english": "The quick brown fox jumps over the lazy dog. It's 3:45 p.m.!",
@@ -121,7 +121,7 @@ def test_prefix_cache_reuse_gives_same_output(engine):
 
 
 def test_the_wheel_hides_ggml_cpus_fp16_table():
-    """`make setup` force-includes scripts/ggml_hidden_tables.h: with ggml-cpu's fp16 table hidden
+    """`make setup` force-includes tools/build/ggml_hidden_tables.h: with ggml-cpu's fp16 table hidden
     in its shared library, the kernels compile as in llama.cpp's static binaries (a visible one,
     reached through the GOT, made 508-token prompt passes 3-4% slower: docs/benchmarks.md)."""
     libs = sorted((Path(importlib.util.find_spec("llama_cpp").origin).parent / "lib").glob("libggml-cpu.*"))
@@ -129,4 +129,6 @@ def test_the_wheel_hides_ggml_cpus_fp16_table():
         pytest.skip("llama_cpp has no separate libggml-cpu here")
     cpu = ctypes.CDLL(str(libs[0]))
     assert hasattr(cpu, "ggml_backend_cpu_init")  # the right library, with its API exported
-    assert not hasattr(cpu, "ggml_table_f32_f16"), "the wheel was built without scripts/ggml_hidden_tables.h"
+    assert not hasattr(cpu, "ggml_table_f32_f16"), (
+        "the wheel was built without tools/build/ggml_hidden_tables.h"
+    )

@@ -222,7 +222,7 @@ def test_unreadable_file(tmp_path, smollm2_path):
 
 def test_doctor_reports_a_mismatched_pair():
     # doctor diagnoses rather than runs: it shows the plan and says that `run` would refuse the pair
-    from .test_cli_run import localspec
+    from .helpers import localspec
 
     proc = localspec("doctor", "--target", SMOL, "--draft", GEMMA, "--no-load")
     assert proc.returncode == 0 and "REFUSED by run: target and draft cannot be paired" in proc.stdout, (

@@ -8,13 +8,17 @@ import time
 import numpy as np
 import pytest
 
-from localspec.draft_len import AutoK, FixedK, choose_batch
-from localspec.sampling import SamplingParams, process
-from localspec.scheduler import Job, Scheduler
-from localspec.speculative import SeqState, SpecConfig, decode_round, prefill, speculative_steps
-from localspec.stats import Counters
+from localspec.decode.round import decode_round
+from localspec.decode.sampling import SamplingParams, process
+from localspec.decode.state import SeqState, SpecConfig
+from localspec.decode.stats import Counters
+from localspec.draft_len.auto import AutoK
+from localspec.draft_len.batch import choose_batch
+from localspec.draft_len.fixed import FixedK
+from localspec.engine.scheduler import Job, Scheduler
 
 from .fake_backend import FakeContext, markov_tables
+from .helpers import prefill, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -387,7 +391,7 @@ def test_batch_drafts_less_when_the_verify_cost_grows_with_the_batch():
     solo = cpu.best_k()
     forks = [cpu.fork() for _ in range(4)]
     for f in forks:
-        f._probe.clear()
+        f.costs.probe.clear()
     ks = choose_batch(forks)
     assert sum(ks) < 4 * solo and max(ks) <= solo, (ks, solo)
 
@@ -410,16 +414,16 @@ def test_batch_stops_drafting_when_batching_already_uses_the_hardware():
 def test_forks_share_timings_and_keep_acceptance_apart():
     base = _tuned(lambda n: 0.1 + 0.01 * n)
     a, b = base.fork(), base.fork()
-    assert a.verify is base.verify and b.t_draft is base.t_draft
+    assert a.costs is base.costs and b.costs is base.costs
     a.observe(
         k=4, n_drafted=4, n_accepted=0, n_emitted=1, draft_s=0.04, verify_s=0.3, round_s=0.35, batch_tokens=9
     )
     assert a.accept_probs()[0] < b.accept_probs()[0]
-    assert 9 in base.verify  # the batch's verify timing is the machine's
+    assert 9 in base.costs.verify  # the batch's verify timing is the machine's
 
 
 def test_calibration_times_the_batch_of_a_full_round_of_slots():
-    from localspec import calibrate
+    from localspec.draft_len import calibrate
 
     t, _ = markov_tables(v=8)
     verify, _ = calibrate.measure(FakeContext(t, n_ctx=64), None, [1, 2, 3], max_batch=4, also=[4, 8])
@@ -444,4 +448,4 @@ def test_a_batch_whose_plain_cost_was_never_timed_runs_plain_once_to_time_it():
         f.observe(
             k=0, n_drafted=0, n_accepted=0, n_emitted=1, draft_s=0, verify_s=2.0, round_s=2.0, batch_tokens=8
         )
-    assert base.verify[8].value == 2.0 and any(choose_batch(forks))  # now the measured costs decide
+    assert base.costs.verify[8].value == 2.0 and any(choose_batch(forks))  # now the measured costs decide

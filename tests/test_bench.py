@@ -203,7 +203,7 @@ def test_parse_speculative_simple():
 
 
 def test_peer_missing_binary_says_how_to_build(tmp_path):
-    with pytest.raises(LocalspecError, match="scripts/build_peer.sh"):
+    with pytest.raises(LocalspecError, match="tools/build/build_peer.sh"):
         peer.peer_binary("llama-speculative-simple", tmp_path)
 
 
@@ -344,9 +344,9 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
 
 @pytest.mark.slow
 def test_peer_runs_llama_cpp(smollm2_path):
-    """The real llama-speculative-simple, when scripts/build_peer.sh has built it."""
+    """The real llama-speculative-simple, when tools/build/build_peer.sh has built it."""
     if not (peer.PEER_BIN / "llama-speculative-simple").exists():
-        pytest.skip("llama.cpp peer not built (scripts/build_peer.sh)")
+        pytest.skip("llama.cpp peer not built (tools/build/build_peer.sh)")
     from localspec.bench.prompts import FittedPrompt
 
     ps = peer.PeerSettings(
@@ -417,9 +417,9 @@ def test_peer_server_command(tmp_path):
 
 @pytest.mark.slow
 def test_peer_server_concurrency(smollm2_path):
-    """The real llama-server -np 2, when scripts/build_peer.sh has built it."""
+    """The real llama-server -np 2, when tools/build/build_peer.sh has built it."""
     if not (peer.PEER_BIN / "llama-server").exists():
-        pytest.skip("llama.cpp peer not built (scripts/build_peer.sh)")
+        pytest.skip("llama.cpp peer not built (tools/build/build_peer.sh)")
     from localspec.bench import concurrency as conc
     from localspec.bench.prompts import FittedPrompt
 

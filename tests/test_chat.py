@@ -14,7 +14,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from localspec.conversation import Conversation
+from localspec.chat.conversation import Conversation
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = ">>>"  # prompt_toolkit draws the trailing space as a cursor move

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from localspec import chat
+from localspec.chat import template as chat
 from localspec.errors import LocalspecError
 
 TEMPLATES = Path(__file__).parent / "data" / "templates"
@@ -138,7 +138,7 @@ def test_template_runtime_error_is_one_line():
 
 @pytest.fixture(scope="module")
 def gemma_vocab(gemma_path):
-    from localspec.backend import Model
+    from localspec.llama import Model
 
     with Model(gemma_path, vocab_only=True) as m:
         yield m

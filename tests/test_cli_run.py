@@ -3,27 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from .helpers import localspec
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def localspec(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_DEBUG"}
-    return subprocess.run(
-        [sys.executable, "-m", "localspec", *args],
-        capture_output=True,
-        text=True,
-        input=stdin,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
 
 
 def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

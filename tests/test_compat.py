@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFWriter
 
-from localspec.compat import VocabHeader, check_pair, vocab_fingerprint
+from localspec.gguf.compat import VocabHeader, check_pair, vocab_fingerprint
 
 BASE = [f"<s{i}>" for i in range(5)] + [f"tok{i}" for i in range(295)]
 
@@ -80,7 +80,7 @@ def test_size_difference_limit(tmp_path):
 
 def test_header_facts_agree_with_llama_cpp(smollm2_path, gemma_path):
     """Defaults we derive for absent keys (e.g. add-BOS) must be what llama.cpp itself reports."""
-    from localspec.backend import Model
+    from localspec.llama import Model
 
     for path in (smollm2_path, gemma_path):
         v = VocabHeader.read(path)

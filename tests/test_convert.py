@@ -52,7 +52,7 @@ def converted(hf_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference_f16(smollm2_path, tmp_path_factory) -> Path:
     """The original weights dequantized to f16 by llama.cpp itself: what a perfect converter gives."""
-    from localspec.backend import quantize
+    from localspec.llama import quantize
 
     out = tmp_path_factory.mktemp("ref") / "ref-f16.gguf"
     quantize(smollm2_path, out, "f16")
@@ -60,8 +60,8 @@ def reference_f16(smollm2_path, tmp_path_factory) -> Path:
 
 
 def test_same_tokens_as_original(converted, smollm2_path):
-    from localspec.backend import Model
-    from localspec.compat import check_pair
+    from localspec.gguf.compat import check_pair
+    from localspec.llama import Model
 
     assert check_pair(converted, smollm2_path).identical
     with Model(smollm2_path, vocab_only=True) as a, Model(converted, vocab_only=True) as b:
@@ -76,7 +76,7 @@ def test_same_tokens_as_original(converted, smollm2_path):
 def test_tokenizers_library_agrees(hf_dir, converted):
     from tokenizers import Tokenizer
 
-    from localspec.backend import Model
+    from localspec.llama import Model
 
     hf = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
     with Model(converted, vocab_only=True) as m:
@@ -85,7 +85,7 @@ def test_tokenizers_library_agrees(hf_dir, converted):
 
 
 def test_logits_match(converted, reference_f16, smollm2_path):
-    from localspec.backend import Context, Model
+    from localspec.llama import Context, Model
 
     def logits(path: Path, toks: list[int]) -> np.ndarray:
         with Model(path) as m, Context(m, n_ctx=256, n_batch=256) as c:
@@ -105,7 +105,7 @@ def test_logits_match(converted, reference_f16, smollm2_path):
 def test_matches_transformers_semantics(hf_dir, converted):
     """The round trip above could hide a permutation and its inverse both being wrong: compare with
     a forward pass computed the way transformers does, on the exported HF weights."""
-    from localspec.backend import Context, Model
+    from localspec.llama import Context, Model
 
     with Model(converted) as m, Context(m, n_ctx=64) as c:
         toks = m.tokenize("Once upon a time, in a small village by the sea,")
@@ -116,9 +116,9 @@ def test_matches_transformers_semantics(hf_dir, converted):
 
 
 def test_pair_from_hf_folders_loads(hf_dir, tmp_path):
-    from localspec.backend import Model
-    from localspec.pair_file import read_pair
-    from localspec.settings import Settings
+    from localspec.config.pair_toml import read_pair
+    from localspec.config.settings import Settings
+    from localspec.llama import Model
 
     out = tmp_path / "pair"
     p = _cli("pair", str(hf_dir), str(hf_dir), "--out-dir", str(out))
@@ -145,7 +145,7 @@ def test_quantize_cli(smollm2_path, tmp_path):
     out = tmp_path / "q8.gguf"
     p = _cli("quantize", str(smollm2_path), str(out), "--type", "q8_0")
     assert p.returncode == 0, p.stderr
-    from localspec.gguf_file import validate_gguf
+    from localspec.gguf.file import validate_gguf
 
     assert validate_gguf(out).get("general.file_type") == 7
     bad = _cli("quantize", str(tmp_path / "missing.gguf"), str(tmp_path / "x.gguf"))

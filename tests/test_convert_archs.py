@@ -18,8 +18,8 @@ TEXT = "the cat in the hat sat on a mat, then 12345 hats: café ☕"
 def test_tiny_model_matches_reference(tmp_path, arch, bf16):
     from tokenizers import Tokenizer
 
-    from localspec.backend import Context, Model
     from localspec.convert.hf import convert_hf
+    from localspec.llama import Context, Model
 
     src = tiny_hf(tmp_path / arch, arch, bf16=bf16)
     n_vocab = json.loads((src / "config.json").read_text())["vocab_size"]

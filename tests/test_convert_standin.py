@@ -14,14 +14,14 @@ def prompt_tokens(smollm2):
 
 
 def _logits(path, toks):  # noqa: ANN001, ANN202
-    from localspec.backend import Context, Model
+    from localspec.llama import Context, Model
 
     with Model(path) as m, Context(m, n_ctx=128) as c:
         return c.eval(toks, 0, len(toks)).copy(), m.n_params, m.meta("llama.feed_forward_length")
 
 
 def test_widening_without_noise_keeps_the_function(smollm2_path, tmp_path, prompt_tokens):
-    from localspec.backend import quantize
+    from localspec.llama import quantize
 
     quantize(smollm2_path, tmp_path / "ref.gguf", "f16")
     standin._write_widened(smollm2_path, tmp_path / "w.gguf", r=4, sigma=0.0, seed=0, progress=None)
@@ -51,8 +51,8 @@ def test_noise_is_seeded_and_relative(smollm2_path):
 
 
 def test_build_is_atomic_and_idempotent(smollm2_path, tmp_path):
-    from localspec.pair_file import read_pair
-    from localspec.settings import Settings
+    from localspec.config.pair_toml import read_pair
+    from localspec.config.settings import Settings
 
     lines: list[str] = []
     toml = standin.build_standin(smollm2_path, tmp_path, r=2, sigma=0.1, seed=3, log=lines.append)

@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.backend import Context
+from localspec.config.settings import Settings
+from localspec.decode.noise import KeyedGumbel
+from localspec.decode.sampling import SamplingParams, process
 from localspec.engine import Engine
-from localspec.noise import KeyedGumbel
-from localspec.sampling import SamplingParams, process
-from localspec.settings import Settings
+from localspec.llama import Context
 
 # logits; on the stand-in pair ~1 run in 5 diverges within 24 tokens, every time explained by a
 # perturbation of 0.03-0.08 (an argmax near-tie or a token on the min-p boundary)

@@ -9,9 +9,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from localspec import backend
+from localspec import llama
 from localspec.cli import cli
-from localspec.memory_plan import GiB
+from localspec.gguf.memory_plan import GiB
 
 from . import sparse_gguf
 
@@ -27,7 +27,7 @@ def test_no_models_shows_build_and_devices():
     assert "llama-cpp-python 0.3.36" in out
     assert "GPU offload: no (CPU-only build)" in out  # this machine's build
     assert "CPU" in out and "free of" in out
-    assert backend.system_info().split("|")[0].strip() in out
+    assert llama.system_info().split("|")[0].strip() in out
     assert "none given" in out
 
 
@@ -62,8 +62,8 @@ def test_default_pair_human_table(default_pair):
 def test_big_pair_on_a_fake_24gb_card(tmp_path, monkeypatch):
     target = sparse_gguf.qwen25_32b_q4_k_m(tmp_path)
     draft = sparse_gguf.qwen25_05b_q8_0(tmp_path)
-    card = backend.Device("CUDA0", "NVIDIA GeForce RTX 4090", "gpu", 24 * GiB, 23 * GiB, "CUDA")
-    monkeypatch.setattr(backend, "devices", lambda: [card])
+    card = llama.Device("CUDA0", "NVIDIA GeForce RTX 4090", "gpu", 24 * GiB, 23 * GiB, "CUDA")
+    monkeypatch.setattr(llama, "devices", lambda: [card])
     args = ["--target", str(target), "--draft", str(draft), "--no-load"]
     out = doctor(*args, "--n-ctx", "8192")
     assert "full offload fits" in out and "gpu: n_gpu_layers target 65, draft 25 on CUDA0" in out

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from localspec.backend import Context, Model
+from localspec.config.settings import Settings
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
-from localspec.settings import Settings
+from localspec.llama import Context, Model
 
-from .test_spec_real import MARGIN, PROMPTS, teacher_forced_gaps
+from .helpers import MARGIN, PROMPTS, teacher_forced_gaps
 
 QUESTIONS = [
     "Explain in two sentences why the sky is blue.",
@@ -235,8 +235,8 @@ def test_standin_pair_four_concurrent_requests_are_lossless(default_pair):
 
 
 def test_plan_counts_the_kv_cache_of_every_slot(smollm2_path):
-    from localspec import placement
-    from localspec.backend import log_mark, log_since
+    from localspec.engine import placement
+    from localspec.llama import log_mark, log_since
 
     s1 = Settings.load(target=smollm2_path, n_ctx=512)
     s3 = s1.replace(parallel=3)

@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec.convert.atomic import PARTIAL_SUFFIX, atomic_output, output_error, write_text_atomic
 from localspec.errors import LocalspecError
-from localspec.gguf_file import validate_gguf
+from localspec.files import PARTIAL_SUFFIX, atomic_output, output_error, write_text_atomic
+from localspec.gguf.file import validate_gguf
 
-from .test_cli_run import localspec
+from .helpers import localspec
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from localspec.errors import LocalspecError
-from localspec.gguf_file import read_header, validate_gguf
+from localspec.gguf.file import read_header, validate_gguf
 
 from .gguf_bytes import F32, Gguf, kv_array_str, kv_array_u32, kv_str, kv_u32, s, tensor_info
 

@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh --cpu: the GPU check's every step on this CPU, with a tiny synthetic pair.
+"""tools/gpu_check.sh --cpu: the GPU check's every step on this CPU, with a tiny synthetic pair.
 
 The same script runs on the GPU machine (docs/gpu.md); here it proves the steps run and report."""
 
@@ -12,17 +12,16 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+from tools import gpu_bundle
 
-import gpu_bundle  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
 def test_cpu_check_runs_every_step(tmp_path):
     env = os.environ | {"OUT": str(tmp_path), "PYTHON": sys.executable}
     p = subprocess.run(
-        ["bash", "scripts/gpu_check.sh", "--cpu"],
+        ["bash", "tools/gpu_check.sh", "--cpu"],
         cwd=ROOT,
         env=env,
         capture_output=True,

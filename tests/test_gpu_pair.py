@@ -1,4 +1,4 @@
-"""The synthetic pair that scripts/gpu_check.sh generates on a GPU machine: speculative decoding on it
+"""The synthetic pair that tools/gpu_check.sh generates on a GPU machine: speculative decoding on it
 is lossless there too (batched verify kernels differ from one-token ones on a GPU), a model drafting
 for itself is accepted, and the widened target really computes its draft's function.
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localspec import backend
+from localspec import llama
+from localspec.config.settings import Settings
 from localspec.convert.gguf_stream import copy_metadata, write_gguf
 from localspec.convert.synthetic import (
     CPU,
@@ -28,9 +29,8 @@ from localspec.convert.synthetic import (
     write_vocab_only,
 )
 from localspec.engine import Engine
-from localspec.settings import Settings
 
-from .test_spec_real import MARGIN, teacher_forced_gaps
+from .helpers import MARGIN, teacher_forced_gaps
 
 pytestmark = pytest.mark.slow  # generates a pair unless the GPU check hands one over
 PROMPT = "Explain in two sentences why the sky is blue."
@@ -103,7 +103,7 @@ def test_widening_keeps_the_draft_function(request, tmp_path):
     )
     logits = []
     for path in files.values():
-        with backend.Model(path) as m, backend.Context(m, n_ctx=64, n_threads=THREADS) as ctx:
+        with llama.Model(path) as m, llama.Context(m, n_ctx=64, n_threads=THREADS) as ctx:
             ids = m.tokenize(PROMPT)
             logits.append(ctx.eval(ids, 0, len(ids)).copy())
     assert np.abs(logits[0] - logits[1]).max() < 0.05

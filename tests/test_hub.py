@@ -94,7 +94,7 @@ def blobs(env) -> list[Path]:
 
 # ---------------------------------------------------------------------------------------------------
 def test_pull_resumes_a_cut_transfer_lists_and_works_offline(hub, env, tmp_path):
-    from localspec.pair_file import read_pair
+    from localspec.config.pair_toml import read_pair
 
     hub.cut_once.add(TARGET)
     # huggingface_hub writes in 10 MB chunks; with our 100 KB file a cut would lose the whole first
@@ -210,7 +210,7 @@ def test_failed_download_leaves_no_finished_file_and_a_rerun_completes(hub, env,
 
 
 def test_safetensors_repo_is_converted_on_pull(hub, env, tmp_path):
-    from localspec.pair_file import read_pair
+    from localspec.config.pair_toml import read_pair
 
     p = cli(env, "pull", "acme/tiny-hf", DRAFT[0], "--name", "conv")
     assert p.returncode == 0, p.stderr
@@ -251,10 +251,10 @@ def test_presets_are_complete_and_their_n_ctx_is_the_plans():
 
 def test_sizing_from_arch_facts_matches_the_gguf_header(gemma_path):
     """The estimate a preset's n_ctx comes from, against memory_plan reading the real header."""
-    from localspec.gguf_file import read_header
+    from localspec.gguf.file import read_header
+    from localspec.gguf.memory_plan import Runtime, plan_model, read_spec
     from localspec.hub.presets import PRESETS_DIR, load_presets
     from localspec.hub.sizing import spec_from_arch
-    from localspec.memory_plan import Runtime, plan_model, read_spec
 
     facts = load_presets(PRESETS_DIR)["gemma3-27b"].draft.arch  # Gemma-3-270m, as the embedded file
     real = read_spec(gemma_path)
@@ -268,7 +268,7 @@ def test_sizing_from_arch_facts_matches_the_gguf_header(gemma_path):
 
 
 def _vocab(n: int):
-    from localspec.compat import VocabHeader
+    from localspec.gguf.compat import VocabHeader
 
     toks = [f"t{i}" for i in range(n)]
     return VocabHeader(Path(f"{n}.gguf"), "BPE", "qwen2", toks, [1] * n, 151643, 151645, False, False)
@@ -276,7 +276,7 @@ def _vocab(n: int):
 
 def test_qwen_vocab_rows_152064_vs_151936_pass_the_128_rule():
     """Qwen2.5-32B has 152064 embedding rows, 0.5B 151936: exactly 128 apart, llama.cpp's limit."""
-    from localspec.compat import compare
+    from localspec.gguf.compat import compare
 
     ok = compare(_vocab(152064), _vocab(151936))
     assert ok.ok and not ok.identical and "sizes differ: target 152064, draft 151936" in ok.message
@@ -286,19 +286,19 @@ def test_qwen_vocab_rows_152064_vs_151936_pass_the_128_rule():
 
 def test_local_verdict_stores_the_n_ctx_that_fits_the_gpu(gemma_path, monkeypatch):
     """With a GPU, pull stores the largest n_ctx that fits its free memory (doctor's plan)."""
-    from localspec import backend
+    from localspec import llama
+    from localspec.gguf.memory_plan import GiB, Runtime, plan_pair, read_spec
     from localspec.hub.pull import local_verdict
-    from localspec.memory_plan import GiB, Runtime, plan_pair, read_spec
 
     def gpu(free):
-        return [backend.Device("CUDA0", "Fake 12 GB", "gpu", 12 * GiB, free, "CUDA")]
+        return [llama.Device("CUDA0", "Fake 12 GB", "gpu", 12 * GiB, free, "CUDA")]
 
     spec = read_spec(gemma_path)
     free = plan_pair(spec, spec, Runtime(n_ctx=8192)).device_bytes + (1 << 20)  # 8192 fits, 9216 not
-    monkeypatch.setattr(backend, "devices", lambda: gpu(free))
+    monkeypatch.setattr(llama, "devices", lambda: gpu(free))
     text, n_ctx = local_verdict(gemma_path, gemma_path, None)
     assert n_ctx == 8192 and text.startswith("n_ctx 8192 stored in pair.toml; full offload fits")
-    monkeypatch.setattr(backend, "devices", lambda: gpu(1 << 20))
+    monkeypatch.setattr(llama, "devices", lambda: gpu(1 << 20))
     text, n_ctx = local_verdict(gemma_path, gemma_path, None)
     assert n_ctx is None and "does not fit" in text and "CUDA0" in text
 

@@ -8,15 +8,18 @@ import time
 import numpy as np
 import pytest
 
-from localspec import accept
-from localspec.draft_len import AutoK, FixedK, lookup_bucket
-from localspec.lookup import MATCH_CAP, N_MAX, Lookup
-from localspec.sampling import Dist, SamplingParams, process
-from localspec.speculative import SeqState, SpecConfig, decode_round, prefill, speculative_steps
-from localspec.stats import Counters
+from localspec.decode import accept
+from localspec.decode.lookup import MATCH_CAP, N_MAX, Lookup
+from localspec.decode.round import decode_round
+from localspec.decode.sampling import Dist, SamplingParams, process
+from localspec.decode.state import SeqState, SpecConfig
+from localspec.decode.stats import Counters
+from localspec.draft_len.auto import AutoK
+from localspec.draft_len.evidence import lookup_bucket
+from localspec.draft_len.fixed import FixedK
 
 from .fake_backend import FakeContext, markov_tables
-from .test_loop import CHI2_999, GREEDY, chi2, plain
+from .helpers import CHI2_999, GREEDY, chi2, plain, prefill, speculative_steps
 
 
 # -- the matcher ---------------------------------------------------------------------------------
@@ -255,7 +258,7 @@ def _primed(has_model: bool = True) -> AutoK:
     ctl = AutoK(k_max=8, has_model=has_model)
     # a steep CPU-like verify curve: a draft token only pays with high acceptance
     ctl.prime({n: 0.05 * (1 + 0.35 * (n - 1)) for n in range(1, 10)}, 0.008)
-    ctl.begin()
+    ctl = ctl.fork()
     return ctl
 
 
@@ -282,12 +285,15 @@ def test_tuner_learns_that_long_matches_pay_and_short_ones_do_not():
 
 def test_tuner_prefers_the_draft_model_when_the_lookup_is_worse():
     ctl = _primed()
-    ctl.acc[:4], ctl.tried[:4] = 50.0, 50.0  # the draft model: always right
-    ctl.lk_acc[0, :4], ctl.lk_tried[0, :4] = 0.0, 50.0  # two-token matches: always wrong
+    ctl.evidence.acc[:4], ctl.evidence.tried[:4] = 50.0, 50.0  # the draft model: always right
+    ctl.evidence.lk_acc[0, :4], ctl.evidence.lk_tried[0, :4] = 0.0, 50.0  # two-token matches: always wrong
     ctl.offer(6, 2)
     k = ctl.choose()
     assert k > 0 and not ctl.lookup_first
-    ctl.lk_acc[4, :8], ctl.lk_tried[4, :8] = 50.0, 50.0  # long matches: always right, and free
+    ctl.evidence.lk_acc[4, :8], ctl.evidence.lk_tried[4, :8] = (
+        50.0,
+        50.0,
+    )  # long matches: always right, and free
     ctl.offer(8, 30)
     assert ctl.choose() > 0 and ctl.lookup_first
 
@@ -296,7 +302,7 @@ def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
     """The realised-rate window judges the draft model: rounds whose lookup prefix was rejected
     (1 token for a 2-token verify, slower than a plain step) are the lookup's evidence, not its."""
     ctl = _primed()
-    ctl.acc[:4], ctl.tried[:4] = 40.0, 50.0  # the draft model pays on this curve
+    ctl.evidence.acc[:4], ctl.evidence.tried[:4] = 40.0, 50.0  # the draft model pays on this curve
     for _ in range(2 * ctl.window):
         ctl.offer(1, 3)
         ctl.choose()
@@ -333,9 +339,12 @@ def test_an_early_miss_does_not_shut_a_match_length_out_for_good():
 
     ctl = AutoK(k_max=8, has_model=False)
     ctl.prime({n: curve(n) for n in range(1, 10)}, None)
-    ctl.begin()
+    ctl = ctl.fork()
     b = lookup_bucket(20)
-    ctl.lk_acc[b], ctl.lk_tried[b] = 0.0, 4.0  # four misses on long matches, as a first round can have
+    ctl.evidence.lk_acc[b], ctl.evidence.lk_tried[b] = (
+        0.0,
+        4.0,
+    )  # four misses on long matches, as a first round can have
     t = np.zeros((8, 8))
     t[np.arange(6), (np.arange(6) + 1) % 6] = 5.0  # 0 -> 1 -> ... -> 5 -> 0, always
     prompt = [0, 1, 2, 3, 4, 5] * 5  # every match is long, and right
@@ -354,10 +363,10 @@ COPY_PROMPT = (
 
 def test_lookup_only_on_a_real_model_drafts_and_emits_only_the_targets_argmax(smollm2_path):
     """One GGUF, no draft model: lookup drafts are verified like any draft (tie-aware greedy)."""
+    from localspec.config.settings import Settings
     from localspec.engine import Engine
-    from localspec.settings import Settings
 
-    from .test_spec_real import MARGIN, teacher_forced_gaps
+    from .helpers import MARGIN, teacher_forced_gaps
 
     s = Settings.load(target=smollm2_path, lookup="only", temperature=0.0, max_tokens=48, n_ctx=512)
     with Engine(s) as eng:
@@ -375,25 +384,25 @@ def test_lookup_only_on_a_real_model_drafts_and_emits_only_the_targets_argmax(sm
 def test_sampled_requests_keep_their_lookup_evidence_apart_from_greedy_ones(smollm2_path):
     """A copy prompt sampled at T=0.8 teaches the sampled tuner about its lookup matches; the
     greedy tuner's lookup evidence stays as it was, and both price rounds on the same timings."""
-    from localspec.draft_len import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED
+    from localspec.config.settings import Settings
+    from localspec.draft_len.evidence import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED
     from localspec.engine import Engine
-    from localspec.settings import Settings
 
     s = Settings.load(target=smollm2_path, lookup="only", max_tokens=40, n_ctx=512)
     with Engine(s) as eng:
         eng.generate(COPY_PROMPT, temperature=0.0)
-        (greedy,) = eng._auto.values()
-        before = greedy.lk_tried.copy()
+        (greedy,) = eng.tuners.by_kind.values()
+        before = greedy.evidence.lk_tried.copy()
         r = eng.generate(COPY_PROMPT, temperature=0.8, seed=3)
         assert r.stats.sources["lookup"]["drafted"] > 0
-        sampled = next(t for t in eng._auto.values() if t is not greedy)
-        assert sampled.lk_tried.sum() > 0 and (greedy.lk_tried == before).all()
+        sampled = next(t for t in eng.tuners.by_kind.values() if t is not greedy)
+        assert sampled.evidence.lk_tried.sum() > 0 and (greedy.evidence.lk_tried == before).all()
         assert greedy.prior_lookup == LOOKUP_PRIORS and sampled.prior_lookup == LOOKUP_PRIORS_SAMPLED
-        assert sampled.verify is greedy.verify  # the machine's costs are one
+        assert sampled.costs is greedy.costs  # the machine's costs are one
 
 
 def test_lookup_only_run_from_the_command_line(smollm2_path):
-    from .test_cli_run import localspec
+    from .helpers import localspec
 
     args = ["run", "--target", str(smollm2_path), "--draft-max", "3", "--temperature", "0",
             "--max-tokens", "24", "--n-ctx", "256", "--no-log", COPY_PROMPT]  # fmt: skip

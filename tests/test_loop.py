@@ -7,16 +7,16 @@ import itertools
 import numpy as np
 import pytest
 
-from localspec import accept
-from localspec.draft_len import AutoK, FixedK
-from localspec.sampling import Dist, SamplingParams, process
-from localspec.speculative import ContextFull, SpecConfig, Step, plain_steps, speculative_steps
-from localspec.stats import Counters
-from localspec.stream import TextStream
+from localspec.decode import accept
+from localspec.decode.sampling import Dist, SamplingParams, process
+from localspec.decode.state import SpecConfig, Step
+from localspec.decode.stats import Counters
+from localspec.decode.text_stream import TextStream
+from localspec.draft_len.auto import AutoK
+from localspec.draft_len.fixed import FixedK
 
 from .fake_backend import FakeContext, markov_tables
-
-GREEDY = SamplingParams(temperature=0.0)
+from .helpers import CHI2_999, GREEDY, ContextFull, chi2, feed, plain, speculative_steps
 
 
 def run(target, draft, prompt, sp=GREEDY, k=4, n=20, mode="pq", seed=0, counters=None, **cfg):
@@ -34,22 +34,6 @@ def run(target, draft, prompt, sp=GREEDY, k=4, n=20, mode="pq", seed=0, counters
         max_new=n,
     )
     return [s.token for s in steps], c
-
-
-def plain(table, prompt, sp=GREEDY, n=20, seed=0):
-    c = Counters()
-    return [s.token for s in plain_steps(FakeContext(table), prompt, sp, np.random.default_rng(seed), c, n)]
-
-
-def chi2(counts: np.ndarray, probs: np.ndarray) -> float:
-    expected = probs * counts.sum()
-    keep = expected > 0
-    assert counts[~keep].sum() == 0, "a token with zero target probability was emitted"
-    return float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
-
-
-# chi-square critical values at p = 0.001 (so a correct implementation fails 1 run in 1000)
-CHI2_999 = {3: 16.27, 4: 18.47, 5: 20.52, 7: 24.32, 15: 37.70, 24: 51.18, 35: 66.62, 63: 103.4}
 
 
 def test_greedy_speculative_equals_plain_with_any_draft():
@@ -309,27 +293,6 @@ def test_nucleus_on_a_big_flat_vocabulary_is_exact():
 # adaptive K
 
 
-def _feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0, stalls=0.0):
-    rng = np.random.default_rng(seed)
-    for _ in range(rounds):
-        k = ctl.choose()
-        acc = 0
-        while acc < k and rng.random() < accept_p:
-            acc += 1
-        emitted = acc + 1
-        v = verify(k + 1) * (1 + (rng.exponential(0.5) if rng.random() < stalls else 0.0))
-        ctl.observe(
-            k=k,
-            n_drafted=k,
-            n_accepted=acc,
-            n_emitted=emitted,
-            draft_s=k * t_draft,
-            verify_s=v,
-            round_s=k * t_draft + v,
-        )
-    return ctl
-
-
 _SAW = {1: 0.129, 2: 0.136, 3: 0.216, 4: 0.202, 5: 0.279, 6: 0.286, 7: 0.365, 8: 0.387, 9: 0.474}
 
 
@@ -350,7 +313,7 @@ def _true_rate(k, accept_p, t_draft, verify):
 )
 @pytest.mark.parametrize("stalls", [0.0, 0.2])  # 20%: one round in five slowed by interference
 def test_auto_k_converges_near_the_best_static_k(accept_p, t_draft, verify, stalls):
-    ctl = _feed(AutoK(), accept_p, t_draft, verify, stalls=stalls)
+    ctl = feed(AutoK(), accept_p, t_draft, verify, stalls=stalls)
     best = max(_true_rate(k, accept_p, t_draft, verify) for k in range(1, 17))
     chosen = _true_rate(ctl.best_k(), accept_p, t_draft, verify)
     assert chosen >= 0.95 * best, (ctl.best_k(), chosen, best)
@@ -358,7 +321,7 @@ def test_auto_k_converges_near_the_best_static_k(accept_p, t_draft, verify, stal
 
 def test_auto_k_falls_back_when_speculation_loses_and_reprobes():
     # a useless draft (never accepted) that costs as much as the target
-    ctl = _feed(AutoK(reprobe_after=10), 0.0, 0.1, lambda n: 0.1 * n, rounds=60)
+    ctl = feed(AutoK(reprobe_after=10), 0.0, 0.1, lambda n: 0.1 * n, rounds=60)
     assert ctl.fallbacks >= 1
     ks = [ctl.choose() for _ in range(30)]
     assert ks.count(0) >= 25 and any(k > 0 for k in ks)  # mostly plain, with periodic re-probes
@@ -367,7 +330,7 @@ def test_auto_k_falls_back_when_speculation_loses_and_reprobes():
 def test_auto_k_reprobes_less_often_while_speculation_keeps_losing():
     """Each re-probe makes the draft catch up on every token since it last drafted, so a pair that
     cannot pay (a self-draft as dear as its target) must not re-probe every 32 rounds forever."""
-    ctl = _feed(AutoK(), 0.0, 0.1, lambda n: 0.1 * n, rounds=60)
+    ctl = feed(AutoK(), 0.0, 0.1, lambda n: 0.1 * n, rounds=60)
     assert ctl.fallbacks >= 1
     ks = []
     for _ in range(1000):
@@ -379,11 +342,11 @@ def test_auto_k_reprobes_less_often_while_speculation_keeps_losing():
 
 
 def test_auto_k_carries_its_measurements_to_the_next_request():
-    ctl = _feed(AutoK(), 0.8, 0.010, lambda n: 0.113 + 0.0237 * (n - 1), rounds=100)
-    best, timed = ctl.best_k(), dict(ctl.verify)
+    ctl = feed(AutoK(), 0.8, 0.010, lambda n: 0.113 + 0.0237 * (n - 1), rounds=100)
+    best, timed = ctl.best_k(), dict(ctl.costs.verify)
     ctl.fallbacks = 3
-    ctl.begin()
-    assert ctl.fallbacks == 0 and ctl.verify == timed  # per-request counters reset, timings kept
+    ctl = ctl.fork()
+    assert ctl.fallbacks == 0 and ctl.costs.verify == timed  # per-request counters reset, timings kept
     ks = [ctl.choose() for _ in range(5)]
     assert ks != [1, 1, 2, 3, 4] and all(abs(k - best) <= 1 for k in ks), ks  # no second probe round
     assert ctl.accept_probs()[0] > 0.75  # acceptance evidence kept, at reduced weight

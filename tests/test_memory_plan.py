@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from localspec.memory_plan import GiB, MiB, Runtime, plan_model, plan_pair, read_spec, verdict
-from localspec.placement import parse_log
+from localspec.engine.placement import parse_log
+from localspec.gguf.memory_plan import GiB, MiB, Runtime, plan_model, plan_pair, read_spec, verdict
 
 from . import sparse_gguf
 
@@ -22,7 +22,7 @@ REAL_CASES = [  # n_ctx, n_batch (= n_ubatch), flash_attn, kv_type
 
 
 def _measured(model, n_ctx, n_batch, fa, kv):
-    from localspec.backend import Context
+    from localspec.llama import Context
 
     with Context(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch, flash_attn=fa, kv_type=kv) as ctx:
         return parse_log(model.load_log + ctx.init_log)
@@ -34,7 +34,7 @@ def _close(planned: int, seen: int, tol: float = 0.10) -> bool:
 
 @pytest.fixture(scope="module")
 def gemma(gemma_path):
-    from localspec.backend import Model
+    from localspec.llama import Model
 
     with Model(gemma_path) as m:
         yield m
@@ -61,8 +61,8 @@ def test_plan_matches_llama_cpp_log(which, case, smollm2, gemma):
 
 
 def test_default_pair_plan_matches_log(default_pair):
-    from localspec.backend import Context, Model
-    from localspec.pair_file import read_pair
+    from localspec.config.pair_toml import read_pair
+    from localspec.llama import Context, Model
 
     pair = read_pair(default_pair)
     plan = plan_pair(read_spec(pair.target), read_spec(pair.draft), Runtime(n_ctx=1024))

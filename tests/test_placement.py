@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from localspec import placement as P
-from localspec.backend import Device
+from localspec.config.settings import Settings
+from localspec.engine import placement as P
 from localspec.errors import LocalspecError
-from localspec.memory_plan import GiB, MiB, Runtime, plan_pair, read_spec
-from localspec.settings import Settings
+from localspec.gguf.memory_plan import GiB, MiB, Runtime, plan_pair, read_spec
+from localspec.llama import Device
 
 from . import sparse_gguf
 
@@ -282,19 +282,19 @@ def test_engine_plans_enforces_and_verifies(smollm2_path):
 
 
 def test_engine_refuses_before_loading_when_the_card_is_too_small(smollm2_path, monkeypatch):
-    from localspec import backend
+    from localspec import llama
     from localspec.engine import Engine
 
-    monkeypatch.setattr(backend, "devices", lambda: [CPU, gpu(free_gib=1.0, total_gib=2)])
+    monkeypatch.setattr(llama, "devices", lambda: [CPU, gpu(free_gib=1.0, total_gib=2)])
     loaded = []
-    monkeypatch.setattr(backend, "Model", lambda *a, **k: loaded.append(a))
+    monkeypatch.setattr(llama, "Model", lambda *a, **k: loaded.append(a))
     with pytest.raises(LocalspecError, match="full offload does not fit.*--n-ctx"):
         Engine(Settings(target=smollm2_path, draft=smollm2_path, n_ctx=8192))
     assert loaded == []
 
 
 def test_pinning_to_an_unknown_device_is_a_clear_error(smollm2_path):
-    from localspec import backend
+    from localspec import llama
 
     with pytest.raises(LocalspecError, match="no llama.cpp device named 'CUDA7'"):
-        backend.Model(smollm2_path, devices=["CUDA7"])
+        llama.Model(smollm2_path, devices=["CUDA7"])

@@ -19,16 +19,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from localspec import placement, rpc
 from localspec.cli.doctor import render
-from localspec.draft_len import AutoK
+from localspec.config.settings import Settings
+from localspec.draft_len.auto import AutoK
+from localspec.engine import placement
 from localspec.errors import LocalspecError
-from localspec.memory_plan import GiB
-from localspec.settings import Settings
+from localspec.gguf.memory_plan import GiB
+from localspec.llama import rpc
 
 from . import sparse_gguf
+from .helpers import feed
 from .rpc_servers import Servers, free_port, need_rpc
-from .test_loop import _feed
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "The history of the printing press begins"
@@ -225,8 +226,8 @@ def test_a_remote_verify_makes_the_tuner_draft_longer():
     flatter curve in the batch size. The tuner needs nothing new to answer it with a longer K."""
     local = lambda n: 0.020 + 0.004 * n  # noqa: E731 - a local CPU-ish verify
     remote = lambda n: 0.020 + 0.004 * n + 0.060  # noqa: E731 - the same + 60 ms of network
-    k_local = _feed(AutoK(), 0.85, 0.004, local).best_k()
-    k_remote = _feed(AutoK(), 0.85, 0.004, remote).best_k()
+    k_local = feed(AutoK(), 0.85, 0.004, local).best_k()
+    k_remote = feed(AutoK(), 0.85, 0.004, remote).best_k()
     assert k_remote > k_local, (k_local, k_remote)
 
 
@@ -274,7 +275,7 @@ def test_split_target_generates_what_the_local_one_does(servers, smollm2, smollm
     assert "RPC split: target over RPC0 + RPC1; draft on the CPU (local)" in log
     if split != local:  # allowed only where the top two logits are a near-tie (float sums differ)
         i = next(i for i, (a, b) in enumerate(zip(split, local)) if a != b)
-        from localspec.backend import Context
+        from localspec.llama import Context
 
         with Context(smollm2, n_ctx=512) as ctx:
             ids = smollm2.tokenize(PROMPT) + local[:i]

@@ -8,11 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,70 +15,11 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+
+from .helpers import SERVER_N_CTX, Server
 
 ROOT = Path(__file__).resolve().parent.parent
-N_CTX = 1024
 KEY = "sekret-test-key"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, model: Path, *args: str) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile(mode="w+")
-        env = {k: v for k, v in os.environ.items() if k not in ("LOCALSPEC_DEBUG", "LOCALSPEC_API_KEY")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "localspec", "serve", "--target", str(model), "--draft", str(model),
-             "--port", str(self.port), "--n-ctx", str(N_CTX), "--draft-max", "4", *args],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"server exited with {self.proc.returncode}:\n{self.output()}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        pytest.fail(f"server did not come up:\n{self.output()}")
-
-    def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
-
-    def client(self, api_key: str = "none") -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
-
-    def health(self) -> dict:
-        return httpx.get(self.url + "/health", timeout=5).json()
-
-    def metrics(self, headers: dict | None = None) -> dict[str, float]:
-        text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
-        return {
-            s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items())): s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
-        }
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
 
 
 @pytest.fixture(scope="module")
@@ -183,10 +119,10 @@ def test_eight_clients_at_once_match_serial(server, model_id, smollm2):
     """All succeed, and each concurrent answer equals its serial one up to llama.cpp's batch
     non-invariance: where they differ, every token of both is the target's own greedy choice within
     a near-tie margin (teacher-forced over the model alone)."""
-    from localspec import chat
-    from localspec.backend import Context
+    from localspec.chat import template as chat
+    from localspec.llama import Context
 
-    from .test_spec_real import MARGIN
+    from .helpers import MARGIN
 
     client = server.client()
     questions = [[{"role": "user", "content": f"One fact about the number {i}?"}] for i in range(8)]
@@ -234,7 +170,11 @@ def test_bad_requests_get_openai_errors(server, model_id):
     assert e.value.status_code == 400
     message = e.value.body["message"]
     n_prompt = int(message.split("prompt (")[1].split(" tokens")[0])
-    assert n_prompt > N_CTX and str(N_CTX) in message and e.value.body["code"] == "context_length_exceeded"
+    assert (
+        n_prompt > SERVER_N_CTX
+        and str(SERVER_N_CTX) in message
+        and e.value.body["code"] == "context_length_exceeded"
+    )
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model_id, messages=CHAT, n=2)
     assert e.value.body["param"] == "n"

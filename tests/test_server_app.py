@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from localspec.cli.serve import exposure_warnings
+from localspec.config.settings import Settings
 from localspec.engine import Engine
 from localspec.server import create_app
 from localspec.server.errors import APIError
-from localspec.settings import Settings
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from localspec.config.settings import Settings, check_value, setting_fields
 from localspec.errors import LocalspecError
-from localspec.settings import Settings, check_value, setting_fields
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_soak_smoke(smollm2_path):
     proc = subprocess.run(
         # three threads, three slots: requests share rounds, cancel and abandon each other's neighbours
-        [sys.executable, "scripts/soak.py", "--model", str(smollm2_path), "--n", "12", "--threads", "3"]
+        [sys.executable, "tools/soak.py", "--model", str(smollm2_path), "--n", "12", "--threads", "3"]
         + ["--warmup", "2", "--max-tokens", "16", "--samples", "3", "--max-growth-pct", "50"],
         capture_output=True,
         text=True,

@@ -8,29 +8,12 @@ is a bug.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from localspec.backend import Context
+from localspec.config.settings import Settings
 from localspec.engine import Engine
-from localspec.settings import Settings
 
-MARGIN = 0.25  # logits; measured flips were at ~0.06
-
-PROMPTS = {
-    "english": "Explain in two sentences why the sky is blue.",
-    "chinese": "请用两句话介绍一下长城。",
-    "code": "Write a Python function that returns the n-th Fibonacci number.",
-    "emoji": "hey!! 😀🎉 can u give me 3 fun party ideas?? 🥳",
-}
-
-
-def teacher_forced_gaps(eng: Engine, prompt_ids: list[int], out: list[int]) -> np.ndarray:
-    """For each emitted token: max logit - logit of that token, with the target alone."""
-    with Context(eng.target, n_ctx=1024, n_batch=512) as ctx:
-        # the row that predicts out[i] is the one at the token before it
-        rows = ctx.eval(prompt_ids + out[:-1], 0, len(out))
-        return np.array([row.max() - row[t] for row, t in zip(rows, out)])
+from .helpers import MARGIN, PROMPTS, teacher_forced_gaps
 
 
 @pytest.fixture(scope="module")

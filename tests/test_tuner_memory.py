@@ -8,8 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from localspec.draft_len import AutoK, FixedK
-from localspec.tuner_memory import TunerMemory, TunerRecord
+from localspec.draft_len.auto import AutoK
+from localspec.draft_len.fixed import FixedK
+from localspec.draft_len.memory import TunerMemory, TunerRecord
 
 KEY = {"target": "abc", "draft": "def", "llama_cpp": "0.3.36", "cpu": "test"}
 # verify seconds by batch size for the stand-in pair: the Xeon's as measured; the EPYC's measured at
@@ -75,10 +76,10 @@ def _rate(k: int, a: float, verify: dict, t_draft: float) -> float:
 def _request(ctl, a: float, verify: dict, t_draft: float, n: int, seed: int) -> float:  # noqa: ANN001
     """One request of n tokens; returns tokens per second. Acceptance comes from one trace per seed
     (m[t] = 1 when the draft would guess token t), so every policy sees the same text, as in
-    scripts/replay_autok.py: a round from t with K drafts accepts the run of ones from t, up to K."""
+    research/replay_autok.py: a round from t with K drafts accepts the run of ones from t, up to K."""
     rng = np.random.default_rng(seed)
     m = rng.random(n + 32) < a
-    ctl.begin()
+    ctl = ctl.fork() if ctl.costs is not None else ctl  # a request's own controller, as the pool gives
     t, secs = 0, 0.0
     while t < n:
         k = min(ctl.choose(), max(verify) - 1)
@@ -103,7 +104,7 @@ def test_primed_tuner_skips_the_probes_and_starts_at_the_predicted_best():
     verify, t_draft = CURVES["xeon"]
     ctl = AutoK()
     ctl.prime(verify, t_draft)
-    ctl.begin()
+    ctl = ctl.fork()
     first = [ctl.choose() for _ in range(3)]
     best = max(range(1, 9), key=lambda k: _rate(k, ctl.prior_accept, verify, t_draft))
     assert first[0] == best == ctl.best_k()  # no probe list: the first round is the prediction
@@ -114,7 +115,7 @@ def test_primed_tuner_starts_plain_when_speculation_cannot_pay():
     ctl = AutoK()
     # a draft as slow as the target and a steep verify curve: no K can win
     ctl.prime({n: 0.05 * n for n in range(1, 6)}, 0.05, acc=[2.0] * 4, tried=[10.0] * 4)
-    ctl.begin()
+    ctl = ctl.fork()
     assert [ctl.choose() for _ in range(5)] == [0] * 5
     assert ctl.started_plain and ctl.fallbacks == 0  # said once as "started plain", not a fallback
     assert not FixedK(3).started_plain
@@ -145,14 +146,14 @@ def test_remembered_acceptance_moves_the_first_choice():
     cold.prime(verify, t_draft)
     # a draft remembered as nearly always right on a flat GPU curve: draft deeper from the first round
     warm.prime(verify, t_draft, acc=[40.0] * 16, tried=[41.0] * 16)
-    cold.begin(), warm.begin()
+    cold, warm = cold.fork(), warm.fork()
     assert warm.choose() > cold.choose()
 
 
 def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypatch):
-    from localspec import calibrate
+    from localspec.config.settings import Settings
+    from localspec.draft_len import calibrate
     from localspec.engine import Engine
-    from localspec.settings import Settings
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     calls = []
@@ -162,8 +163,8 @@ def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypat
     with Engine(s) as eng:
         assert eng.calibration == "measured" and len(calls) == 1
         predicted = AutoK()
-        predicted.prime(eng._known.verify_s, eng._known.draft_s)
-        predicted.begin()
+        predicted.prime(eng.tuners.known.verify_s, eng.tuners.known.draft_s)
+        predicted = predicted.fork()
         r = eng.generate("The capital of France is")
         # no probe rounds: the first round runs at the K the measured costs predict (0: plain)
         assert r.stats.k_history[0] == predicted.choose()
@@ -199,10 +200,10 @@ def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypat
 
 
 def test_engine_with_slots_calibrates_the_batch_of_a_full_round(smollm2_path, tmp_path, monkeypatch):
+    from localspec.config.settings import Settings
     from localspec.engine import Engine
-    from localspec.settings import Settings
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     s = Settings.load(target=smollm2_path, draft=smollm2_path, n_ctx=256, parallel=4, n_threads=1)
     with Engine(s) as eng:
-        assert eng.calibration == "measured" and {4, 8} <= set(eng._known.verify_s)
+        assert eng.calibration == "measured" and {4, 8} <= set(eng.tuners.known.verify_s)

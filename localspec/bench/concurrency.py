@@ -22,10 +22,10 @@ from pathlib import Path
 from statistics import mean
 from typing import Callable, Sequence
 
-from ..errors import LocalspecError
-from . import peer as peer_mod
-from .prompts import FittedPrompt
-from .runner import BenchConfig
+from localspec.bench import peer as peer_mod
+from localspec.bench.prompts import FittedPrompt
+from localspec.bench.runner import BenchConfig
+from localspec.errors import LocalspecError
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ class PeerServer:
     """llama-server -np N for one configuration (plain, or the draft at a fixed K), as a context manager."""
 
     def __init__(
-        self, ps: peer_mod.PeerSettings, n_parallel: int, k: int | None, *, bin_dir: Path = peer_mod.PEER_BIN
+        self, ps: peer_mod.PeerSettings, n_parallel: int, k: int | None, *, bin_dir: Path | None = None
     ) -> None:  # noqa: E501
         self.port = _free_port()
         self.cmd = peer_mod.server_cmd(ps, n_parallel, k, port=self.port, bin_dir=bin_dir)

@@ -9,8 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ..tuner_memory import cpu_name
-from .peer import PEER_BIN
+from localspec import paths
+from localspec.draft_len.memory import cpu_name
 
 
 def _version(dist: str) -> str:
@@ -20,9 +20,9 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def peer_build_flags(bin_dir: Path = PEER_BIN) -> dict[str, str]:
+def peer_build_flags(bin_dir: Path | None = None) -> dict[str, str]:
     """The cmake flags of the llama.cpp peer build that matter for speed (from its CMakeCache)."""
-    cache = bin_dir.parent / "CMakeCache.txt"
+    cache = (bin_dir or paths.peer_bin()).parent / "CMakeCache.txt"
     if not cache.exists():
         return {}
     want = re.compile(
@@ -35,7 +35,7 @@ def peer_build_flags(bin_dir: Path = PEER_BIN) -> dict[str, str]:
 def describe() -> dict[str, Any]:
     import psutil  # noqa: PLC0415
 
-    from .. import backend  # noqa: PLC0415
+    from localspec import llama  # noqa: PLC0415
 
     return {
         "cpu": cpu_name(),
@@ -44,7 +44,7 @@ def describe() -> dict[str, Any]:
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "os": f"{platform.system()} {platform.release()}",
         "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
-        "llama_cpp_system_info": backend.system_info(),
+        "llama_cpp_system_info": llama.system_info(),
         "versions": {
             "localspec": _version("localspec"),
             "llama-cpp-python": _version("llama-cpp-python"),

@@ -1,5 +1,5 @@
 """The peer: llama.cpp's own speculative decoding (`llama-speculative-simple`) and plain decoding
-(`llama-bench`), built from the same vendored llama.cpp by scripts/build_peer.sh, run on the same
+(`llama-bench`), built from the same vendored llama.cpp by tools/build/build_peer.sh, run on the same
 pair, prompts, draft lengths, thread count and sampling settings as localspec.
 
 Timing comes from the tools' own output: speculative-simple prints "decoded N tokens in T seconds"
@@ -9,33 +9,30 @@ Timing comes from the tools' own output: speculative-simple prints "decoded N to
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import LocalspecError
-from ..settings import REPO_ROOT
-from .aggregate import Sample, Spread, spread
-from .peer_variants import PEER_VARIANTS, PeerVariant
-from .prompts import FittedPrompt
-from .runner import BenchConfig
+from localspec import paths
+from localspec.bench.aggregate import Sample, Spread, spread
+from localspec.bench.peer_variants import PEER_VARIANTS, PeerVariant
+from localspec.bench.prompts import FittedPrompt
+from localspec.bench.runner import BenchConfig
+from localspec.errors import LocalspecError
 
-# LOCALSPEC_PEER_BIN points at a build made elsewhere (one build serves every checkout)
-PEER_BIN = Path(os.environ.get("LOCALSPEC_PEER_BIN") or REPO_ROOT / "third_party" / "llama.cpp-build" / "bin")
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds")
 _DRAFTED = re.compile(r"n_drafted\s*=\s*(\d+)")
 _ACCEPT = re.compile(r"n_accept\s*=\s*(\d+)")
 
 
-def peer_binary(name: str, bin_dir: Path = PEER_BIN) -> Path:
-    path = bin_dir / name
+def peer_binary(name: str, bin_dir: Path | None = None) -> Path:
+    path = (bin_dir or paths.peer_bin()) / name
     if not path.is_file():
         raise LocalspecError(
-            f"llama.cpp's {name} is not built ({path} is missing): run scripts/build_peer.sh"
+            f"llama.cpp's {name} is not built ({path} is missing): run tools/build/build_peer.sh"
         )
     return path
 
@@ -111,7 +108,7 @@ def speculative_simple_cmd(
     gen_tokens: int,
     temperature: float,
     seed: int,
-    bin_dir: Path = PEER_BIN,
+    bin_dir: Path | None = None,
     variant: PeerVariant = PEER_VARIANTS["draft-simple"],
 ) -> list[str]:
     t = str(ps.n_threads)
@@ -167,7 +164,7 @@ def speculative_simple_cmd(
 
 
 def server_cmd(
-    ps: PeerSettings, n_parallel: int, k: int | None, *, port: int, bin_dir: Path = PEER_BIN
+    ps: PeerSettings, n_parallel: int, k: int | None, *, port: int, bin_dir: Path | None = None
 ) -> list[str]:
     """llama-server with n_parallel slots over one unified KV cache of n_ctx per slot (as localspec
     allocates), plain when k is None, else the draft at a fixed K."""
@@ -240,7 +237,7 @@ class PeerSide:
         *,
         temperature: float,
         gen_tokens: int,
-        bin_dir: Path = PEER_BIN,
+        bin_dir: Path | None = None,
         variants: Sequence[str] = ("draft-simple",),
     ) -> None:
         self.ps, self.prompt_text, self.bin_dir = ps, prompt_text, bin_dir
@@ -283,7 +280,7 @@ class PeerSide:
 
 
 def plain_tok_s(
-    ps: PeerSettings, model: Path, *, depth: int, gen_tokens: int, runs: int, bin_dir: Path = PEER_BIN
+    ps: PeerSettings, model: Path, *, depth: int, gen_tokens: int, runs: int, bin_dir: Path | None = None
 ) -> Spread:
     """llama-bench's plain token-generation speed of `model` at a context depth of `depth` tokens."""
     cmd = [

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import LocalspecError
-from .runner import comma_list
+from localspec.bench.runner import comma_list
+from localspec.errors import LocalspecError
 
 
 @dataclass(frozen=True)

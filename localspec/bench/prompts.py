@@ -16,11 +16,11 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-from .. import chat
-from ..errors import LocalspecError
+from localspec.chat import template as chat
+from localspec.errors import LocalspecError
 
 if TYPE_CHECKING:
-    from ..backend import VocabFacts
+    from localspec.llama import VocabFacts
 
 KINDS = ("chat", "chinese", "code", "long", "copy")
 _SENTINEL = "\u0000LOCALSPEC-BENCH\u0000"

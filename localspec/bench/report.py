@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .aggregate import ConfigSummary, Spread, best
-from .runner import BenchTable
+from localspec.bench.aggregate import ConfigSummary, Spread, best
+from localspec.bench.runner import BenchTable
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from ..errors import LocalspecError
-from ..settings import Settings
-from .aggregate import ConfigSummary, Sample, summarize_all
-from .prompts import FittedPrompt
+from localspec.bench.aggregate import ConfigSummary, Sample, summarize_all
+from localspec.bench.prompts import FittedPrompt
+from localspec.config.settings import Settings
+from localspec.errors import LocalspecError
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The whole benchmark as one call (what `localspec bench` and scripts/make_bench.py run): load the
+"""The whole benchmark as one call (what `localspec bench` and tools/make_bench.py run): load the
 pair once, fit the prompts, run localspec at every temperature and, with `peer`, llama.cpp too."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import LocalspecError
-from ..settings import Settings
-from . import machine
-from . import peer as peer_mod
-from .prompts import FittedPrompt, fit_prompts, load_prompts, select
-from .report import BenchReport, TempResult
-from .runner import EngineSide, Side, configs_for, measure
+from localspec.bench import machine
+from localspec.bench import peer as peer_mod
+from localspec.bench.prompts import FittedPrompt, fit_prompts, load_prompts, select
+from localspec.bench.report import BenchReport, TempResult
+from localspec.bench.runner import EngineSide, Side, configs_for, measure
+from localspec.config.settings import Settings
+from localspec.errors import LocalspecError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +38,8 @@ class BenchPlan:
 def run_benchmark(
     settings: Settings, plan: BenchPlan, *, progress: Callable[[str], None] | None = None
 ) -> BenchReport:
-    from ..backend import default_threads  # noqa: PLC0415
-    from ..engine import Engine  # noqa: PLC0415
+    from localspec.engine import Engine  # noqa: PLC0415
+    from localspec.llama import default_threads  # noqa: PLC0415
 
     if plan.prompt_tokens < 2 or plan.gen_tokens < 2:
         raise LocalspecError("--prompt-tokens and --gen-tokens must be at least 2")
@@ -171,9 +171,9 @@ def run_concurrency_benchmark(
     """`bench --concurrency`: every level, temperature and configuration on one Engine with
     max(levels) slots, and with `peer` llama-server -np N alongside. Returns a JSON-able report
     whose "rows" are `concurrency.ConcurrencyRow` dicts."""
-    from ..backend import default_threads  # noqa: PLC0415
-    from ..engine import Engine  # noqa: PLC0415
-    from . import concurrency as conc  # noqa: PLC0415
+    from localspec.bench import concurrency as conc  # noqa: PLC0415
+    from localspec.engine import Engine  # noqa: PLC0415
+    from localspec.llama import default_threads  # noqa: PLC0415
 
     levels = list(plan.concurrency)
     if plan.peer and settings.draft is None:

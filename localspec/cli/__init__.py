@@ -75,6 +75,6 @@ def cli() -> None:
 
 
 def main() -> None:
-    from .common import run_cli  # noqa: PLC0415
+    from localspec.cli.common import run_cli  # noqa: PLC0415
 
     run_cli(cli)

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import click
 
-from ..bench.peer_variants import PEER_VARIANT_NAMES, parse_peer_specs
-from ..bench.runner import comma_list
-from ..errors import LocalspecError
-from ..settings import DEFAULT_PAIR, LOOKUP_MODES, SPEC_MODES, Settings
-from .common import resolve_settings, settings_options
+from localspec.bench.peer_variants import PEER_VARIANT_NAMES, parse_peer_specs
+from localspec.bench.runner import comma_list
+from localspec.cli.common import resolve_settings, settings_options
+from localspec.config.settings import LOOKUP_MODES, SPEC_MODES, Settings
+from localspec.errors import LocalspecError
+from localspec.paths import default_pair
 
 # the bench sets these itself: one value per configuration, or fixed by the method
 _OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_mode", "lookup")
@@ -126,7 +127,7 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
     "--peer",
     is_flag=True,
     help="Also run llama.cpp's llama-speculative-simple on the same work "
-    "(build it first: scripts/build_peer.sh).",
+    "(build it first: tools/build/build_peer.sh).",
 )
 @click.option(
     "--concurrency",
@@ -157,12 +158,16 @@ def bench(
     **kwargs,
 ) -> None:  # noqa: ANN003
     """Benchmark plain vs speculative decoding over draft lengths (decode tok/s, speedup, acceptance)."""
-    from ..bench import report  # noqa: PLC0415
-    from ..bench.runner import parse_draft_max, parse_temperatures  # noqa: PLC0415
-    from ..bench.suite import BenchPlan, run_benchmark  # noqa: PLC0415
+    from localspec.bench import report  # noqa: PLC0415
+    from localspec.bench.runner import parse_draft_max, parse_temperatures  # noqa: PLC0415
+    from localspec.bench.suite import BenchPlan, run_benchmark  # noqa: PLC0415
 
-    if kwargs.get("pair") is None and kwargs.get("target") is None and (DEFAULT_PAIR / "pair.toml").exists():
-        kwargs["pair"] = DEFAULT_PAIR
+    if (
+        kwargs.get("pair") is None
+        and kwargs.get("target") is None
+        and (default_pair() / "pair.toml").exists()
+    ):
+        kwargs["pair"] = default_pair()
     settings = resolve_settings(kwargs)
     if settings.target is None:
         raise LocalspecError("no model to benchmark: pass --pair DIR or --target T.gguf [--draft D.gguf]")
@@ -215,8 +220,8 @@ def _levels(value: str) -> list[int]:
 def _concurrency(settings, plan, progress, json_out: Path | None, md_out: Path | None) -> None:  # noqa: ANN001
     import json  # noqa: PLC0415
 
-    from ..bench import concurrency as conc  # noqa: PLC0415
-    from ..bench.suite import run_concurrency_benchmark  # noqa: PLC0415
+    from localspec.bench import concurrency as conc  # noqa: PLC0415
+    from localspec.bench.suite import run_concurrency_benchmark  # noqa: PLC0415
 
     rep = run_concurrency_benchmark(settings, plan, progress=progress)
     for t in plan.temperatures:

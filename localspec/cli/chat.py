@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from .common import resolve_settings, settings_options
+from localspec.cli.common import resolve_settings, settings_options
 
 DRAFT_STYLE = "cyan"  # accepted draft tokens
 PROMPT = ">>> "
@@ -29,8 +29,8 @@ Ctrl-C during an answer stops it."""
 @click.option("--system", "system", default=None, help="System prompt.")
 def chat(system: str | None, **kwargs: Any) -> None:
     """Chat with a model; with no model given, the embedded default pair (built first if missing)."""
-    from ..acclog import AccLog  # noqa: PLC0415 - keep --help instant
-    from ..engine import Engine  # noqa: PLC0415
+    from localspec.engine import Engine  # noqa: PLC0415
+    from localspec.telemetry.acclog import AccLog  # noqa: PLC0415 - keep --help instant
 
     settings = _settings(kwargs)
     screen = Screen(tty=sys.stdin.isatty() and sys.stdout.isatty())
@@ -53,16 +53,16 @@ def chat(system: str | None, **kwargs: Any) -> None:
 
 def _settings(kwargs: dict[str, Any]):  # noqa: ANN202
     """Settings from the flags; with no model named anywhere, the default pair (built if missing)."""
-    from ..settings import DEFAULT_PAIR  # noqa: PLC0415
-    from .models import build_default_pair  # noqa: PLC0415
+    from localspec.cli.models import build_default_pair  # noqa: PLC0415
+    from localspec.paths import default_pair  # noqa: PLC0415
 
     given = dict(kwargs)
     settings = resolve_settings(kwargs)
     if settings.target is None and settings.draft is None:
-        if not (DEFAULT_PAIR / "pair.toml").exists():
+        if not (default_pair() / "pair.toml").exists():
             click.echo("no model given and models/default is not built yet: building it now (once)", err=True)
             build_default_pair()
-        settings = resolve_settings({**given, "pair": DEFAULT_PAIR})
+        settings = resolve_settings({**given, "pair": default_pair()})
     return settings
 
 
@@ -71,9 +71,9 @@ def _repl(session: "ChatSession") -> None:
     from prompt_toolkit.history import FileHistory, InMemoryHistory  # noqa: PLC0415
 
     try:
-        import platformdirs  # noqa: PLC0415
+        from localspec import paths  # noqa: PLC0415
 
-        path = platformdirs.user_state_path("localspec") / "chat_history"
+        path = paths.chat_history()
         path.parent.mkdir(parents=True, exist_ok=True)
         history = FileHistory(str(path))
     except OSError:
@@ -144,7 +144,7 @@ class TurnRow:
 
 class ChatSession:
     def __init__(self, engine, settings, screen: Screen, acclog, system: str | None) -> None:  # noqa: ANN001
-        from ..conversation import Conversation  # noqa: PLC0415
+        from localspec.chat.conversation import Conversation  # noqa: PLC0415
 
         self.engine, self.settings, self.screen, self.acclog = engine, settings, screen, acclog
         self.conv = Conversation(system=system)
@@ -153,7 +153,7 @@ class ChatSession:
     # -- input -----------------------------------------------------------------------------------
     def handle(self, line: str) -> bool:
         """One input line: a command or a message. False means quit."""
-        from ..errors import LocalspecError  # noqa: PLC0415
+        from localspec.errors import LocalspecError  # noqa: PLC0415
 
         line = line.strip()
         if not line:
@@ -237,7 +237,7 @@ class ChatSession:
 
     def _prompt_that_fits(self, user: str) -> tuple[str, list[int]] | None:
         """The prompt for `user`, dropping the oldest turns (announced) while it outgrows n_ctx."""
-        from ..conversation import Conversation  # noqa: PLC0415
+        from localspec.chat.conversation import Conversation  # noqa: PLC0415
 
         def fits(ids: list[int]) -> bool:
             return len(ids) + self.settings.max_tokens <= self.settings.n_ctx

@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 import click
 
-from ..errors import LocalspecError
-from ..settings import Settings, setting_fields
+from localspec.config.settings import Settings, setting_fields
+from localspec.errors import LocalspecError
 
 
 def _click_type(f: Any) -> Any:
@@ -57,7 +57,7 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
             "--config",
             type=click.Path(path_type=Path),
             default=None,
-            help="A TOML file of settings (see configs/defaults.toml).",
+            help="A TOML file of settings (keys as in localspec/data/defaults.toml).",
         )(fn)
 
     return deco
@@ -69,7 +69,16 @@ def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = N
     names = {f.name for f in setting_fields()}
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     config = kwargs.pop("config", None)
-    return Settings.load(config=config, defaults=defaults, **given)
+    return Settings.load(config=config, defaults=defaults, resolve_pair=_resolve_pair, **given)
+
+
+def _resolve_pair(pair: Path, yes: bool) -> Path:
+    """`--pair NAME`: presets and pulls (hub), with the CLI's progress bars for a conversion."""
+    from localspec.cli.progress import StageBars  # noqa: PLC0415
+    from localspec.hub.resolve import resolve_pair  # noqa: PLC0415 - only when a pair is used
+
+    with StageBars() as bars:
+        return resolve_pair(pair, yes, log=lambda line: bars.write(line, err=True), progress=bars.update)
 
 
 def run_cli(group: click.Group) -> None:

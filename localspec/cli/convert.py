@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .progress import StageBars
+from localspec.cli.progress import StageBars
 
 # literal lists keep `--help` free of numpy/llama.cpp imports; backend.QUANT_TYPES is the authority
 CONVERT_TYPES = ("f16", "bf16", "f32", "q8_0", "q4_k_m", "q5_k_m", "q6_k", "q4_0")
@@ -52,7 +52,7 @@ def convert(src: str, out: Path, out_type: str) -> None:
     Supported: LlamaForCausalLM (Llama 2/3.x, SmolLM2), MistralForCausalLM, Qwen2ForCausalLM,
     Qwen3ForCausalLM; safetensors weights (single or sharded; f32/f16/bf16).
     """
-    from ..convert.hf import convert_hf  # noqa: PLC0415 - lazy: numpy/gguf only when run
+    from localspec.convert.hf import convert_hf  # noqa: PLC0415 - lazy: numpy/gguf only when run
 
     with StageBars() as bars:
         convert_hf(src, out, out_type=out_type, log=bars.write, progress=bars.update)
@@ -75,7 +75,7 @@ def convert(src: str, out: Path, out_type: str) -> None:
 )
 def quantize(src: Path, dst: Path, qtype: str, threads: int | None) -> None:
     """Quantize the GGUF SRC into DST with llama.cpp (requantizing is allowed)."""
-    from ..convert.quant import quantize_file  # noqa: PLC0415
+    from localspec.convert.quant import quantize_file  # noqa: PLC0415
 
     with StageBars() as bars:
         quantize_file(

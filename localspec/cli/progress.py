@@ -30,9 +30,9 @@ class StageBars:
         assert self._bar is not None
         self._bar.update(done - self._bar.n)
 
-    def write(self, line: str) -> None:
+    def write(self, line: str, err: bool = False) -> None:
         # tqdm.write keeps an open bar intact below the message
-        tqdm.write(line, file=sys.stdout)
+        tqdm.write(line, file=sys.stderr if err else sys.stdout)
 
     def close(self) -> None:
         if self._bar is not None:

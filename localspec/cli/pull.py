@@ -18,22 +18,30 @@ def pull(source: str, draft_src: str | None, name: str | None, out_dir: Path | N
     """Download SOURCE: a preset (`localspec list`), or TARGET_REPO[:FILE] DRAFT_REPO[:FILE] as a pair,
     or one REPO[:FILE]. GGUF repos give the Q4_K_M (target) / Q8_0 (draft) file; safetensors-only repos
     are converted. Then check-pair, pair.toml in models/NAME and a memory verdict for this machine."""
-    from ..errors import LocalspecError  # noqa: PLC0415
-    from ..hub.presets import find_preset, is_repo_ref, parse_ref, unknown_preset  # noqa: PLC0415
-    from ..hub.pull import pair_name, pull_one, pull_pair, pull_preset  # noqa: PLC0415
+    from localspec.cli.progress import StageBars  # noqa: PLC0415
 
-    log = click.echo
+    with StageBars() as bars:
+        _pull(source, draft_src, name, out_dir, log=bars.write, progress=bars.update)
+
+
+def _pull(source, draft_src, name, out_dir, *, log, progress) -> None:  # noqa: ANN001
+    from localspec.errors import LocalspecError  # noqa: PLC0415
+    from localspec.hub.presets import find_preset, is_repo_ref, parse_ref, unknown_preset  # noqa: PLC0415
+    from localspec.hub.pull import pair_name, pull_one, pull_pair, pull_preset  # noqa: PLC0415
+
     if not is_repo_ref(source):
         preset = find_preset(source)
         if preset is None:
             raise unknown_preset(source)
         if draft_src:
             raise LocalspecError(f"{source} is a preset: it names its own draft; drop {draft_src!r}")
-        pull_preset(preset, out_dir=out_dir, log=log)
+        pull_preset(preset, out_dir=out_dir, log=log, progress=progress)
         return
     target = parse_ref(source, quant="q4_k_m")
     if draft_src is None:
         pull_one(target, log=log)
         return
     draft = parse_ref(draft_src, quant="q8_0")
-    pull_pair(target, draft, name=name or pair_name(target, draft), out_dir=out_dir, log=log)
+    pull_pair(
+        target, draft, name=name or pair_name(target, draft), out_dir=out_dir, log=log, progress=progress
+    )

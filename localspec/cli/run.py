@@ -8,7 +8,7 @@ import time
 
 import click
 
-from .common import resolve_settings, settings_options
+from localspec.cli.common import resolve_settings, settings_options
 
 
 @click.command()
@@ -19,9 +19,9 @@ from .common import resolve_settings, settings_options
 @click.option("--stats/--no-stats", "show_stats", default=True, help="Print a stats line on stderr.")
 def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs) -> None:
     """Generate a completion for PROMPT ('-' reads it from stdin)."""
-    from ..acclog import AccLog  # noqa: PLC0415 - keep --help instant
-    from ..engine import Engine  # noqa: PLC0415
-    from ..text_input import decode_text, require_text  # noqa: PLC0415
+    from localspec.engine import Engine  # noqa: PLC0415
+    from localspec.telemetry.acclog import AccLog  # noqa: PLC0415 - keep --help instant
+    from localspec.text_input import decode_text, require_text  # noqa: PLC0415
 
     # bad text is refused here, before any model loads (argv arrives surrogate-escaped)
     prompt = decode_text(sys.stdin.buffer.read()) if prompt == "-" else require_text(prompt)

@@ -8,8 +8,8 @@ from importlib.util import find_spec
 
 import click
 
-from ..errors import LocalspecError
-from .common import resolve_settings, settings_options
+from localspec.cli.common import resolve_settings, settings_options
+from localspec.errors import LocalspecError
 
 SERVE_DEFAULTS = {"parallel": 4}  # below config files and flags
 SHUTDOWN_GRACE_S = 10  # SIGTERM: in-flight requests get this long to finish, then are cancelled
@@ -24,9 +24,9 @@ def serve(**kwargs) -> None:
     _need_server_extras()
     import uvicorn  # noqa: PLC0415 - keep --help instant
 
-    from ..engine import Engine  # noqa: PLC0415
-    from ..rpc import parse_endpoints  # noqa: PLC0415
-    from ..server import create_app, reload  # noqa: PLC0415
+    from localspec.engine import Engine  # noqa: PLC0415
+    from localspec.llama.rpc import parse_endpoints  # noqa: PLC0415
+    from localspec.server import create_app, reload  # noqa: PLC0415
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)

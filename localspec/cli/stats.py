@@ -15,8 +15,8 @@ def stats(log: Path | None, plot: Path | None) -> None:
     """Summarize the acceptance log LOG (default: the one run and chat write)."""
     from rich.console import Console  # noqa: PLC0415 - keep --help instant
 
-    from ..acclog import default_path  # noqa: PLC0415
-    from ..logstats import read_log, summarize  # noqa: PLC0415
+    from localspec.telemetry.acclog import default_path  # noqa: PLC0415
+    from localspec.telemetry.logstats import read_log, summarize  # noqa: PLC0415
 
     path = log or default_path()
     records, bad = read_log(path)
@@ -73,7 +73,7 @@ def _position_table(s):  # noqa: ANN001, ANN202
 def _plot(s, out: Path) -> None:  # noqa: ANN001
     from datetime import datetime  # noqa: PLC0415
 
-    from ..errors import LocalspecError  # noqa: PLC0415
+    from localspec.errors import LocalspecError  # noqa: PLC0415
 
     try:
         import matplotlib  # noqa: PLC0415

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 from gguf import MODEL_ARCH, GGMLQuantizationType, GGUFValueType, Keys, LlamaFileType, get_tensor_name_map
 
-from ..errors import LocalspecError
-from .atomic import atomic_output, scratch_output
-from .gguf_stream import KV, PlannedTensor, write_gguf
-from .hf_vocab import tokenizer_kvs
-from .quant import quantize_file
-from .safetensors_io import Checkpoint, f32_to_bf16
+from localspec.convert.gguf_stream import KV, PlannedTensor, write_gguf
+from localspec.convert.hf_vocab import tokenizer_kvs
+from localspec.convert.quant import quantize_file
+from localspec.convert.safetensors_io import Checkpoint, f32_to_bf16
+from localspec.errors import LocalspecError
+from localspec.files import atomic_output, scratch_output
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 FLOAT_TYPES = {

@@ -15,8 +15,8 @@ from typing import Any
 
 from gguf import GGUFValueType, Keys, SpecialVocab, TokenType
 
-from ..errors import LocalspecError
-from .gguf_stream import KV
+from localspec.convert.gguf_stream import KV
+from localspec.errors import LocalspecError
 
 _U32, _STR, _BOOL, _ARR = GGUFValueType.UINT32, GGUFValueType.STRING, GGUFValueType.BOOL, GGUFValueType.ARRAY
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from ..compat import check_pair
-from ..errors import LocalspecError
-from ..gguf_file import GGUF_MAGIC
-from .hf import Progress, convert_hf
-from .pair_toml import write_pair_toml
-from .quant import quantize_file
+from localspec.config.pair_toml import write_pair_toml
+from localspec.convert.hf import Progress, convert_hf
+from localspec.convert.quant import quantize_file
+from localspec.errors import LocalspecError
+from localspec.gguf.compat import check_pair, pair_facts
+from localspec.gguf.file import GGUF_MAGIC
 
 RUNTIME = {"draft_max": "auto"}  # recommended settings stored with every pair
 
@@ -75,6 +75,8 @@ def build_pair(
         "target_source": str(target_src),
         "draft_source": str(draft_src),
     }
-    toml = write_pair_toml(out_dir, target, draft, info=info, runtime=RUNTIME)
+    toml = write_pair_toml(
+        out_dir, target, draft, info={**pair_facts(target, draft), **info}, runtime=RUNTIME
+    )
     log(f"done     {toml} ({report.message})")
     return toml

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import backend
-from .atomic import atomic_output
+from localspec import llama
+from localspec.files import atomic_output
 
 
 def quantize_file(
@@ -18,5 +18,5 @@ def quantize_file(
     progress: Callable[[int, int, str], None] | None = None,
 ) -> Path:
     with atomic_output(dst) as tmp:
-        backend.quantize(src, tmp, ftype, nthread=nthread, progress=progress)
+        llama.quantize(src, tmp, ftype, nthread=nthread, progress=progress)
     return Path(dst)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import LocalspecError
+from localspec.errors import LocalspecError
 
 INDEX_JSON = "model.safetensors.index.json"
 _DTYPES = {

@@ -19,25 +19,21 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, LlamaFileType, ReaderTensor
 from gguf.quants import dequantize
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
-from ..embedded import sha256_file
-from ..errors import LocalspecError
-from ..gguf_file import validate_gguf
-from ..pair_file import PAIR_TOML
-from .atomic import scratch_output
-from .gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
-from .pair_toml import write_pair_toml
-from .quant import quantize_file
+from localspec.config import toml as tomllib
+from localspec.config.pair_toml import PAIR_TOML, write_pair_toml
+from localspec.convert.embedded import sha256_file
+from localspec.convert.gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
+from localspec.convert.quant import quantize_file
+from localspec.errors import LocalspecError
+from localspec.files import scratch_output
+from localspec.gguf.compat import pair_facts
+from localspec.gguf.file import validate_gguf
 
 DRAFT_NAME = "draft-q8_0.gguf"
 TARGET_NAME = "target-q4_k_m.gguf"
 BUILDER_VERSION = 1  # bump when the recipe changes so existing pairs are rebuilt
 R = 16
-# Greedy acceptance vs the draft (scripts/standin_acceptance.py: 5 prompts x 64 positions, teacher-
+# Greedy acceptance vs the draft (research/standin_acceptance.py: 5 prompts x 64 positions, teacher-
 # forced on the target's greedy text): sigma 0.25 -> 0.79, 0.35 -> 0.77, 0.5 -> ~0.65 (on the
 # draft's text). 0.35 sits inside what real same-family pairs show (0.6-0.8).
 SIGMA = 0.35
@@ -90,7 +86,9 @@ def build_standin(
         quantize_file(wide, target, "q4_k_m", progress=_stage(progress, "target q4_k_m"))
 
     info = {"stand_in": True, "target_quant": "q4_k_m", "draft_quant": "q8_0", "source": src.name, **recipe}
-    write_pair_toml(out_dir, target, draft, info=info, runtime={"draft_max": "auto"})
+    write_pair_toml(
+        out_dir, target, draft, info={**pair_facts(target, draft), **info}, runtime={"draft_max": "auto"}
+    )
     log(f"done     {toml_path} in {time.perf_counter() - t0:.0f} s")
     return toml_path
 

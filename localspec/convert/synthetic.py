@@ -4,7 +4,7 @@ For machines no real pair can reach (a GPU box without network): the draft is a 
 architecture model; the target is the draft's *noisy copy, widened without changing its function*:
   - noise: every attention/FFN matrix of the draft gets seeded Gaussian noise of relative size sigma,
     at the draft's own width, so target-vs-draft agreement (acceptance) depends on sigma and the
-    draft, not on how far the target is widened (scripts/synthetic_acceptance.py measures it);
+    draft, not on how far the target is widened (research/synthetic_acceptance.py measures it);
   - widening by w: the residual stream is tiled w times (RMSNorm of a tiled vector is the tiled norm),
     every head is copied w times (GQA groups keep their kv head), input columns are divided by w;
     each FFN neuron j is copied m_j times with its down-projection column divided by m_j;
@@ -18,11 +18,6 @@ from __future__ import annotations
 
 import json
 import time
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,9 +25,10 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, LlamaFileType
 
-from ..errors import LocalspecError
-from .atomic import atomic_output
-from .gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
+from localspec.config import toml as tomllib
+from localspec.convert.gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
+from localspec.errors import LocalspecError
+from localspec.files import atomic_output
 
 HEAD_DIM = 64
 LOGIT_STD = 6.0  # spread of the draft's logits: peaked next-token distributions, like a trained model
@@ -62,7 +58,7 @@ class Recipe:
 # ~0.47B draft (Qwen2.5-0.5B-like) and a ~7.4B target (Mistral-7B-like: 4096 wide, 32 layers,
 # FFN 14336); every matrix width is a multiple of 256 so Q4_K applies everywhere, as in real models
 GPU = Recipe(Shape(1024, 24, 16, 4, 4096), widen=4, ff_mult=3.5, n_layer=32)
-# seconds to build and run on two CPU cores: for `scripts/gpu_check.sh --cpu` and the tests
+# seconds to build and run on two CPU cores: for `tools/gpu_check.sh --cpu` and the tests
 CPU = Recipe(Shape(256, 4, 4, 2, 768), widen=2, ff_mult=2.0, n_layer=6)
 RECIPES = {"gpu": GPU, "cpu": CPU}
 
@@ -162,8 +158,8 @@ def write_f16(
 
 def quantize_pair(out_dir: Path, *, nthread: int | None = None, log: Callable[[str], None] = print) -> Path:
     """Quantize write_f16's files with llama.cpp (target Q4_K_M, draft Q8_0), then write pair.toml."""
-    from .pair_toml import write_pair_toml  # noqa: PLC0415 - these load llama.cpp
-    from .quant import quantize_file  # noqa: PLC0415
+    from localspec.config.pair_toml import write_pair_toml
+    from localspec.convert.quant import quantize_file  # noqa: PLC0415
 
     out_dir = Path(out_dir)
     marker = out_dir / F16_DONE

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import LocalspecError
-from ..memory_plan import fmt_bytes
-from .presets import ModelRef
+from localspec.errors import LocalspecError
+from localspec.gguf.memory_plan import fmt_bytes
+from localspec.hub.presets import ModelRef
 
 T = TypeVar("T")
 DISK_MARGIN = 256 << 20  # keep this much free beyond the files themselves
@@ -221,7 +221,7 @@ def remote_header(f: RemoteFile, scratch: Path) -> Path | None:
         return f.cached
     from huggingface_hub import hf_hub_url  # noqa: PLC0415
 
-    from ..gguf_file import read_header  # noqa: PLC0415
+    from localspec.gguf.file import read_header  # noqa: PLC0415
 
     url = hf_hub_url(f.repo, f.file, revision=f.revision)
     dst = Path(scratch) / f"{f.repo.replace('/', '--')}--{Path(f.file).name}"

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import LocalspecError
-from ..pair_file import PAIR_TOML, read_pair
-from .presets import Preset, load_presets
-from .pull import models_dir
+from localspec.config.pair_toml import PAIR_TOML, read_pair
+from localspec.errors import LocalspecError
+from localspec.hub.presets import Preset, load_presets
+from localspec.paths import models_dir
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ def presets() -> list[Preset]:
 
 # -- the acceptance log (written by localspec.acclog; a missing log just means nothing measured yet) ---
 def _acclog_records(path: Path | None = None) -> list[dict[str, Any]]:
-    from ..acclog import default_path  # noqa: PLC0415
-    from ..logstats import read_log  # noqa: PLC0415
+    from localspec.telemetry.acclog import default_path  # noqa: PLC0415
+    from localspec.telemetry.logstats import read_log  # noqa: PLC0415
 
     try:
         return read_log(path or default_path())[0]

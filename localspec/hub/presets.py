@@ -1,4 +1,4 @@
-"""Pair presets: configs/pairs/NAME.toml names a Q4_K_M target and a Q8_0 draft on the Hub.
+"""Pair presets: localspec/data/presets/NAME.toml names a Q4_K_M target and a Q8_0 draft on the Hub.
 
 name = "llama3.1-8b"
 description = "..."
@@ -19,21 +19,15 @@ sources = ["https://huggingface.co/..."]
 from __future__ import annotations
 
 import difflib
-import os
 import re
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import LocalspecError
-from ..settings import REPO_ROOT
+from localspec import paths
+from localspec.config import toml as tomllib
+from localspec.errors import LocalspecError
 
-PRESETS_DIR = REPO_ROOT / "configs" / "pairs"
 CARDS_GB = (12, 16, 24)
 _REPO_ID = re.compile(r"[\w.-]+/[\w.-]+")
 
@@ -111,8 +105,9 @@ def read_preset(path: Path) -> Preset:
 
 
 def presets_dir() -> Path:
-    """configs/pairs in the checkout; LOCALSPEC_PRESETS names another folder (your own presets)."""
-    return Path(os.environ.get("LOCALSPEC_PRESETS") or PRESETS_DIR)
+    """The presets shipped in the package (localspec/data/presets); LOCALSPEC_PRESETS names another
+    folder (your own presets) to use instead."""
+    return paths.user_presets_dir() or Path(str(paths.package_data("presets")))
 
 
 def load_presets(folder: Path | None = None) -> dict[str, Preset]:

@@ -9,7 +9,6 @@ anything is downloaded, so a full disk is refused up front.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -17,20 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..compat import check_pair
-from ..errors import LocalspecError
-from ..memory_plan import fmt_bytes
-from ..pair_file import PAIR_TOML
-from ..settings import REPO_ROOT
-from . import fetch
-from .presets import ModelRef, Preset
+from localspec import paths
+from localspec.config.pair_toml import PAIR_TOML
+from localspec.errors import LocalspecError
+from localspec.gguf.compat import check_pair
+from localspec.gguf.memory_plan import fmt_bytes
+from localspec.hub import fetch
+from localspec.hub.presets import ModelRef, Preset
 
 Log = Callable[[str], None]
-
-
-def models_dir() -> Path:
-    """Where pulled pairs live: models/ in the checkout (LOCALSPEC_MODELS overrides)."""
-    return Path(os.environ.get("LOCALSPEC_MODELS") or REPO_ROOT / "models")
+# (stage, done, total): the converter reports its passes; the front end draws them (cli.progress)
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -94,8 +90,9 @@ def pull_pair(
     out_dir: Path | None = None,
     preset: Preset | None = None,
     log: Log = print,
+    progress: Progress | None = None,
 ) -> PullResult:
-    out_dir = Path(out_dir) if out_dir else models_dir() / name
+    out_dir = Path(out_dir) if out_dir else paths.models_dir() / name
     plans = [plan_model(target, "target"), plan_model(draft, "draft")]
     for p in plans:
         _note_checksum(p, log)
@@ -105,14 +102,14 @@ def pull_pair(
         fetch.check_disk(sum(p.disk_bytes for p in plans), out_dir, name)
     log(f"pull     {name}: {fmt_bytes(todo)} to download" if todo else f"pull     {name}: all files cached")
     early = _check_before_download(plans, name, preset, log)
-    paths = {p.role: _materialize(p, out_dir, log) for p in plans}
-    report = check_pair(paths["target"], paths["draft"])
+    files = {p.role: _materialize(p, out_dir, log, progress) for p in plans}
+    report = check_pair(files["target"], files["draft"])
     if not report.ok:
         raise LocalspecError(
             f"{name}: the downloaded files cannot be paired ({'; '.join(report.problems)}); "
             "the files stay in the Hugging Face cache, no pair.toml was written"
         )
-    verdict, n_ctx = early or local_verdict(paths["target"], paths["draft"], preset)
+    verdict, n_ctx = early or local_verdict(files["target"], files["draft"], preset)
     runtime: dict[str, Any] = {"draft_max": "auto", **(preset.runtime if preset else {})}
     if n_ctx:
         runtime["n_ctx"] = n_ctx
@@ -124,14 +121,21 @@ def pull_pair(
         "draft_repo": plans[1].ref.repo,
         "draft_file": plans[1].ref.file or "(converted)",
     }
-    from ..convert.pair_toml import write_pair_toml  # noqa: PLC0415
+    from localspec.config.pair_toml import write_pair_toml
+    from localspec.gguf.compat import pair_facts
 
-    toml = write_pair_toml(out_dir, paths["target"], paths["draft"], info=info, runtime=runtime)
+    toml = write_pair_toml(
+        out_dir,
+        files["target"],
+        files["draft"],
+        info={**pair_facts(files["target"], files["draft"]), **info},
+        runtime=runtime,
+    )
     log(f"check    {report.message}")
     if early is None or not todo:
         log(f"memory   {verdict}")
     log(f"done     {toml}")
-    return PullResult(out_dir, toml, paths["target"], paths["draft"], report.message, verdict, n_ctx)
+    return PullResult(out_dir, toml, files["target"], files["draft"], report.message, verdict, n_ctx)
 
 
 def _check_before_download(
@@ -167,30 +171,28 @@ def _note_checksum(p: Planned, log: Log) -> None:
         )
 
 
-def _materialize(p: Planned, out_dir: Path, log: Log) -> Path:
+def _materialize(p: Planned, out_dir: Path, log: Log, progress: Progress | None) -> Path:
     if p.gguf is not None:
         path = p.gguf.cached or fetch.download(p.gguf)
         log(f"{p.role:<8} {p.gguf.repo}:{p.gguf.file} -> {path}")
         return path
-    from ..cli.progress import StageBars  # noqa: PLC0415
-    from ..convert.hf import convert_hf  # noqa: PLC0415
+    from localspec.convert.hf import convert_hf  # noqa: PLC0415
 
     folder = fetch.snapshot(p.ref)
     out_dir.mkdir(parents=True, exist_ok=True)
     dst = out_dir / f"{p.role}-{p.ref.quant}.gguf"
-    with StageBars() as bars:
-        return convert_hf(folder, dst, out_type=p.ref.quant, log=bars.write, progress=bars.update)
+    return convert_hf(folder, dst, out_type=p.ref.quant, log=log, progress=progress)
 
 
 def local_verdict(target: Path, draft: Path, preset: Preset | None) -> tuple[str, int | None]:
     """What this machine can do with the pair (doctor's plan), and the n_ctx to store for it: the
     largest that fits the GPU fully (None on a CPU-only machine, or when not even 1024 fits)."""
-    from .. import backend  # noqa: PLC0415 - llama.cpp only for the device list
-    from ..memory_plan import Runtime, plan_pair, read_spec, verdict  # noqa: PLC0415
-    from .sizing import CTX_CAP, largest_fitting_ctx  # noqa: PLC0415
+    from localspec import llama  # noqa: PLC0415 - llama.cpp only for the device list
+    from localspec.gguf.memory_plan import Runtime, plan_pair, read_spec, verdict  # noqa: PLC0415
+    from localspec.hub.sizing import CTX_CAP, largest_fitting_ctx  # noqa: PLC0415
 
     t, d = read_spec(target), read_spec(draft)
-    devices = backend.devices()
+    devices = llama.devices()
     acc = [x for x in devices if x.kind == "gpu"] or [x for x in devices if x.kind == "igpu"]
     if not acc:
         cpu = next((x for x in devices if x.kind == "cpu"), None)
@@ -210,8 +212,18 @@ def local_verdict(target: Path, draft: Path, preset: Preset | None) -> tuple[str
     return head + v.message(), n_ctx
 
 
-def pull_preset(preset: Preset, *, out_dir: Path | None = None, log: Log = print) -> PullResult:
-    return pull_pair(preset.target, preset.draft, name=preset.name, out_dir=out_dir, preset=preset, log=log)
+def pull_preset(
+    preset: Preset, *, out_dir: Path | None = None, log: Log = print, progress: Progress | None = None
+) -> PullResult:
+    return pull_pair(
+        preset.target,
+        preset.draft,
+        name=preset.name,
+        out_dir=out_dir,
+        preset=preset,
+        log=log,
+        progress=progress,
+    )
 
 
 def pull_one(ref: ModelRef, *, log: Log = print) -> Path:
@@ -228,5 +240,5 @@ def pull_one(ref: ModelRef, *, log: Log = print) -> Path:
 
 
 def is_pulled(name: str) -> Path | None:
-    d = models_dir() / name
+    d = paths.models_dir() / name
     return d if (d / PAIR_TOML).exists() else None

@@ -6,15 +6,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..errors import LocalspecError
+from localspec.errors import LocalspecError
 
 
-def resolve_pair(pair: str | Path, *, yes: bool = False) -> Path:
+def resolve_pair(pair: str | Path, yes: bool = False, *, log=None, progress=None) -> Path:  # noqa: ANN001
+    """A folder for `pair`; a preset not yet here is pulled (asking first unless `yes`), reporting
+    through `log(line)` and `progress(stage, done, total)`."""
     p = Path(pair)
     if p.exists() or len(p.parts) > 1 or p.suffix == ".toml":
         return p  # a path: read_pair says what is wrong with it if anything
-    from .presets import find_preset, unknown_preset  # noqa: PLC0415
-    from .pull import is_pulled, pull_preset  # noqa: PLC0415
+    from localspec.hub.presets import find_preset, unknown_preset  # noqa: PLC0415
+    from localspec.hub.pull import is_pulled, pull_preset  # noqa: PLC0415
 
     name = str(pair)
     local = is_pulled(name)
@@ -31,11 +33,12 @@ def resolve_pair(pair: str | Path, *, yes: bool = False) -> Path:
             f"pair preset {name!r} is not downloaded yet ({size}); run `localspec pull {name}` first, "
             "or pass --yes to download it now"
         )
-    return pull_preset(preset, log=lambda line: print(line, file=sys.stderr)).pair_dir
+    log = log or (lambda line: print(line, file=sys.stderr))
+    return pull_preset(preset, log=log, progress=progress).pair_dir
 
 
 def _files_present(folder: Path) -> bool:
-    from ..pair_file import read_pair  # noqa: PLC0415
+    from localspec.config.pair_toml import read_pair  # noqa: PLC0415
 
     try:
         p = read_pair(folder)

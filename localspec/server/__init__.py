@@ -5,6 +5,6 @@ app.py (factory, body limit) -> routes.py (endpoints; sse.py formats streams) ->
 render.py formats results, metrics.py is /metrics, errors.py gives every error OpenAI's shape.
 """
 
-from .app import create_app
+from localspec.server.app import create_app
 
 __all__ = ["create_app"]

@@ -13,9 +13,9 @@ import anyio
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..settings import Settings
-from . import errors, routes
-from .service import Dispatcher
+from localspec.config.settings import Settings
+from localspec.server import errors, routes
+from localspec.server.service import Dispatcher
 
 log = logging.getLogger("localspec.server")
 DRAIN_TIMEOUT_S = 30.0

@@ -9,8 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from ..errors import LocalspecError, PromptTooLong
-from .schemas import ErrorBody, ErrorResponse
+from localspec.errors import LocalspecError, PromptTooLong
+from localspec.server.schemas import ErrorBody, ErrorResponse
 
 log = logging.getLogger("localspec.server")
 

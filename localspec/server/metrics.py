@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..stats import Stats
+from localspec.decode.stats import Stats
 
 
 @dataclass

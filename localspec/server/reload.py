@@ -9,7 +9,7 @@ The server re-executes itself (os.execv: same PID, command line, environment and
   keep right (signals and Ctrl-C forwarded, exit codes passed on, two PIDs for systemd or docker to
   track); exec keeps the one PID they already watch, and SIGTERM still reaches the server itself.
 
-The sequence: llama.cpp's thread calls `EngineLost` (backend.on_rpc_lost) and stays parked there;
+The sequence: llama.cpp's thread calls `EngineLost` (llama.on_rpc_lost) and stays parked there;
 the event loop ends every admitted request with the 503 (a stream gets it as its last event) and
 refuses new ones; uvicorn shuts down gracefully, which flushes those responses; `serve` then
 re-executes. Should the main thread never get there, the parked thread re-executes after FALLBACK_S.
@@ -31,9 +31,10 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from .. import backend, rpc
-from ..errors import LocalspecError
-from .errors import APIError
+from localspec import llama
+from localspec.errors import LocalspecError
+from localspec.llama import rpc
+from localspec.server.errors import APIError
 
 RELOAD_ENV = "LOCALSPEC_SERVE_RELOADED"  # set in the re-executed process: how many reloads so far
 FALLBACK_S = 30.0  # uvicorn's graceful shutdown (10 s) has long finished by then
@@ -94,7 +95,7 @@ def wait_for_servers(endpoints: Sequence[str], say: Callable[[str], None], retry
 
 
 class EngineLost:
-    """backend.on_rpc_lost's handler while the server runs (see the module's docstring)."""
+    """llama.on_rpc_lost's handler while the server runs (see the module's docstring)."""
 
     def __init__(self, say: Callable[[str], None]) -> None:
         self._say = say
@@ -106,7 +107,7 @@ class EngineLost:
     def install(self, server: Any, app: Any) -> None:
         """Take over once `server` (a uvicorn.Server) serves `app`."""
         self._server, self._app = server, app
-        backend.on_rpc_lost(self)
+        llama.on_rpc_lost(self)
 
     def __call__(self, line: str) -> None:  # on llama.cpp's thread (or the RPC watchdog's)
         with self._lock:

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from ..engine import Chunk, Response
-from . import schemas as s
+from localspec.engine import Chunk, Response
+from localspec.server import schemas as s
 
 # extras we leave out of a chunk when they are empty; OpenAI's own keys are always sent (null included)
 _OPTIONAL_EXTRAS = ("usage", "timings", "localspec")

@@ -12,11 +12,11 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sse_starlette import EventSourceResponse
 
-from ..errors import LocalspecError
-from . import render, sse
-from . import schemas as s
-from .errors import APIError, from_localspec
-from .service import Dispatcher
+from localspec.errors import LocalspecError
+from localspec.server import render, sse
+from localspec.server import schemas as s
+from localspec.server.errors import APIError, from_localspec
+from localspec.server.service import Dispatcher
 
 
 def require_key(request: Request) -> None:

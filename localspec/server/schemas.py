@@ -12,7 +12,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..settings import Settings, setting_fields
+from localspec.config.settings import Settings, setting_fields
 
 
 def _optional(name: str) -> Any:

@@ -15,11 +15,11 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 import anyio
 
-from ..acclog import AccLog
-from ..engine import Chunk, Handle, Response
-from ..settings import Settings
-from .errors import APIError
-from .metrics import ServerMetrics
+from localspec.config.settings import Settings
+from localspec.engine import Chunk, Handle, Response
+from localspec.server.errors import APIError
+from localspec.server.metrics import ServerMetrics
+from localspec.telemetry.acclog import AccLog
 
 log = logging.getLogger("localspec.server")
 

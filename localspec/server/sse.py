@@ -8,11 +8,11 @@ from typing import Any, AsyncIterator
 
 import anyio
 
-from ..errors import LocalspecError
-from . import render
-from . import schemas as s
-from .errors import APIError, from_localspec
-from .service import Job
+from localspec.errors import LocalspecError
+from localspec.server import render
+from localspec.server import schemas as s
+from localspec.server.errors import APIError, from_localspec
+from localspec.server.service import Job
 
 SHUTDOWN_GRACE_S = 5  # a stream gets this long to end cleanly after shutdown starts (below uvicorn's)
 

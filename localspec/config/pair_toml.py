@@ -1,0 +1,82 @@
+"""pair.toml: where a converted pair lives and how to run it.
+
+[pair]
+target = "target-q4_k_m.gguf"      # paths relative to the pair folder
+draft = "draft-q8_0.gguf"
+vocab_fingerprint = "sha256:..."
+[runtime]                          # any Settings field: recommended defaults for this pair
+draft_max = "auto"
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from localspec.config.toml import read_toml
+from localspec.errors import LocalspecError
+from localspec.files import write_text_atomic
+
+PAIR_TOML = "pair.toml"
+
+
+@dataclass(frozen=True)
+class PairFile:
+    path: Path
+    target: Path
+    draft: Path
+    info: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+
+def pair_toml_path(path: Path) -> Path:
+    return path / PAIR_TOML if path.is_dir() else path
+
+
+def read_pair(path: Path) -> PairFile:
+    toml_path = pair_toml_path(Path(path))
+    if not toml_path.exists():
+        hint = " (run `make models` to build the default pair)" if "default" in str(path) else ""
+        raise LocalspecError(f"no pair at {path}: {toml_path} does not exist{hint}")
+    data = read_toml(toml_path)
+    pair, runtime = data.get("pair", {}), data.get("runtime", {})
+    if not isinstance(pair, dict) or not all(isinstance(pair.get(k), str) for k in ("target", "draft")):
+        raise LocalspecError(f'{toml_path} needs [pair] target = "FILE.gguf" and draft = "FILE.gguf"')
+    if not isinstance(runtime, dict):
+        raise LocalspecError(f"{toml_path}: [runtime] must be a table of settings")
+    base = toml_path.parent
+    return PairFile(
+        path=toml_path,
+        target=(base / pair["target"]).resolve(),
+        draft=(base / pair["draft"]).resolve(),
+        info={k: v for k, v in pair.items() if k not in ("target", "draft")},
+        runtime=dict(runtime),
+    )
+
+
+def _stored_path(path: Path, out_dir: Path) -> str:
+    path, base = Path(os.path.abspath(path)), Path(os.path.abspath(out_dir))
+    return os.path.relpath(path, base) if base in path.parents else str(path)
+
+
+def write_pair_toml(
+    out_dir: Path, target: Path, draft: Path, *, info: dict[str, Any], runtime: dict[str, Any]
+) -> Path:
+    """pair.toml beside the models; paths inside out_dir are stored relative to it so the folder can
+    move, others (e.g. files in the Hugging Face cache) as absolute paths. `info` carries the models'
+    facts (`gguf.compat.pair_facts`) and where the pair came from."""
+    out_dir = Path(out_dir)
+    pair = {
+        "target": _stored_path(Path(target), out_dir),
+        "draft": _stored_path(Path(draft), out_dir),
+        **info,
+    }
+    text = "# written by localspec; [runtime] holds recommended settings for this pair\n"
+    text += tomli_w.dumps({"pair": pair, "runtime": runtime})
+    dst = out_dir / PAIR_TOML
+    write_text_atomic(dst, text)
+    return dst

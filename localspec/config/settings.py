@@ -1,0 +1,344 @@
+"""One typed settings object. CLI options, TOML config files, pair presets and the server all derive
+from the fields below (their metadata carries the help text), so a flag means the same everywhere.
+
+Precedence, lowest first: field defaults < localspec/data/defaults.toml < --config FILE < the pair's
+pair.toml [runtime] table < explicit CLI flags / request fields.
+
+Settings only parses and checks: the one I/O it does is reading the TOML files it is given. A pair
+*name* (a preset to download, say) is turned into a folder by the front end's resolver, passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+from localspec import paths
+from localspec.config.endpoints import parse_endpoints
+from localspec.config.pair_toml import read_pair
+from localspec.config.toml import read_toml
+from localspec.errors import LocalspecError
+from localspec.text_input import require_text
+
+# a front end's way of turning `--pair NAME` into a folder (hub.resolve_pair: presets, pulls, prompts)
+PairResolver = Callable[[Path, bool], Path]
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
+    return field(default=default, metadata={"help": help, **meta})
+
+
+# speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
+LOOKUP_MODES = ("on", "off", "only")
+SPEC_MODES = ("pq", "match", "coupled")
+MAX_DRAFT = 64
+AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
+MAX_TEMPERATURE = 100.0  # beyond this every distribution is uniform to float precision
+INT32_MAX = 2**31 - 1  # llama.cpp keeps these counts in int32
+UINT64_MAX = 2**64 - 1
+GGML_MAX_THREADS = 512
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text until the end
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    # -- models --------------------------------------------------------------------------------
+    target: Path | None = _f(None, "Target model GGUF (the big model whose output you get).", group="model")
+    draft: Path | None = _f(None, "Draft model GGUF (small, same vocabulary).", group="model")
+    pair: Path | None = _f(
+        None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
+    )
+    n_ctx: int = _f(4096, "Context size in tokens, allocated once at load.", group="model", ge=8, le=1 << 24)
+    n_batch: int = _f(512, "Logical batch size for prompt processing.", group="model", ge=1, le=1 << 24)
+    n_ubatch: int = _f(512, "Physical micro-batch size.", group="model", ge=1, le=1 << 24)
+    n_threads: int | None = _f(
+        None, "CPU threads (default: physical cores).", group="model", ge=1, le=GGML_MAX_THREADS
+    )
+    n_gpu_layers: int = _f(-1, "Layers to offload to the GPU (-1 = all).", group="model", ge=-1, le=INT32_MAX)
+    flash_attn: str = _f(
+        "auto", "Flash attention: auto, on or off.", group="model", choices=("auto", "on", "off")
+    )
+    kv_type: str = _f(
+        "f16", "KV cache type: f16, q8_0, q4_0 or f32.", group="model", choices=("f16", "q8_0", "q4_0", "f32")
+    )
+    allow_partial_offload: bool = _f(
+        False, "Run even if a model does not fit fully on the GPU.", group="model"
+    )
+    yes: bool = _f(
+        False, "Download a --pair preset that is not here yet without asking.", group="model", flag="--yes"
+    )
+    parallel: int = _f(
+        1,
+        "Sequences served at once (slots); each gets the full --n-ctx of KV cache. serve defaults to 4.",
+        group="model",
+        ge=1,
+        le=256,
+    )
+    rpc: str | None = _f(
+        None,
+        "Split the target over rpc-servers: HOST:PORT[,HOST:PORT...] (trusted networks only; "
+        "the draft stays local). See docs/rpc.md.",
+        group="model",
+    )
+    tuner_cache: bool = _f(
+        True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
+    )
+    # -- sampling ------------------------------------------------------------------------------
+    max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling", ge=1, le=1 << 24)
+    temperature: float = _f(
+        0.8, "Sampling temperature; 0 = greedy.", group="sampling", ge=0, le=MAX_TEMPERATURE
+    )
+    top_k: int = _f(40, "Keep the k most likely tokens (0 = off).", group="sampling", ge=0, le=INT32_MAX)
+    top_p: float = _f(0.95, "Nucleus sampling mass (1 = off).", group="sampling", gt=0, le=1)
+    min_p: float = _f(
+        0.05, "Drop tokens below min_p x the top probability (0 = off).", group="sampling", ge=0, lt=1
+    )
+    seed: int | None = _f(None, "Random seed (default: random).", group="sampling", ge=0, le=UINT64_MAX)
+    stop: tuple[str, ...] = _f(
+        (), "Stop string (repeatable); never emitted.", group="sampling", multiple=True
+    )
+    # -- speculation ---------------------------------------------------------------------------
+    spec: bool = _f(True, "Use speculative decoding when a draft is given.", group="spec")
+    draft_max: str = _f("auto", "Tokens drafted per round: a number, or auto (tuned online).", group="spec")
+    draft_min: int = _f(
+        0, "Never draft fewer than this many tokens per round.", group="spec", ge=0, le=MAX_DRAFT
+    )
+    draft_p_min: float = _f(
+        0.0, "Stop drafting when the draft's top probability falls below this.", group="spec", ge=0, lt=1
+    )
+    spec_mode: str = _f(
+        "coupled",
+        "Verification for sampling: pq (speculative sampling), match (llama.cpp's sample-and-match) or "
+        "coupled (draft and target share position-keyed noise: a seed gives the same text with or "
+        "without a draft, any K).",
+        group="spec",
+        choices=SPEC_MODES,
+    )
+    lookup: str = _f(
+        "on",
+        "N-gram lookup drafts from the prompt and output so far (free: no draft model time): on "
+        "(chained with the draft model, the tuner picks the source), off, or only (no draft model is "
+        "loaded: a speedup from one GGUF).",
+        group="spec",
+        choices=LOOKUP_MODES,
+    )
+    # -- acceptance log (localspec/acclog.py) ----------------------------------------------------
+    log: Path | None = _f(
+        None, "Append one JSON line per generation to this file (default: the user state dir).", group="log"
+    )
+    no_log: bool = _f(False, "Do not write the acceptance log.", group="log", flag="--no-log")
+    trace: bool = _f(False, "Add per-round records (K, drafted, accepted, ms) to the log.", group="log")
+
+    # -- server (`localspec serve`) -----------------------------------------------------------
+    host: str = _f(
+        "127.0.0.1", "Address to listen on (anything but loopback exposes the model).", group="server"
+    )
+    port: int = _f(8080, "TCP port to listen on.", group="server", ge=0, le=65535)
+    api_key: str | None = field(  # repr=False: never printed in a log or a traceback
+        default=None,
+        repr=False,
+        metadata={
+            "help": "Require 'Authorization: Bearer KEY' on every request.",
+            "group": "server",
+            "envvar": "LOCALSPEC_API_KEY",
+        },
+    )
+    max_queue: int = _f(
+        64, "Requests that may wait for a slot; more get 503 + Retry-After.", group="server", ge=0, le=1 << 20
+    )
+    max_body: int = _f(
+        8_000_000, "Largest request body in bytes; larger gets 413.", group="server", ge=1, le=1 << 40
+    )
+
+    # -- derived -------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        # every source (flags, TOML, pair presets, request fields, replace()) passes through here
+        for f in fields(self):
+            object.__setattr__(self, f.name, check_value(f, self._hints()[f.name], getattr(self, f.name)))
+        k = self.draft_k  # validates
+        if k is not None and k + 1 > self.n_batch:
+            raise LocalspecError(
+                f"--draft-max {k} needs a verify batch of {k + 1} tokens but --n-batch is {self.n_batch}; "
+                f"lower --draft-max to {self.n_batch - 1} or raise --n-batch"
+            )
+        if k is None and self.draft_min > min(AUTO_K_MAX, self.n_batch - 1):
+            raise LocalspecError(
+                f"--draft-min {self.draft_min} is above the most --draft-max auto drafts "
+                f"({min(AUTO_K_MAX, self.n_batch - 1)}); lower --draft-min or give a fixed --draft-max"
+            )
+        parse_endpoints(self.rpc)  # validates
+
+    @classmethod
+    def _hints(cls) -> dict[str, Any]:
+        if "_HINTS" not in cls.__dict__:
+            cls._HINTS = typing.get_type_hints(cls)  # type: ignore[attr-defined]
+        return cls._HINTS  # type: ignore[attr-defined]
+
+    @property
+    def draft_k(self) -> int | None:
+        """The fixed draft length, or None for auto."""
+        if str(self.draft_max).lower() == "auto":
+            return None
+        try:
+            k = int(self.draft_max)
+        except ValueError:
+            raise LocalspecError(f"--draft-max must be a number or 'auto' (got {self.draft_max!r})") from None
+        if not 1 <= k <= MAX_DRAFT:
+            raise LocalspecError(f"--draft-max must be between 1 and {MAX_DRAFT} (got {k})")
+        return k
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+    def context_args(self) -> dict[str, Any]:
+        """The keyword arguments of `backend.Context` that these settings decide."""
+        names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type")
+        return {n: getattr(self, n) for n in names} | {"n_seq": self.parallel}
+
+    @property
+    def rpc_endpoints(self) -> tuple[str, ...]:
+        """The rpc-servers of --rpc, parsed."""
+        return parse_endpoints(self.rpc)
+
+    @property
+    def speculative(self) -> bool:
+        """The draft model is loaded and drafts."""
+        return self.spec and self.draft is not None and self.lookup != "only"
+
+    @property
+    def uses_lookup(self) -> bool:
+        return self.spec and self.lookup != "off"
+
+    # -- sources -------------------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        *,
+        config: Path | None = None,
+        defaults: dict[str, Any] | None = None,
+        resolve_pair: PairResolver | None = None,
+        **overrides: Any,
+    ) -> "Settings":
+        """Build settings from a command's own `defaults` (e.g. serve's parallel=4), defaults.toml, an
+        optional config file, the pair and `overrides` (None values in overrides mean 'not given').
+        `resolve_pair(pair, yes)` turns a pair name into a folder; without one a pair is a path."""
+        values: dict[str, Any] = dict(defaults or {})
+        values.update(_flat(read_toml(paths.package_data("defaults.toml"), "the shipped defaults")))
+        if config is not None:
+            if not Path(config).exists():
+                raise LocalspecError(f"config file not found: {config}")
+            values.update(_flat(read_toml(Path(config), "config file")))
+        given = {k: v for k, v in overrides.items() if v is not None and v != ()}
+        pair = given.get("pair", values.get("pair"))
+        if pair is not None and not (given.get("target") or given.get("draft")):
+            pair = check_value(_field("pair"), cls._hints()["pair"], pair)
+            if resolve_pair is not None:
+                pair = resolve_pair(pair, bool(given.get("yes", values.get("yes", False))))
+            values["pair"] = pair
+            if "pair" in given:
+                given["pair"] = pair
+            p = read_pair(Path(pair))
+            values.update(p.runtime)
+            values["target"], values["draft"] = p.target, p.draft
+        values.update(given)
+        return cls(**_coerce(values))
+
+
+def _flat(data: dict[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for k, v in data.items():
+        if isinstance(v, dict):  # sections are only for readability: [model], [sampling], [spec]
+            flat.update(v)
+        else:
+            flat[k] = v
+    return flat
+
+
+def _coerce(values: dict[str, Any]) -> dict[str, Any]:
+    known = {f.name for f in fields(Settings)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise LocalspecError(f"unknown setting(s): {', '.join(unknown)}")
+    if isinstance(values.get("rpc"), (list, tuple)):  # TOML: rpc = ["host:port", ...]
+        values = values | {"rpc": ",".join(map(str, values["rpc"]))}
+    return values  # types and ranges are checked by Settings itself
+
+
+def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
+    """`v` checked against field `f`'s type and range, normalised (str -> Path, 256.0 -> 256).
+
+    Whole-number floats are accepted for integer settings (`max_tokens = 256.0` in TOML, 256.0 in
+    JSON); anything else of the wrong type is refused with the setting's name."""
+    name, meta = f.name, f.metadata
+    base = hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
+        if v is None:
+            return None
+        base = next(a for a in typing.get_args(hint) if a is not type(None))
+    if base is bool:
+        if not isinstance(v, bool):
+            raise LocalspecError(f"{name} must be true or false (got {v!r})")
+        return v
+    if base is int:
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise LocalspecError(f"{name} must be a whole number (got {v!r})")
+        return _in_range(name, meta, v)
+    if base is float:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise LocalspecError(f"{name} must be a number (got {v!r})")
+        if not math.isfinite(v):
+            raise LocalspecError(f"{name} must be a finite number (got {v})")
+        return _in_range(name, meta, float(v))
+    if base is Path:
+        if not isinstance(v, (str, Path)) or not str(v) or "\0" in str(v):
+            raise LocalspecError(f"{name} must be a file path (got {v!r})")
+        return Path(v)  # not checked for UTF-8: file names on Linux may be any bytes
+    if typing.get_origin(base) is tuple:  # stop strings
+        items = (v,) if isinstance(v, str) else v
+        if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
+            raise LocalspecError(f"{name} must be a string or a list of strings (got {v!r})")
+        if len(items) > MAX_STOP_STRINGS:
+            raise LocalspecError(f"at most {MAX_STOP_STRINGS} {name} strings (got {len(items)})")
+        for s in items:
+            if not s or len(s) > MAX_STOP_CHARS:
+                raise LocalspecError(
+                    f"{name} strings must have 1 to {MAX_STOP_CHARS} characters (got {len(s)})"
+                )
+            require_text(s, f"the {name} string {s[:40]!r}")
+        return tuple(items)
+    if name == "draft_max" and isinstance(v, int) and not isinstance(v, bool):
+        v = str(v)  # `draft_max = 4` in TOML
+    if not isinstance(v, str):
+        raise LocalspecError(f"{name} must be a string (got {v!r})")
+    choices = meta.get("choices")
+    if choices and v not in choices:
+        raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
+    return v
+
+
+def _in_range(name: str, meta: Any, v: float) -> Any:
+    for key, ok, word in (
+        ("ge", lambda a, b: a >= b, ">="),
+        ("gt", lambda a, b: a > b, ">"),
+        ("le", lambda a, b: a <= b, "<="),
+        ("lt", lambda a, b: a < b, "<"),
+    ):
+        if key in meta and not ok(v, meta[key]):
+            raise LocalspecError(f"{name} must be {word} {meta[key]} (got {v})")
+    return v
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in fields(Settings) if f.name == name)
+
+
+def setting_fields(group: str | None = None) -> list[dataclasses.Field]:
+    return [f for f in fields(Settings) if group is None or f.metadata.get("group") == group]

@@ -1,0 +1,100 @@
+"""Tokens -> text deltas: UTF-8-safe detokenizing, stop strings and EOG, independent of any model.
+
+`TextStream.feed` takes steps as the decoding rounds make them and returns the text they complete;
+once the output is decided (EOG or a stop string) it takes no more, and the steps it did not emit
+are in `dropped`. When a stop string ends the text, the tokens that only made up the stop string
+(or came after it) are dropped too, so text, tokens and counters agree. `run` drives it from a step
+generator and closes that as soon as the output is decided.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Sequence
+
+from localspec.decode.detok import Detokenizer, StopMatcher
+from localspec.decode.state import Step
+
+
+class TextStream:
+    def __init__(
+        self, token_bytes: Callable[[int], bytes], is_eog: Callable[[int], bool], stop: Sequence[str] = ()
+    ) -> None:
+        self._detok = Detokenizer(token_bytes)
+        self._stops = StopMatcher(stop)
+        self._is_eog = is_eog
+        self.tokens: list[int] = []  # emitted tokens (EOG excluded)
+        self.dropped: list[Step] = []  # steps made but never emitted (after a stop string or EOG)
+        self.finish = "length"
+        self.saw_eog = False
+        self.done = False  # the output is decided: feed() takes nothing more
+        self.first_token_at: float | None = None
+        self._pending: list[Step] = []  # steps whose text is not out yet
+        self._decoded = 0  # characters decoded so far (emitted text is always a prefix of them)
+        self._emitted = 0  # characters emitted so far
+        self._starts: list[int] = []  # per emitted token: decoded characters before it
+
+    def feed(
+        self, steps: Iterable[Step], clock: Callable[[], float] | None = None
+    ) -> list[tuple[str, list[Step]]]:
+        """Text deltas and the steps they carry. A delta's steps may carry no text yet (held-back bytes)."""
+        out: list[tuple[str, list[Step]]] = []
+        for step in steps:
+            if self.done:
+                self.dropped.append(step)
+                continue
+            if self.first_token_at is None and clock is not None:
+                self.first_token_at = clock()
+            if self._is_eog(step.token):
+                self.finish, self.saw_eog, self.done = "stop", True, True
+                self.dropped.append(step)  # never emitted; its round still counts it as generated
+                continue
+            self.tokens.append(step.token)
+            self._starts.append(self._decoded)
+            self._pending.append(step)
+            piece = self._detok.push(step.token)
+            self._decoded += len(piece)
+            delta = self._stops.push(piece)
+            self._emitted += len(delta)
+            if self._stops.hit is not None:
+                self.finish, self.done = "stop", True
+                out.append((delta, self._cut_at_stop()))
+            elif delta:
+                out.append((delta, self._pending))
+                self._pending = []
+        return out
+
+    def _cut_at_stop(self) -> list[Step]:
+        """Drop the tokens that start at or after the stop string (they add no emitted text)."""
+        keep = sum(1 for s in self._starts if s < self._emitted)
+        n_cut = min(len(self.tokens) - keep, len(self._pending))
+        keep = len(self.tokens) - n_cut
+        cut = self._pending[len(self._pending) - n_cut :] if n_cut else []
+        kept = self._pending[: len(self._pending) - n_cut]
+        self.dropped.extend(cut)
+        del self.tokens[keep:]
+        del self._starts[keep:]
+        self._pending = []
+        return kept
+
+    def close(self) -> list[tuple[str, list[Step]]]:
+        """The end of the steps: flush held-back text."""
+        if self._stops.hit is not None:
+            return []
+        tail = self._stops.push(self._detok.flush())
+        if self._stops.hit is not None:
+            self.finish = "stop"
+            return [(tail, self._cut_at_stop())]
+        tail += self._stops.flush()
+        pending, self._pending = self._pending, []
+        return [(tail, pending)] if tail or pending else []
+
+    def run(self, steps: Iterator[Step], clock: Callable[[], float]) -> Iterator[tuple[str, list[Step]]]:
+        """Yield (text, steps) deltas from a step generator, closing it once the output is decided."""
+        try:
+            for step in steps:
+                yield from self.feed([step], clock)
+                if self.done:
+                    break
+        finally:
+            steps.close()
+        yield from self.close()

@@ -1,0 +1,333 @@
+"""`--draft-max auto`: AutoK picks K to maximise expected tokens per second from online
+measurements: per-position acceptance a_i, the draft's per-token time t_d and the target's verify
+time T(n) for a batch of n tokens (nearly flat on a GPU; steep and saw-toothed on a CPU, so it is
+measured per batch size, with a line through the measurements only for sizes not yet seen):
+
+    rate(K) = (1 + sum_{k<=K} prod_{i<=k} a_i) / (K * t_d + T(K + 1) + o)
+
+where o is the per-round overhead. K = 0 means a plain target step. When the measured speculative
+rate over a window falls below the measured plain rate, AutoK falls back to plain decoding and
+re-probes later.
+
+The parts: the machine's costs (costs.py, one per engine, shared by every controller), the
+acceptance evidence per source (evidence.py, one per request, forked from the tuner's), and this
+policy: probe rounds, the fall back to plain and its re-probes, exploration. Batches of several
+sequences are priced in batch.py.
+
+A second source of drafts, the lookup (lookup.py), proposes a match's continuation at no draft
+cost. Each round the sequence `offer`s what its lookup found; the controller then prices both plans -
+the draft model alone, or the lookup's tokens first with the draft model extending them - with
+acceptance learned per source (the lookup's per match length, as its confidence), and picks the best
+plan and K together.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from localspec.draft_len.costs import Costs
+from localspec.draft_len.evidence import LOOKUP_PRIORS, Evidence, lookup_bucket
+
+
+@dataclass
+class AutoK:
+    k_max: int = 16
+    k_min: int = 1
+    prior_accept: float = 0.7  # before any evidence: a typical same-family pair
+    prior_weight: float = 2.0
+    # a match's next token is right this often before any evidence, by match-length bucket
+    prior_lookup: tuple[float, ...] = LOOKUP_PRIORS
+    has_model: bool = True  # False: lookup drafts only (--lookup only, no draft model)
+    window: int = 16  # rounds over which the realised speculative rate is judged
+    reprobe_after: int = 32  # plain steps before speculation is tried again
+    decay: float = 0.95  # per-round forgetting of acceptance evidence (~20-round memory)
+    explore_every: int = 32  # every Nth round tries a neighbour of the best K, so its cost stays measured
+    min_evidence: float = 6.0  # drafted rounds (decayed) before the model may switch to plain: a few
+    # unlucky first rounds, or one stalled calibration timing, must not cost a whole plain stretch
+    costs: Costs = field(default=None)  # type: ignore[assignment]  # the engine's; new if not given
+    evidence: Evidence = field(default=None)  # type: ignore[assignment]
+    # per request ------------------------------------------------------------------------------
+    lookup_first: bool = False  # this round's plan: the lookup's tokens first, the model extends them
+    _n_lookup: int = 0  # what this round's lookup offers: tokens, and its match's bucket
+    _bucket: int = -1
+    recent: deque = field(default_factory=lambda: deque(maxlen=8))
+    plain_left: int = 0
+    fallbacks: int = 0
+    _reprobe: bool = False
+    _seen_first: bool = False
+    _rounds: int = 0
+    _explores: int = 0
+    _predict_start: bool = False  # primed: a request's first choice may be "plain" outright
+    _stretch: int = 1  # plain stretches between re-probes grow while speculation keeps losing
+    started_plain: bool = False  # this request began plain because speculation was predicted to lose
+
+    def __post_init__(self) -> None:
+        self.k_min = min(max(1, self.k_min), self.k_max)
+        if self.costs is None:
+            self.costs = Costs.unmeasured(self.k_min, self.k_max)
+        if self.evidence is None:
+            self.evidence = Evidence(
+                self.k_max, self.prior_accept, self.prior_weight, self.prior_lookup, self.decay
+            )
+        self.recent = deque(maxlen=self.window)
+
+    def fork(self) -> "AutoK":
+        """A controller for one more request on the same pair: the same costs (they belong to the
+        machine, and concurrent requests measure the same batch costs) and this one's acceptance
+        evidence at a quarter weight (the new text may draft better or worse)."""
+        c = AutoK(
+            k_max=self.k_max,
+            k_min=self.k_min,
+            prior_accept=self.prior_accept,
+            prior_weight=self.prior_weight,
+            window=self.window,
+            reprobe_after=self.reprobe_after,
+            decay=self.decay,
+            explore_every=self.explore_every,
+            prior_lookup=self.prior_lookup,
+            has_model=self.has_model,
+            costs=self.costs,
+            evidence=self.evidence.scaled(0.25),
+        )
+        c._seen_first, c._rounds, c._explores = self._seen_first, self._rounds, self._explores
+        c._predict_start = not self.costs.probe  # costs known (primed, or probed once): start predicted
+        return c
+
+    def absorb(self, other: "AutoK") -> None:
+        """Take a finished request's acceptance evidence back (the next fork starts from it)."""
+        self.evidence.take(other.evidence)
+        self._seen_first = self._seen_first or other._seen_first
+        self._rounds, self._explores = max(self._rounds, other._rounds), max(self._explores, other._explores)
+
+    def prime(
+        self,
+        verify: dict[int, float] | None = None,
+        draft_s: float | None = None,
+        acc: Sequence[float] = (),
+        tried: Sequence[float] = (),
+    ) -> None:
+        """Start from known costs (calibrated at load, or remembered; None: already in the shared
+        `costs`) and, when remembered, acceptance evidence: no probe rounds, the first round runs at
+        the best K they predict. Remembered evidence enters at full weight here: each request's
+        `fork` takes it at a quarter, as it does between requests of one process."""
+        if verify is not None:
+            self.costs.prime(verify, draft_s)
+        self.evidence.prime(acc, tried)
+        self.costs.probe = []
+        self._seen_first = True  # the known timings already exclude first-use costs
+        self._predict_start = True
+
+    # -- model --------------------------------------------------------------------------------
+    def accept_probs(self) -> np.ndarray:
+        return self.evidence.accept_probs()
+
+    def verify_time(self, n: int) -> float:
+        return self.costs.verify_time(n)
+
+    def offer(self, n_lookup: int, match_len: int) -> None:
+        """What this round's lookup proposes: n_lookup tokens from a match of match_len tokens."""
+        self._n_lookup = n_lookup if match_len > 0 else 0
+        self._bucket = lookup_bucket(match_len) if self._n_lookup else -1
+
+    def _plan(self, lookup_first: bool | None) -> bool:
+        return self.lookup_first if lookup_first is None else lookup_first
+
+    def model_tokens(self, k: int, lookup_first: bool | None = None) -> int:
+        """Of K drafts, how many the draft model makes (the rest come from the lookup)."""
+        return k - min(k, self._n_lookup) if self._plan(lookup_first) else k
+
+    def expected_tokens(self, k: int, lookup_first: bool | None = None) -> float:
+        """Tokens one round with K drafts emits, on average (the target's own token included)."""
+        if k <= 0:
+            return 1.0
+        return 1.0 + float(np.cumprod(self._plan_probs(self._plan(lookup_first))[:k]).sum())
+
+    def expected_rate(self, k: int, lookup_first: bool | None = None) -> float:
+        o = self.costs.t_overhead.value or 0.0
+        if k == 0:
+            return 1.0 / (self.verify_time(1) + o)
+        draft_s = self.model_tokens(k, lookup_first) * (self.costs.t_draft.value or 0.0)
+        return self.expected_tokens(k, lookup_first) / (draft_s + self.verify_time(k + 1) + o)
+
+    def _plans(self, sources: str) -> list[tuple[int, bool]]:
+        """(K, lookup first) candidates. sources: both; model (the draft model alone); lookup (the
+        lookup's tokens alone, no draft model time)."""
+        model = self.has_model and sources != "lookup"
+        plans = [(k, False) for k in range(self.k_min, self.k_max + 1)] if model else []
+        if self._n_lookup and sources != "model":
+            top = self.k_max if model else min(self._n_lookup, self.k_max)
+            plans += [(k, True) for k in range(self.k_min if model else 1, top + 1)]
+        return plans
+
+    def _plan_probs(self, lookup_first: bool) -> np.ndarray:
+        """Acceptance by draft position (up to k_max) of a plan: the lookup's first, when it leads."""
+        probs = self.evidence.accept_probs()
+        if not lookup_first:
+            return probs
+        n = min(self._n_lookup, self.k_max)
+        return np.concatenate([self.evidence.lookup_probs(self._bucket)[:n], probs[: self.k_max - n]])
+
+    def _rates(self, lookup_first: bool, curve: np.ndarray) -> np.ndarray:
+        """expected_rate for K = 1..k_max at once (this runs every round: no Python loop over K)."""
+        k = np.arange(1, self.k_max + 1)
+        model = np.maximum(k - self._n_lookup, 0) if lookup_first else k
+        tokens = 1.0 + np.cumsum(np.cumprod(self._plan_probs(lookup_first)))
+        cost = model * (self.costs.t_draft.value or 0.0) + curve[k + 1] + (self.costs.t_overhead.value or 0.0)
+        return tokens / cost
+
+    def best_plan(self, sources: str = "both") -> tuple[int, bool]:
+        """(K, lookup first) with the highest expected tokens per second; (0, False) when none."""
+        plans = self._plans(sources)
+        if not plans:
+            return 0, False
+        curve = self.costs.curve(self.k_max)
+        rates = {lf: self._rates(lf, curve) for lf in {lf for _, lf in plans}}
+        return max(plans, key=lambda p: rates[p[1]][p[0] - 1])
+
+    def best_k(self) -> int:
+        k, self.lookup_first = self.best_plan()
+        return k
+
+    # -- protocol -----------------------------------------------------------------------------
+    def choose(self) -> int:
+        self.lookup_first = False
+        if self.costs.probe:  # a few probe rounds measure the costs before the model is trusted
+            return self.costs.probe.pop(0)
+        if self.plain_left > 0:
+            self.plain_left -= 1
+            self._reprobe = self.plain_left == 0
+            return self._lookup_or_plain()
+        k = self.best_k()
+        if k == 0:  # nothing to draft with (lookup only, and no match this round)
+            return 0
+        first, self._predict_start = self._predict_start, False
+        if first and self.expected_rate(k) < self.expected_rate(0):
+            self.started_plain = True  # said once in the stats, instead of a "fallback"
+            self._plain_stretch()
+            return self._lookup_or_plain()
+        if self._reprobe and self.has_model:  # one real round after a fallback, at the K measured
+            self._reprobe = False  # longest ago: fresh evidence where the estimate is stalest
+            k, self.lookup_first = self.best_plan("model")  # can win speculation back
+            return self._stalest(range(self.k_min, k + 1), k)
+        if self.expected_rate(k) < self.expected_rate(0):
+            if self.has_model and self.evidence.tried[0] >= self.min_evidence:
+                self._fall_back()
+                return self._lookup_or_plain()
+            if self.lookup_first or not self.has_model:  # this round's lookup cannot pay: a plain step
+                self.lookup_first = False
+                return 0
+            # else: too little evidence to judge the draft model yet; its best K keeps measuring
+        self._stretch = 1  # speculation pays again: the next fallback re-probes soon
+        if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
+            return self._explore(k)
+        return k
+
+    def _lookup_or_plain(self) -> int:
+        """While the draft model sits out, a lookup match may still pay on its own (it costs no
+        draft time): its best K if that beats a plain step, else 0."""
+        k, _ = self.best_plan("lookup")
+        if k and self.expected_rate(k, True) > self.expected_rate(0):
+            self.lookup_first = True
+            return k
+        return 0
+
+    def _explore(self, best: int) -> int:
+        """In turn: whichever of the two K above the best was measured longer ago (a hill climb for
+        flat GPU verify curves that can step over a bad batch size on a saw-toothed CPU curve), and
+        the smaller K measured longest ago (so a timing a one-off stall left too high is retaken)."""
+        self._explores += 1
+        if self._explores % 2 and best < self.k_max:
+            return self._stalest(range(best + 1, min(best + 2, self.k_max) + 1), best)
+        if best == self.k_min:
+            return min(best + 1, self.k_max)
+        return self._stalest(range(self.k_min, best), best)
+
+    def _stalest(self, ks: range, best: int) -> int:
+        return min(ks, key=lambda j: (self.costs.seen_at.get(j + 1, -1), abs(best - j)))
+
+    def _fall_back(self) -> None:
+        self.fallbacks += 1
+        self._plain_stretch()
+        self.recent.clear()
+
+    def _plain_stretch(self) -> None:
+        """Plain rounds before the next re-probe: a re-probe is not free (the draft first catches up
+        on every token since it last drafted), so each one that finds speculation still losing
+        doubles the wait, up to 16x."""
+        self.plain_left = self.reprobe_after * self._stretch - 1
+        self._stretch = min(2 * self._stretch, 16)
+
+    def observe(
+        self,
+        *,
+        k: int,
+        n_drafted: int,
+        n_accepted: int,
+        n_emitted: int,
+        draft_s: float,
+        verify_s: float,
+        round_s: float,
+        batch_tokens: int | None = None,
+        n_lookup: int = 0,
+    ) -> None:
+        """One round's outcome; `batch_tokens` is the verify batch's size over every sequence in it
+        (None or n_drafted + 1 when this sequence was alone); the first `n_lookup` drafts came from
+        the lookup (at no draft time), the rest from the draft model."""
+        alone = batch_tokens is None or batch_tokens == n_drafted + 1
+        if not alone:
+            self._observe_shared(n_drafted, n_accepted, verify_s, batch_tokens, n_lookup)
+            return
+        self._rounds += 1
+        if self._seen_first:  # the first round pays one-off costs (graph building): not a timing
+            self.costs.add_verify(n_drafted + 1, verify_s, self._rounds)
+            self.costs.t_overhead.add(max(round_s - draft_s - verify_s, 0.0))
+            if n_drafted > n_lookup:
+                self.costs.t_draft.add(draft_s / (n_drafted - n_lookup))
+        self._seen_first = True
+        if n_drafted == 0:
+            return
+        self._learn_acceptance(n_drafted, n_accepted, n_lookup)
+        if n_lookup:  # a lookup plan is judged each round by its match's own evidence; the window
+            return  # below is the draft model's verdict, and a few missed short matches must not sway it
+        self.recent.append((n_emitted, round_s))
+        plain = self.costs.verify.get(1)
+        if len(self.recent) == self.recent.maxlen and plain:
+            toks = sum(n for n, _ in self.recent)
+            secs = sum(s for _, s in self.recent)
+            # like with like: realised rounds (stalls included) against the mean plain step, not its
+            # floor; a 10% margin, as a 16-round window is noisy and the model already judges close calls
+            self.recent.clear()  # windows do not overlap: one verdict per window, not a test per round
+            if toks / secs < 0.9 / (plain.mean + (self.costs.t_overhead.value or 0.0)):
+                self._fall_back()
+
+    def _observe_shared(
+        self, n_drafted: int, n_accepted: int, verify_s: float, batch_tokens: int, n_lookup: int
+    ) -> None:
+        """A round shared with other sequences: the verify time belongs to the whole batch (each of
+        its sequences reports the same one, kept once), acceptance to this sequence; the realised-rate
+        fallback is a single-stream judgement and is not applied."""
+        self._rounds += 1
+        floor = self.costs.verify.get(batch_tokens)
+        if self._seen_first and (floor is None or not floor.samples or floor.samples[-1] != verify_s):
+            self.costs.add_verify(batch_tokens, verify_s, self._rounds)
+        self._seen_first = True
+        if n_drafted:
+            self._learn_acceptance(n_drafted, n_accepted, n_lookup)
+
+    def observe_unused_offer(self, n_checked: int, n_kept: int) -> None:
+        """A round that did not use the lookup's proposal still shows what it was worth: its first
+        n_checked tokens set against the n_checked tokens the round emitted, the first n_kept of
+        them equal. An emitted token is the target's own choice (greedy; coupled sampling's noise
+        pick; or, marginally, a sample from p), so equality is what verifying the proposal would
+        have found (for a sample: with probability p(x), as the one-point p/q rule keeps it).
+        Without this, a match-length bucket that one early miss put below the draft model would
+        never be tried again."""
+        if n_checked and self._bucket >= 0:
+            self.evidence.learn_lookup(self._bucket, n_checked, n_kept)
+
+    def _learn_acceptance(self, n_drafted: int, n_accepted: int, n_lookup: int = 0) -> None:
+        self.evidence.learn(n_drafted, n_accepted, n_lookup, self._bucket)

@@ -1,0 +1,72 @@
+"""Measure the machine's costs while the models load, so the first request starts at a good K.
+
+The tuner prices a round as K draft steps plus one verify of K+1 tokens. Verify cost per batch size
+is measured, not modelled (saw-toothed on a CPU, flat on a GPU). Only the sizes that can matter are
+timed: 1..4 always; larger ones only while the curve stays cheap (a flat GPU curve makes large K
+worth pricing; on a steep CPU curve K > 3 cannot pay, and timing it would cost more than it tells);
+and the sizes a full round of several sequences uses (`also`), which a line through 1..4 would
+underprice on a CPU - a batch of 8 costs twice one of 4 there, not the 1.5x the line says.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, Sequence
+
+
+class Evaluator(Protocol):  # what timing needs of a context (llama.Context; the fake backend)
+    def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1, seq: int = 0) -> object: ...
+
+    def truncate(self, pos: int, seq: int = 0) -> None: ...
+
+
+BASE_SIZES = (1, 2, 3, 4)
+FLAT = 1.6  # keep measuring larger batches while T(n) <= FLAT x T(1)
+
+
+def floor_time(ctx: Evaluator, tokens: Sequence[int], pos: int, tries: int) -> float:
+    """Seconds for one decode of `tokens` at `pos` with every row's logits (as a verify asks), the
+    fastest of `tries`: interference only ever adds time. The cache is left at `pos`."""
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        ctx.eval(list(tokens), pos, len(tokens))
+        best = min(best, time.perf_counter() - t0)
+        ctx.truncate(pos)
+    return best
+
+
+def _floor(ctx: Evaluator, token: int, depth: int, n: int, tries: int) -> float:
+    return floor_time(ctx, [token] * n, depth, tries)
+
+
+def measure(
+    target: Evaluator,
+    draft: Evaluator | None,
+    prefix: Sequence[int],
+    *,
+    max_batch: int,
+    tries: int = 2,
+    also: Sequence[int] = (),
+) -> tuple[dict[int, float], float | None]:
+    """Verify seconds by batch size and draft seconds per token, at the depth of `prefix`.
+    Both caches are left empty."""
+    depth = len(prefix)
+    for ctx in (target, draft):
+        if ctx is not None:
+            ctx.truncate(0)
+            ctx.eval(list(prefix), 0, 1)
+            ctx.eval([prefix[-1]], depth, 1)  # one untimed step: first-use allocations are not a cost
+            ctx.truncate(depth)
+    verify: dict[int, float] = {}
+    for n in range(1, max_batch + 1):
+        if n not in BASE_SIZES and verify[n - 1] > FLAT * verify[1]:
+            break
+        verify[n] = _floor(target, prefix[-1], depth, n, tries)
+    for n in sorted(set(also) - set(verify)):
+        verify[n] = _floor(target, prefix[-1], depth, n, tries)
+    draft_s = _floor(draft, prefix[-1], depth, 1, 2 * tries) if draft is not None else None
+    for ctx in (target, draft):
+        if ctx is not None:
+            ctx.truncate(0)
+    return verify, draft_s

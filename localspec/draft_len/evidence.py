@@ -1,0 +1,96 @@
+"""Acceptance evidence per draft source: how often a draft at each position is kept, for the draft
+model, and for the lookup per match-length bucket (a match's length is its confidence). Decayed
+counts with a prior, so a few rounds move the estimate and old text is forgotten (~20 rounds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+# lookup matches are judged by their length: 2, 3, 4-7, 8-15 and 16+ matched tokens
+LOOKUP_BUCKETS = (2, 3, 4, 8, 16)
+# a match's next token is kept this often, per bucket, over the bench prompts of every kind
+# (research/lookup_priors.py); sampling keeps it with probability p(x), less often than greedy does
+LOOKUP_PRIORS = (0.5, 0.65, 0.7, 0.9, 0.95)
+LOOKUP_PRIORS_SAMPLED = (0.4, 0.55, 0.65, 0.8, 0.9)  # T = 0.8
+
+
+def lookup_bucket(match_len: int) -> int:
+    return sum(match_len >= b for b in LOOKUP_BUCKETS) - 1
+
+
+@dataclass
+class Evidence:
+    k_max: int = 16
+    prior_accept: float = 0.7  # before any evidence: a typical same-family pair
+    prior_weight: float = 2.0
+    # a match's next token is right this often before any evidence, by match-length bucket
+    prior_lookup: tuple[float, ...] = LOOKUP_PRIORS
+    decay: float = 0.95  # per-round forgetting (~20-round memory)
+    acc: np.ndarray = field(default=None)  # type: ignore[assignment]  # the draft model's, by position
+    tried: np.ndarray = field(default=None)  # type: ignore[assignment]
+    lk_acc: np.ndarray = field(default=None)  # type: ignore[assignment]  # per match-length bucket
+    lk_tried: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.acc is None:
+            self.acc, self.tried = np.zeros(self.k_max), np.zeros(self.k_max)
+            self.lk_acc = np.zeros((len(LOOKUP_BUCKETS), self.k_max))
+            self.lk_tried = np.zeros((len(LOOKUP_BUCKETS), self.k_max))
+
+    def scaled(self, w: float) -> "Evidence":
+        """A copy at weight w: a new request starts from what earlier ones saw, discounted (its text
+        may draft better or worse)."""
+        return Evidence(
+            self.k_max, self.prior_accept, self.prior_weight, self.prior_lookup, self.decay,
+            self.acc * w, self.tried * w, self.lk_acc * w, self.lk_tried * w,
+        )  # fmt: skip
+
+    def take(self, other: "Evidence") -> None:
+        """Take another's evidence as this one's (a finished request's, for the next to start from)."""
+        self.acc, self.tried = other.acc.copy(), other.tried.copy()
+        self.lk_acc, self.lk_tried = other.lk_acc.copy(), other.lk_tried.copy()
+
+    def prime(self, acc: Sequence[float], tried: Sequence[float]) -> None:
+        """Remembered evidence, at full weight (each request's fork takes it at a quarter)."""
+        m = min(len(acc), self.k_max)
+        self.acc[:m] += np.asarray(acc[:m], dtype=float)
+        self.tried[:m] += np.asarray(tried[:m], dtype=float)
+
+    def accept_probs(self) -> np.ndarray:
+        """Posterior-mean acceptance per position, conditional on reaching that position. Deeper
+        positions, rarely reached, take the first position's estimate as their prior rather than a
+        fixed guess, which would pull the chosen K towards whatever the guess favours."""
+        w = self.prior_weight
+        first = (self.acc[0] + self.prior_accept * w) / (self.tried[0] + w)
+        return (self.acc + first * w) / (self.tried + w)
+
+    def lookup_probs(self, bucket: int) -> np.ndarray:
+        """`accept_probs` for lookup tokens proposed from a match in this length bucket."""
+        w = self.prior_weight
+        acc, tried = self.lk_acc[bucket], self.lk_tried[bucket]
+        first = (acc[0] + self.prior_lookup[bucket] * w) / (tried[0] + w)
+        return (acc + first * w) / (tried + w)
+
+    def learn(self, n_drafted: int, n_accepted: int, n_lookup: int = 0, bucket: int = -1) -> None:
+        """One round: the lookup's tokens come first, the draft model's only count when reached."""
+        if n_lookup:
+            _learn(
+                self.lk_acc[bucket], self.lk_tried[bucket], n_lookup, min(n_accepted, n_lookup), self.decay
+            )
+        if n_drafted > n_lookup and n_accepted >= n_lookup:
+            _learn(self.acc, self.tried, n_drafted - n_lookup, n_accepted - n_lookup, self.decay)
+
+    def learn_lookup(self, bucket: int, n_checked: int, n_kept: int) -> None:
+        """A lookup proposal judged without being verified (see AutoK.observe_unused_offer)."""
+        _learn(self.lk_acc[bucket], self.lk_tried[bucket], n_checked, n_kept, self.decay)
+
+
+def _learn(acc: np.ndarray, tried: np.ndarray, n_drafted: int, n_accepted: int, decay: float) -> None:
+    upto = min(n_drafted, len(acc))
+    acc *= decay
+    tried *= decay
+    tried[:upto] += np.arange(upto) <= n_accepted  # positions reached in this round
+    acc[: min(n_accepted, upto)] += 1

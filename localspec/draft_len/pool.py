@@ -1,0 +1,110 @@
+"""The engine's draft-length controllers. One `Costs` for the machine (calibrated at load or
+remembered), one tuner per kind of request, and for each request a fork of its tuner; when the
+request ends its evidence goes back to the tuner (the next request starts from it) and, for the
+pair, into the tuner memory. A fixed `--draft-max K` gets a `FixedK` and learns nothing."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from localspec.config.settings import AUTO_K_MAX
+from localspec.draft_len import calibrate
+from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import KController
+from localspec.draft_len.costs import Costs
+from localspec.draft_len.evidence import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED
+from localspec.draft_len.fixed import FixedK
+from localspec.draft_len.memory import TunerMemory, TunerRecord
+
+# a neutral prefix for timing decodes at a realistic depth (the text itself does not matter)
+CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 3
+
+
+class TunerPool:
+    def __init__(
+        self, *, n_batch: int, has_draft: bool, known: TunerRecord | None, memory: TunerMemory | None
+    ) -> None:
+        self.n_batch, self.has_draft = n_batch, has_draft
+        self.known, self.memory = known, memory
+        self.costs: Costs | None = None  # made with the first tuner (its K bounds clip the probes)
+        self.by_kind: dict[tuple, AutoK] = {}
+
+    @classmethod
+    def for_pair(
+        cls,
+        settings: Any,
+        target_ctx: Any,
+        draft_ctx: Any | None,
+        *,
+        memory_key: Callable[[], dict[str, Any]],
+        log: Callable[[str], None],
+    ) -> tuple["TunerPool", str]:
+        """The pool for a loaded pair, and how its costs were found: remembered from an earlier
+        process on this pair, build and device, measured now (a second or two on a CPU,
+        milliseconds on a GPU), or none (a fixed K, or nothing to draft with)."""
+        s = settings
+        pool = lambda known, mem: cls(  # noqa: E731
+            n_batch=target_ctx.n_batch, has_draft=draft_ctx is not None, known=known, memory=mem
+        )
+        if not ((s.speculative or s.uses_lookup) and s.draft_k is None):
+            return pool(None, None), "none"
+        memory = None
+        if s.tuner_cache:
+            memory = TunerMemory(memory_key(), note=log)
+            record = memory.load()
+            if record is not None:
+                return pool(record, memory), "remembered"
+        return pool(_calibrate(s, target_ctx, draft_ctx), memory), "measured"
+
+    def key(self, s: Any) -> tuple[int, int, bool, bool]:
+        """Requests that share a tuner: same K bounds, same drafters (--lookup only, per request or
+        with no draft loaded, leaves the draft model out), and greedy or sampled (drafts are kept
+        less often when sampling: their evidence and priors are kept apart)."""
+        has_model = self.has_draft and s.lookup != "only"
+        return max(1, s.draft_min), min(AUTO_K_MAX, self.n_batch - 1), has_model, s.temperature > 0
+
+    def controller(self, s: Any, speculative: bool) -> KController:
+        """One request's controller. One tuner per kind: what it measured of this machine's costs
+        carries over to the next request, so only the first pays any probe rounds."""
+        if not speculative:
+            return FixedK(0)
+        key = self.key(s)
+        if s.draft_k is not None:
+            return FixedK(s.draft_k, has_model=key[2])
+        if key not in self.by_kind:
+            self.by_kind[key] = self._new_tuner(*key)
+        return self.by_kind[key].fork()
+
+    def finished(self, s: Any, ctl: KController) -> None:
+        """A request ended: its evidence goes back to its tuner, and the pair's to the memory."""
+        if ctl.costs is None:
+            return
+        tuner = self.by_kind[self.key(s)]
+        tuner.absorb(ctl)
+        if self.memory is not None and (ctl.has_model or not self.has_draft):  # the record is the pair's
+            verify, draft_s = tuner.costs.snapshot()
+            ev = tuner.evidence
+            self.memory.save(TunerRecord(verify, draft_s, ev.acc.tolist(), ev.tried.tolist()))
+
+    def _new_tuner(self, k_min: int, k_max: int, has_model: bool, sampled: bool) -> AutoK:
+        if self.costs is None:
+            self.costs = Costs.unmeasured(min(max(1, k_min), k_max), k_max)
+            if self.known is not None:
+                self.costs.prime(self.known.verify_s, self.known.draft_s)
+        priors = LOOKUP_PRIORS_SAMPLED if sampled else LOOKUP_PRIORS
+        tuner = AutoK(k_min=k_min, k_max=k_max, has_model=has_model, prior_lookup=priors, costs=self.costs)
+        if self.known is not None:
+            tuner.prime(acc=self.known.acc, tried=self.known.tried)  # the costs are primed above
+        return tuner
+
+
+def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
+    cap = min(target_ctx.n_batch, target_ctx.n_ctx // 2)
+    max_batch = min(AUTO_K_MAX + 1, cap)
+    # a full round of slots: every sequence plain, and every one drafting one token
+    also = [n for n in (s.parallel, 2 * s.parallel) if s.parallel > 1 and n <= cap]
+    # the prefix and the largest verify batch must fit one slot, however small --n-ctx is
+    prefix = target_ctx.model.tokenize(CALIBRATION_TEXT, add_special=True)
+    prefix = prefix[: target_ctx.n_ctx - max([max_batch, *also])]
+    verify, draft_s = calibrate.measure(target_ctx, draft_ctx, prefix, max_batch=max_batch, also=also)
+    return TunerRecord(verify, draft_s)

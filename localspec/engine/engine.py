@@ -1,0 +1,216 @@
+"""The engine: owns the loaded pair (loader.py) and its tuner pool, and serves requests (`submit` ->
+`Handle`; `stream` and `generate` on top) from one engine thread (thread.py) that runs decoding
+rounds over every active request at once (scheduler.py, decode/round.py). A request reuses the KV
+cache of the slot holding the longest common prompt prefix."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+from localspec.chat import template as chat
+from localspec.config.settings import Settings
+from localspec.draft_len.pool import TunerPool
+from localspec.engine.loader import LoadedPair, load_pair, memory_key
+from localspec.engine.request import Handle, Request
+from localspec.engine.scheduler import Scheduler
+from localspec.engine.thread import load_then_serve
+from localspec.engine.types import Chunk, Response
+from localspec.errors import LocalspecError, PromptTooLong
+from localspec.text_input import require_text
+
+T = TypeVar("T")
+
+
+class Engine:
+    def __init__(self, settings: Settings, *, log: Callable[[str], None] | None = None) -> None:
+        self.settings = settings
+        self._log = log or (lambda msg: None)
+        if settings.target is None:
+            raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
+        self._closed = False
+        self._pair: LoadedPair | None = None
+        self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        # every decode of this engine, the load's warm-up and calibration included, runs on its one
+        # thread (thread.py says why)
+        loaded: Future = Future()
+        self._thread: threading.Thread | None = threading.Thread(
+            target=load_then_serve,
+            args=([self._load_scheduler], loaded, self._inbox),
+            name="localspec-engine",
+            daemon=True,
+        )
+        self._thread.start()
+        try:
+            loaded.result()
+        except BaseException:
+            if not loaded.done():  # interrupted while loading: let the load end, then the thread
+                self._inbox.put(None)
+                self._thread.join()
+            self._thread = None
+            if self._pair is not None:
+                self._pair.close()
+            raise
+
+    def _load_scheduler(self) -> Scheduler:
+        self._pair = pair = load_pair(self.settings, log=self._log)
+        self.tuners, self.calibration = TunerPool.for_pair(
+            self.settings, pair.target_ctx, pair.draft_ctx, memory_key=memory_key(pair), log=self._log
+        )
+        self._sched = Scheduler(pair.target_ctx, pair.draft_ctx, self.settings.parallel)
+        return self._sched
+
+    # the loaded pair, as callers and tools know it
+    @property
+    def target(self):  # noqa: ANN201
+        return self._pair.target
+
+    @property
+    def target_ctx(self):  # noqa: ANN201
+        return self._pair.target_ctx
+
+    @property
+    def draft(self):  # noqa: ANN201
+        return self._pair.draft
+
+    @property
+    def draft_ctx(self):  # noqa: ANN201
+        return self._pair.draft_ctx
+
+    @property
+    def decision(self):  # noqa: ANN201
+        return self._pair.decision
+
+    @property
+    def placement(self):  # noqa: ANN201
+        return self._pair.report
+
+    # -- the engine thread -----------------------------------------------------------------------
+    def on_engine_thread(self, fn: Callable[[], T]) -> T:
+        """fn() on the engine thread, between rounds, and its result. Tools that drive target_ctx and
+        draft_ctx themselves (traces and timings) go through this, so that every decode stays on one
+        thread; called from the engine thread, it just runs fn."""
+        self._check_open()
+        if threading.current_thread() is self._thread:
+            return fn()
+        done = threading.Event()
+        box: list[tuple[bool, Any]] = []  # (raised, the result or the exception)
+
+        def cmd() -> None:
+            try:
+                box.append((False, fn()))
+            except BaseException as e:
+                box.append((True, e))
+            done.set()
+
+        self._inbox.put(cmd)
+        done.wait()
+        raised, value = box[0]
+        if raised:
+            raise value
+        return value
+
+    def clear_cache(self) -> None:
+        """Forget the cached prompt prefixes, so the next request pays its full prefill (benchmarks).
+        Waits for running requests to finish first."""
+
+        def clear() -> None:
+            while self._sched.busy:
+                self._sched.step()
+            self._sched.clear()
+
+        self.on_engine_thread(clear)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if getattr(self, "_thread", None) is not None:
+            self._inbox.put(None)
+            self._thread.join()
+        if getattr(self, "_pair", None) is not None:
+            self._pair.close()
+
+    def __del__(self) -> None:  # last resort; owners call close()
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LocalspecError("this engine is closed; create a new Engine")
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- prompts ---------------------------------------------------------------------------------
+    def tokenize(self, prompt: str | Sequence[int] | list[dict], *, chat_mode: bool = False) -> list[int]:
+        """Token ids for a prompt: a string, a list of chat messages, or ids as they are."""
+        self._check_open()
+        if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
+            return list(prompt)
+        if chat_mode or isinstance(prompt, list):
+            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+            ids = self.tokenize_chat(self.render_chat(messages))
+        else:
+            ids = self.target.tokenize(require_text(str(prompt)), add_special=True, parse_special=False)
+        if not ids:
+            raise LocalspecError("the prompt is empty")
+        return ids
+
+    def render_chat(self, messages: list[dict]) -> str:
+        """The conversation as text, through the model's own chat template (generation prompt added)."""
+        return chat.render_for(self.target, messages)
+
+    def tokenize_chat(self, text: str, *, continuation: bool = False) -> list[int]:
+        """Tokens of rendered chat text; a continuation of a conversation already tokenized gets no BOS."""
+        return chat.tokenize_rendered(self.target, text, continuation=continuation)
+
+    # -- generation ------------------------------------------------------------------------------
+    def submit(
+        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
+    ) -> Handle:
+        """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
+        Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued."""
+        self._check_open()
+        s = self.settings.replace(**overrides) if overrides else self.settings
+        ids = self.tokenize(prompt, chat_mode=chat)
+        self._check_fits(ids, s)
+        req = Request(ids, s, self._pair, self.tuners)
+        self._inbox.put(req)
+        if self._closed:  # closed meanwhile: the engine thread may be gone
+            req.fail(LocalspecError("this engine is closed; create a new Engine"))
+        return Handle(req)
+
+    def stream(
+        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
+    ) -> Iterator[Chunk]:
+        handle = self.submit(prompt, chat=chat, **overrides)
+        try:
+            yield from handle
+        finally:  # an abandoned stream frees its slot; nothing is held that a next call waits on
+            handle.cancel()
+
+    def generate(self, prompt: str | Sequence[int] | list[dict], **overrides: Any) -> Response:
+        for chunk in self.stream(prompt, **overrides):
+            if chunk.response is not None:
+                return chunk.response
+        raise AssertionError("stream ended without a response")
+
+    def _check_fits(self, ids: list[int], s: Settings) -> None:
+        n_ctx = self.target_ctx.n_ctx
+        if len(ids) + s.max_tokens > n_ctx:
+            raise PromptTooLong(
+                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) = {len(ids) + s.max_tokens} "
+                f"exceeds the context of one slot, n_ctx={n_ctx}; shorten the prompt, lower "
+                "--max-tokens or raise --n-ctx",
+                n_prompt=len(ids),
+                n_ctx=n_ctx,
+            )

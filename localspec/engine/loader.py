@@ -1,0 +1,123 @@
+"""The one load pipeline, for the engine and for doctor: rpc-servers → devices → pair check →
+memory plan → placement decision → Model/Context → placement verified from llama.cpp's log →
+warm-up. Contexts are created once with `parallel` sequences of n_ctx tokens each and warmed up with
+one decode, so compute buffers are reserved before the first request; requests never allocate."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from localspec import llama
+from localspec.config.settings import Settings
+from localspec.draft_len.memory import memory_key as key
+from localspec.engine import placement
+from localspec.errors import LocalspecError
+from localspec.gguf.compat import CompatReport, check_pair
+
+
+@dataclass
+class LoadedPair:
+    """The loaded models and contexts (one owner: close() frees them), and what placement decided."""
+
+    settings: Settings
+    devices: list[llama.Device] = field(default_factory=list)
+    pair_report: CompatReport | None = None  # the pair check, when a draft is used
+    plan: placement.PairPlan | None = None
+    decision: placement.Decision | None = None
+    refused: str | None = None  # dry run: why the plan would not run here
+    report: placement.PlacementReport | None = None  # planned against what llama.cpp did
+    target: llama.Model | None = None
+    target_ctx: llama.Context | None = None
+    draft: llama.Model | None = None
+    draft_ctx: llama.Context | None = None
+    stack: ExitStack = field(default_factory=ExitStack)
+
+    def contexts(self) -> list[llama.Context]:
+        return [c for c in (self.target_ctx, self.draft_ctx) if c is not None]
+
+    def close(self) -> None:
+        self.stack.close()
+
+    def __enter__(self) -> "LoadedPair":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_pair(
+    s: Settings,
+    *,
+    log: Callable[[str], None] = lambda line: None,
+    dry_run: bool = False,
+    strict: bool = True,
+    decision: placement.Decision | None = None,
+) -> LoadedPair:
+    """Load the pair `s` names (the draft only when it drafts: not with --lookup only). Not `strict`
+    (doctor), a pair that fails its check, a plan refused and a placement that differs from the
+    plan are recorded instead of raised; a dry run stops before the weights. `decision` reuses one
+    already made (doctor verifies its plan at a small n_ctx)."""
+    strict = strict and not dry_run
+    if s.target is None:
+        raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
+    out = LoadedPair(s)
+    llama.add_rpc_servers(s.rpc_endpoints)  # probed first: a dead host is one line
+    out.devices = llama.devices()
+    if s.speculative:  # before any weights are loaded
+        out.pair_report = check_pair(s.target, s.draft)
+        if not out.pair_report.ok and strict:
+            raise LocalspecError(out.pair_report.message)
+    out.plan = placement.plan_for(s)
+    try:
+        out.decision = decision or placement.enforce(out.plan, out.devices, s)
+    except LocalspecError as e:
+        if strict:
+            raise
+        out.refused = str(e)
+        return out
+    if dry_run:
+        return out
+    try:
+        _load(out, log, strict)
+    except BaseException:
+        out.close()
+        raise
+    return out
+
+
+def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
+    s, dec, st = out.settings, out.decision, out.stack
+    assert dec is not None and out.plan is not None
+    for line in dec.messages():
+        log(line)
+    common = s.context_args()
+    out.target = st.enter_context(
+        llama.Model(s.target, n_gpu_layers=dec.target_gpu_layers, devices=dec.model_devices("target"))
+    )
+    out.target_ctx = st.enter_context(llama.Context(out.target, **common))
+    if s.speculative:
+        out.draft = st.enter_context(
+            llama.Model(s.draft, n_gpu_layers=dec.draft_gpu_layers, devices=dec.model_devices("draft"))
+        )
+        out.draft_ctx = st.enter_context(llama.Context(out.draft, **common))
+    out.report = placement.verify(
+        out.plan,
+        dec,
+        out.target.load_log + out.target_ctx.init_log,
+        out.draft.load_log + out.draft_ctx.init_log if out.draft_ctx else None,
+    )
+    for problem in out.report.require_clean(s) if strict else ():  # raises unless --allow-partial-offload
+        log(f"warning: {problem}")
+    log(out.report.summary())
+    for ctx in out.contexts():  # warm-up: reserve compute buffers now, not on the first request
+        ctx.eval([ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0], 0, 1)
+        ctx.reset()
+
+
+def memory_key(out: LoadedPair) -> Callable[[], dict[str, Any]]:
+    """The tuner memory's key for this load (computed only when the memory is used)."""
+    dec = out.decision
+    assert dec is not None
+    return lambda: key(out.settings, dec.target_gpu_layers, dec.draft_gpu_layers)

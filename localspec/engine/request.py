@@ -1,0 +1,118 @@
+"""One request inside the engine (a scheduler `Job`) and the `Handle` its caller holds."""
+
+from __future__ import annotations
+
+import queue
+import secrets
+import threading
+import time
+from typing import Iterator
+
+import numpy as np
+
+from localspec.config.settings import Settings
+from localspec.decode.sampling import SamplingParams
+from localspec.decode.state import SeqState, SpecConfig, Step
+from localspec.decode.stats import Counters, Stats
+from localspec.decode.text_stream import TextStream
+from localspec.draft_len.pool import TunerPool
+from localspec.engine.loader import LoadedPair
+from localspec.engine.scheduler import Job
+from localspec.engine.types import Chunk, Response
+
+
+class Request(Job):
+    """A submitted request: builds its sequence state, turns its steps into chunks on a queue."""
+
+    def __init__(self, ids: list[int], s: Settings, pair: LoadedPair, tuners: TunerPool) -> None:
+        self.prompt, self.settings, self.tuners = ids, s, tuners
+        self.seed = s.seed if s.seed is not None else secrets.randbits(32)
+        self.lookup = s.uses_lookup
+        self.speculative = s.spec and (pair.draft_ctx is not None or self.lookup)
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.cancel_event = threading.Event()
+        self.counters = Counters(rounds_trace=[] if s.trace else None)
+        self.k_ctl = tuners.controller(s, self.speculative)
+        self.text = TextStream(pair.target.token_bytes, pair.target.is_eog, s.stop)
+        self.parts: list[str] = []
+        self.t_start = time.perf_counter()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def start(self, seq: int) -> SeqState:
+        s = self.settings
+        sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
+        cfg = SpecConfig(mode=s.spec_mode, draft_min=s.draft_min, draft_p_min=s.draft_p_min)
+        rng = np.random.default_rng(self.seed)
+        return SeqState.start(
+            seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
+            max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
+        )  # fmt: skip
+
+    def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
+        for delta, steps in deltas:
+            self.parts.append(delta)
+            self.queue.put(Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps]))
+
+    def deliver(self, steps: list[Step]) -> bool:
+        self._put(self.text.feed(steps, time.perf_counter))
+        return not self.text.done
+
+    def end(self, state: SeqState | None, reason: str) -> None:
+        self.tuners.finished(self.settings, self.k_ctl)
+        if reason == "cancelled":
+            self.queue.put(None)
+            return
+        ts = self.text
+        self._put(ts.close())
+        if reason == "context" and not ts.done:
+            ts.finish = "context"
+        self.counters.unaccept(ts.dropped)
+        t_end = time.perf_counter()
+        t_first = ts.first_token_at
+        stats = Stats.build(
+            self.counters,
+            speculative=self.speculative,
+            n_prompt=len(self.prompt),
+            n_generated=len(ts.tokens) + ts.saw_eog,
+            decode_s=(t_end - t_first) if t_first else 0.0,
+            total_s=t_end - self.t_start,
+        )
+        resp = Response("".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed)
+        self.queue.put(Chunk("", [], [], resp))
+        self.queue.put(None)
+
+    def fail(self, error: BaseException) -> None:
+        self.queue.put(error)
+        self.queue.put(None)
+
+
+class Handle:
+    """One submitted request. Iterating yields its chunks (the last carries the Response); cancel()
+    stops it - its slot is free again within one round - after which iteration ends without a
+    response. Errors raise where the handle is iterated."""
+
+    def __init__(self, req: Request) -> None:
+        self._req = req
+        self.prompt_tokens = req.prompt
+        self.response: Response | None = None
+
+    def cancel(self) -> None:
+        self._req.cancel_event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._req.cancelled
+
+    def __iter__(self) -> Iterator[Chunk]:
+        while True:
+            item = self._req.queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            if item.response is not None:
+                self.response = item.response
+            yield item

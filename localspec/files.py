@@ -1,0 +1,163 @@
+"""Files written safely, and told apart cheaply.
+
+Atomic, durable outputs: write to a temporary name in the destination folder, fsync it, os.replace()
+it over the name, fsync the folder (so after a power loss a finished name never holds an empty file).
+
+A killed writer leaves only a hidden `.NAME.PID.partial` (removed by the next writer of NAME), never a
+file that looks finished. A full disk, a read-only folder or a missing permission becomes one clear
+LocalspecError (`output_error`), and the partial file is removed. Reusable for any output: model files,
+pair.toml, downloads, logs (`output_error` alone for files that are appended to).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+
+from localspec.errors import LocalspecError
+
+PARTIAL_SUFFIX = ".partial"
+LOW_SPACE = 1 << 20  # below this a failed write is taken to be a full disk, whatever the writer said
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_NO_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
+
+
+def partial_path(dst: Path) -> Path:
+    # same folder, so os.replace is a rename on one filesystem; the pid keeps concurrent runs apart
+    return dst.with_name(f".{dst.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+
+
+def output_error(dst: str | os.PathLike, cause: BaseException) -> LocalspecError | None:
+    """One actionable error if writing `dst` failed for lack of space or permission, else None.
+
+    llama.cpp reports a full disk as 'iostream error', so the free space is checked as well."""
+    dst = Path(dst)
+    code = cause.errno if isinstance(cause, OSError) else None
+    if code in _NO_WRITE:
+        return LocalspecError(f"cannot write {dst}: {os.strerror(code)}; choose a folder you can write to")
+    free = _free_bytes(dst.parent)
+    if code in _NO_SPACE or free < LOW_SPACE:
+        return LocalspecError(
+            f"cannot write {dst}: no space left on the device ({_fmt(free)} free in {dst.parent}); "
+            "free some space or write the output elsewhere"
+        )
+    return None
+
+
+@contextlib.contextmanager
+def atomic_output(dst: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path; on success it becomes `dst`, on any error (or Ctrl-C) it is removed."""
+    dst = Path(dst)
+    with _lock_for(dst), scratch_output(dst) as tmp:  # one writer of a name at a time in this process
+        yield tmp
+        try:
+            _fsync(tmp)
+            os.replace(tmp, dst)
+            _fsync(dst.parent)
+        except OSError as e:
+            raise (output_error(dst, e) or e) from None
+
+
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_for(dst: Path) -> threading.Lock:
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(Path(os.path.abspath(dst)), threading.Lock())
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def scratch_output(dst: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `dst` that is always removed at the end (an intermediate file);
+    disk and permission failures while it is written become `output_error`s."""
+    dst = Path(dst)
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise (output_error(dst, e) or LocalspecError(f"cannot create {dst.parent}: {e.strerror}")) from None
+    _remove_stale_partials(dst)
+    tmp = partial_path(dst)
+    try:
+        yield tmp
+    except (OSError, LocalspecError) as e:
+        # decided before the partial file is removed: removing it frees the space again
+        written = tmp.exists()
+        err = output_error(dst, e) if isinstance(e, OSError) or written else None
+        if err is not None:
+            raise err from None
+        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_text_atomic(dst: Path, text: str) -> None:
+    with atomic_output(dst) as tmp:
+        tmp.write_text(text)
+
+
+def _remove_stale_partials(dst: Path) -> None:
+    """Partials of `dst` left by writers that were killed (their pid is gone)."""
+    pattern = re.compile(rf"^\.{re.escape(dst.name)}\.(\d+){re.escape(PARTIAL_SUFFIX)}$")
+    with contextlib.suppress(OSError):
+        for p in dst.parent.iterdir():
+            m = pattern.match(p.name)
+            if m and not _alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_bytes(folder: Path) -> int:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return LOW_SPACE  # unknown: do not claim the disk is full
+
+
+def _fmt(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 2**30 else f"{n / 2**30:.1f} GiB"
+
+
+def fingerprint(path: str | os.PathLike) -> str:
+    """Cheap identity of a (model) file: its size and its first and last MiB. A full hash of a 20 GB
+    target would cost more than what it keys (a calibration, a log line)."""
+    st = os.stat(path)
+    return _fingerprint(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+@lru_cache(maxsize=32)
+def _fingerprint(path: str, size: int, _mtime_ns: int) -> str:
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+        if size > 2 << 20:
+            f.seek(size - (1 << 20))
+            h.update(f.read())
+    return h.hexdigest()[:16]

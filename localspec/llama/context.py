@@ -1,0 +1,238 @@
+"""One inference context over a Model: KV cache, compute buffers, the batch; decode and truncate.
+
+Built on the low-level C API (not `llama_cpp.Llama`): that class forces an n_ctx x n_vocab logits
+buffer when drafting and hides the KV cache, and the speculative loop needs both under its control.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import llama_cpp as C
+import numpy as np
+
+from localspec.errors import LocalspecError
+from localspec.llama.log import default_threads, last_error, log_mark, log_since
+from localspec.llama.model import Model
+
+KV_TYPES = {
+    "f32": C.GGML_TYPE_F32,
+    "f16": C.GGML_TYPE_F16,
+    "q8_0": C.GGML_TYPE_Q8_0,
+    "q4_0": C.GGML_TYPE_Q4_0,
+}
+FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+
+# when the running llama_decode started (0: none runs): the RPC watchdog's measure of a stall
+BUSY_SINCE = [0.0]
+
+
+class Context:
+    """One inference context (KV cache + compute buffers) over a Model, for `n_seq` sequences.
+
+    Created once; the batch is allocated once. Each sequence (0..n_seq-1) may hold up to `n_ctx`
+    tokens: the KV cache is one unified buffer of n_ctx * n_seq cells shared by all sequences, so
+    every sequence can always reach its n_ctx whatever the others hold. `eval()` (one sequence)
+    returns logits rows as numpy *views* into llama.cpp's buffer, valid until the next decode;
+    `eval_batch()` (several sequences in one decode) returns copies.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_ubatch: int = 512,
+        n_threads: int | None = None,
+        flash_attn: str = "auto",
+        kv_type: str = "f16",
+        n_seq: int = 1,
+    ) -> None:
+        if kv_type not in KV_TYPES:
+            raise LocalspecError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
+        if flash_attn not in FLASH_ATTN:
+            raise LocalspecError(f"flash_attn must be one of {', '.join(FLASH_ATTN)}")
+        if n_seq < 1:
+            raise LocalspecError(f"n_seq must be >= 1 (got {n_seq})")
+        self.model = model
+        threads = n_threads or default_threads()
+        params = C.llama_context_default_params()
+        params.n_ctx = n_ctx * n_seq
+        params.n_batch = n_batch
+        params.n_ubatch = min(n_ubatch, n_batch)
+        params.n_seq_max = n_seq
+        params.kv_unified = True  # one buffer: any sequence may use n_ctx cells, decodes stay single-stream
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.flash_attn_type = FLASH_ATTN[flash_attn]
+        params.type_k = KV_TYPES[kv_type]
+        params.type_v = KV_TYPES[kv_type]
+        params.no_perf = True
+        mark = log_mark()
+        ptr = C.llama_init_from_model(model.ptr, params)
+        if not ptr:
+            raise LocalspecError(
+                f"llama.cpp could not create a context (n_ctx={n_ctx} x {n_seq} sequences): {last_error(mark)}"
+            )
+        self._ptr = ptr
+        self.init_log = log_since(mark)
+        self.n_seq = n_seq
+        self.n_ctx = min(n_ctx, int(C.llama_n_ctx(ptr)))  # per sequence
+        self.n_batch = int(C.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
+        self.n_vocab = model.n_vocab
+        self._mem = C.llama_get_memory(ptr)
+        self._batch = C.llama_batch_init(self.n_batch, 0, 1)
+        self._has_batch = True
+        self._past = [0] * n_seq  # tokens each sequence has in the KV cache (positions 0..past-1)
+
+    def close(self) -> None:
+        if getattr(self, "_has_batch", False):
+            C.llama_batch_free(self._batch)
+            self._has_batch = False
+        if getattr(self, "_ptr", None):
+            C.llama_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def ptr(self):  # noqa: ANN201 - a ctypes pointer
+        if not getattr(self, "_ptr", None):
+            raise LocalspecError("this context is closed")
+        return self._ptr
+
+    @property
+    def n_past(self) -> int:
+        """Tokens cached for sequence 0 (the single-sequence view)."""
+        return self._past[0]
+
+    def past(self, seq: int = 0) -> int:
+        return self._past[seq]
+
+    def is_eog(self, token: int) -> bool:
+        return self.model.is_eog(token)
+
+    def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1, seq: int = 0) -> np.ndarray:
+        """Decode `tokens` of sequence `seq` at positions pos.. and return logits for the last
+        `n_logits` of them: a (n_logits, n_vocab) float32 view, valid until the next decode.
+
+        Positions past `pos` must be empty (call `truncate` first). Long inputs are split into n_batch
+        chunks; only the final chunk asks for logits."""
+        self._check(seq, tokens, pos, n_logits)
+        self._decode([(seq, tokens, pos, n_logits)])
+        return np.ctypeslib.as_array(C.llama_get_logits(self.ptr), shape=(n_logits, self.n_vocab))
+
+    def eval_batch(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
+        """Several sequences at once: items are (seq, tokens, pos, n_logits); returns one
+        (n_logits, n_vocab) array per item (copies). Everything goes into as few decodes as n_batch
+        allows - one, whenever the tokens fit."""
+        for seq, tokens, pos, n_logits in items:
+            self._check(seq, tokens, pos, n_logits)
+        if len({seq for seq, *_ in items}) != len(items):
+            raise LocalspecError("eval_batch() takes each sequence at most once")
+        return self._decode(items, copy=True)
+
+    def _check(self, seq: int, tokens: Sequence[int], pos: int, n_logits: int) -> None:
+        n = len(tokens)
+        if not 0 <= seq < self.n_seq:
+            raise LocalspecError(f"sequence {seq} out of range (this context has {self.n_seq})")
+        if n == 0:
+            raise LocalspecError("eval() needs at least one token")
+        if not 0 < n_logits <= min(n, self.n_batch):
+            raise LocalspecError(f"n_logits={n_logits} must be in 1..{min(n, self.n_batch)}")
+        if pos != self._past[seq]:
+            raise LocalspecError(f"eval at position {pos} but the cache holds {self._past[seq]} tokens")
+        if pos + n > self.n_ctx:
+            raise LocalspecError(
+                f"context is full: {pos + n} tokens needed, n_ctx is {self.n_ctx} (raise --n-ctx)"
+            )
+
+    def _decode(self, items, copy: bool = False) -> list[np.ndarray]:  # noqa: ANN001
+        """Pack the items' tokens into batches of at most n_batch and decode them in order. A batch
+        boundary never splits one item's logits rows unless that item alone fills a batch."""
+        ptr, b = self.ptr, self._batch
+        rows: list[list[np.ndarray]] = [[] for _ in items]
+        queue = []  # (item index, token, pos, wants logits)
+        for idx, (_seq, tokens, pos, n_logits) in enumerate(items):
+            first_out = len(tokens) - n_logits
+            queue.extend((idx, tokens[i], pos + i, i >= first_out) for i in range(len(tokens)))
+        start = 0
+        while start < len(queue):
+            end = min(len(queue), start + self.n_batch)
+            # keep an item's logits rows in one decode when they can be (a single view suffices)
+            if (
+                end < len(queue)
+                and queue[end][3]
+                and queue[end - 1][3]
+                and queue[end][0] == queue[end - 1][0]
+            ):
+                idx = queue[end][0]
+                first = next(j for j in range(start, end) if queue[j][0] == idx and queue[j][3])
+                if first > start:
+                    end = first
+            for j in range(start, end):
+                idx, tok, p, want = queue[j]
+                b.token[j - start] = tok
+                b.pos[j - start] = p
+                b.n_seq_id[j - start] = 1
+                b.seq_id[j - start][0] = items[idx][0]
+                b.logits[j - start] = 1 if want else 0
+            b.n_tokens = end - start
+            BUSY_SINCE[0] = time.monotonic()  # the RPC watchdog's measure of a stalled decode
+            try:
+                rc = C.llama_decode(ptr, b)
+            finally:
+                BUSY_SINCE[0] = 0.0
+            if rc != 0:
+                # a failed decode can leave partial entries: drop them so every cache stays consistent
+                for seq in {items[queue[j][0]][0] for j in range(start, end)}:
+                    first_pos = min(queue[j][2] for j in range(start, end) if items[queue[j][0]][0] == seq)
+                    C.llama_memory_seq_rm(self._mem, seq, first_pos, -1)
+                    self._past[seq] = first_pos
+                raise LocalspecError(f"llama_decode failed (code {rc}) at position {queue[start][2]}")
+            n_out = 0
+            for j in range(start, end):
+                idx, _tok, p, want = queue[j]
+                self._past[items[idx][0]] = p + 1
+                n_out += want
+            if copy and n_out:
+                # a copy: the next decode overwrites llama.cpp's logits buffer
+                logits = np.array(np.ctypeslib.as_array(C.llama_get_logits(ptr), shape=(n_out, self.n_vocab)))
+                r = 0
+                for j in range(start, end):
+                    if queue[j][3]:
+                        rows[queue[j][0]].append(logits[r])
+                        r += 1
+            start = end
+        if not copy:
+            return []
+        return [np.stack(rs) if rs else np.zeros((0, self.n_vocab), np.float32) for rs in rows]
+
+    def truncate(self, pos: int, seq: int = 0) -> None:
+        """Forget every cached position >= pos of sequence `seq` (the single KV-rollback operation)."""
+        if pos < self._past[seq]:
+            if not C.llama_memory_seq_rm(self._mem, seq, pos, -1):
+                raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
+            self._past[seq] = pos
+
+    def reset(self) -> None:
+        C.llama_memory_clear(self._mem, True)
+        self._past = [0] * self.n_seq
+
+
+def decode_busy_s() -> float:
+    """How long the llama_decode running now has taken (0 when none runs)."""
+    started = BUSY_SINCE[0]
+    return time.monotonic() - started if started else 0.0

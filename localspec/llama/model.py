@@ -1,0 +1,171 @@
+"""A loaded GGUF model: weights and vocabulary. Owns the `llama_model *`."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import llama_cpp as C
+
+from localspec.errors import LocalspecError
+from localspec.gguf.file import validate_gguf
+from localspec.llama.devices import device_array
+from localspec.llama.log import init_backend, last_error, log_mark, log_since
+
+
+@dataclass(frozen=True)
+class VocabFacts:
+    """What the pair check and the loop need to know about a vocabulary."""
+
+    vocab_type: int
+    n_tokens: int
+    bos: int
+    eos: int
+    add_bos: bool
+    add_eos: bool
+    eog: frozenset[int]
+
+
+class Model:
+    """A loaded GGUF model (weights and vocabulary). Owns the `llama_model *`."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        n_gpu_layers: int = -1,
+        vocab_only: bool = False,
+        devices: Sequence[str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        validate_gguf(self.path)
+        init_backend()
+        params = C.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.vocab_only = vocab_only
+        if devices is not None:  # pin to these devices (llama.cpp otherwise spreads layers over every
+            # GPU and RPC server); an empty list pins to the CPU
+            self._devices = device_array(devices)  # referenced until the load has read it
+            params.devices = ctypes.cast(self._devices, ctypes.c_void_p)
+        mark = log_mark()
+        ptr = C.llama_model_load_from_file(str(self.path).encode(), params)
+        if not ptr:
+            raise LocalspecError(f"llama.cpp could not load {self.path}: {last_error(mark)}")
+        self._ptr = ptr
+        self.load_log = log_since(mark)
+        self._vocab = C.llama_model_get_vocab(ptr)
+        self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
+        eog = frozenset(t for t in range(self.n_vocab) if C.llama_vocab_is_eog(self._vocab, t))
+        self.vocab = VocabFacts(
+            vocab_type=int(C.llama_vocab_type(self._vocab)),
+            n_tokens=self.n_vocab,
+            bos=int(C.llama_vocab_bos(self._vocab)),
+            eos=int(C.llama_vocab_eos(self._vocab)),
+            add_bos=bool(C.llama_vocab_get_add_bos(self._vocab)),
+            add_eos=bool(C.llama_vocab_get_add_eos(self._vocab)),
+            eog=eog,
+        )
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        if getattr(self, "_ptr", None):
+            C.llama_model_free(self._ptr)
+            self._ptr = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # last resort; owners call close()
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def ptr(self):  # noqa: ANN201 - a ctypes pointer
+        if not self._ptr:
+            raise LocalspecError("model already closed")
+        return self._ptr
+
+    # -- facts ---------------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(8192)
+        n = C.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        if n < 0:
+            return None
+        if n >= len(buf):
+            buf = ctypes.create_string_buffer(n + 1)
+            C.llama_model_meta_val_str(self.ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def chat_template(self) -> str | None:
+        tmpl = C.llama_model_chat_template(self.ptr, None)
+        return tmpl.decode("utf-8") if tmpl else None
+
+    @property
+    def n_params(self) -> int:
+        return int(C.llama_model_n_params(self.ptr))
+
+    @property
+    def size_bytes(self) -> int:
+        return int(C.llama_model_size(self.ptr))
+
+    @property
+    def n_layer(self) -> int:
+        return int(C.llama_model_n_layer(self.ptr))
+
+    @property
+    def n_ctx_train(self) -> int:
+        return int(C.llama_model_n_ctx_train(self.ptr))
+
+    def describe(self) -> str:
+        buf = ctypes.create_string_buffer(256)
+        C.llama_model_desc(self.ptr, buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace")
+
+    def token_text(self, token: int) -> str:
+        raw = C.llama_vocab_get_text(self._live_vocab(), token)
+        return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def is_eog(self, token: int) -> bool:
+        return token in self.vocab.eog
+
+    # -- text ----------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        # a buffer per call: ctypes releases the GIL inside llama_tokenize, so a shared one would let
+        # two threads write into each other's result
+        vocab = self._live_vocab()
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (C.llama_token * cap)()
+        n = C.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:  # buffer too small: -n is the size needed
+            buf = (C.llama_token * -n)()
+            n = C.llama_tokenize(vocab, data, len(data), buf, -n, add_special, parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """The raw bytes of one token; may be part of a UTF-8 character (see detok.Detokenizer)."""
+        vocab = self._live_vocab()
+        buf = ctypes.create_string_buffer(64)  # per call, like tokenize: any thread may ask
+        n = C.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = C.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
+        return buf.raw[:n]
+
+    def _live_vocab(self):  # noqa: ANN202 - a ctypes pointer
+        if not getattr(self, "_ptr", None):
+            raise LocalspecError("model already closed")
+        return self._vocab
+
+    def detokenize(self, tokens: Sequence[int], *, special: bool = False) -> str:
+        return b"".join(self.token_bytes(t, special=special) for t in tokens).decode(
+            "utf-8", errors="replace"
+        )

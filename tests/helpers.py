@@ -1,0 +1,226 @@
+"""What several test modules share (no test module imports another): single-sequence drivers of the
+round for the fake backend, statistics, the target-alone reference, and the real processes (the
+CLI, a `localspec serve` on loopback)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from localspec.decode.round import decode_round
+from localspec.decode.sampling import SamplingParams
+from localspec.decode.state import Evaluator, SeqState, SpecConfig, Step
+from localspec.decode.stats import Counters
+from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import KController
+from localspec.draft_len.fixed import FixedK
+
+ROOT = Path(__file__).resolve().parent.parent
+GREEDY = SamplingParams(temperature=0.0)
+
+
+# -- driving the round over one sequence (the fake backend's tests) ----------------------------------
+class ContextFull(Exception):
+    """The context has no room left for another token."""
+
+
+def prefill(target: Evaluator, draft: Evaluator | None, st: SeqState, budget: int | None = None) -> bool:
+    """Bring the target's cache towards `tokens[:-1]`, as the scheduler does: a round with nothing
+    running and this sequence filling."""
+    return decode_round(target, draft, [], filling=[st], budget=budget)[0]
+
+
+def speculative_steps(
+    target: Evaluator,
+    draft: Evaluator | None,
+    prompt: Sequence[int],
+    sp: SamplingParams,
+    cfg: SpecConfig,
+    rng: np.random.Generator,
+    c: Counters,
+    k_ctl: KController,
+    max_new: int | None = None,
+    seq: int = 0,
+    lookup: bool = False,
+) -> Iterator[Step]:
+    """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull): rounds over a list
+    of one sequence. Stopping early (closing the generator) unaccepts what was not yet emitted."""
+    st = SeqState.start(
+        seq, prompt, sp, cfg, rng, c, k_ctl,
+        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup,
+    )  # fmt: skip
+    prefill(target, draft, st)
+    while True:
+        if st.finish is None:
+            decode_round(target, draft, [st])
+        made = st.take()
+        for i, step in enumerate(made):
+            try:
+                yield step
+            except GeneratorExit:  # closed mid-round (a stop string): the rest is never emitted
+                c.unaccept(made[i + 1 :])
+                raise
+        if st.finish == "context":
+            raise ContextFull
+        if st.finish is not None:
+            return
+
+
+def plain_steps(
+    target: Evaluator,
+    prompt: Sequence[int],
+    sp: SamplingParams,
+    rng: np.random.Generator,
+    c: Counters,
+    max_new: int | None = None,
+    mode: str = "pq",
+) -> Iterator[Step]:
+    """Target-only decoding: the baseline (mode: whose noise it samples with)."""
+    yield from speculative_steps(target, None, prompt, sp, SpecConfig(mode=mode), rng, c, FixedK(0), max_new)
+
+
+def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001
+    from tests.fake_backend import FakeContext  # noqa: PLC0415
+
+    c = Counters()
+    return [s.token for s in plain_steps(FakeContext(table), prompt, sp, np.random.default_rng(seed), c, n)]
+
+
+def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0, stalls=0.0) -> AutoK:  # noqa: ANN001
+    """Rounds of a simulated pair: each draft kept with probability accept_p, verify(n) seconds."""
+    rng = np.random.default_rng(seed)
+    for _ in range(rounds):
+        k = ctl.choose()
+        acc = 0
+        while acc < k and rng.random() < accept_p:
+            acc += 1
+        v = verify(k + 1) * (1 + (rng.exponential(0.5) if rng.random() < stalls else 0.0))
+        ctl.observe(
+            k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1,
+            draft_s=k * t_draft, verify_s=v, round_s=k * t_draft + v,
+        )  # fmt: skip
+    return ctl
+
+
+# -- statistics ----------------------------------------------------------------------------------------
+def chi2(counts: np.ndarray, probs: np.ndarray) -> float:
+    expected = probs * counts.sum()
+    keep = expected > 0
+    assert counts[~keep].sum() == 0, "a token with zero target probability was emitted"
+    return float(((counts[keep] - expected[keep]) ** 2 / expected[keep]).sum())
+
+
+# chi-square critical values at p = 0.001 (so a correct implementation fails 1 run in 1000)
+CHI2_999 = {3: 16.27, 4: 18.47, 5: 20.52, 7: 24.32, 15: 37.70, 24: 51.18, 35: 66.62, 63: 103.4}
+
+
+# -- real models: greedy equality is tie-aware (llama.cpp is not batch-invariant) ---------------------
+MARGIN = 0.25  # logits; measured flips were at ~0.06
+
+PROMPTS = {
+    "english": "Explain in two sentences why the sky is blue.",
+    "chinese": "请用两句话介绍一下长城。",
+    "code": "Write a Python function that returns the n-th Fibonacci number.",
+    "emoji": "hey!! 😀🎉 can u give me 3 fun party ideas?? 🥳",
+}
+
+
+def teacher_forced_gaps(eng, prompt_ids: list[int], out: list[int]) -> np.ndarray:  # noqa: ANN001
+    """For each emitted token: max logit - logit of that token, with the target alone."""
+    from localspec.llama import Context  # noqa: PLC0415
+
+    with Context(eng.target, n_ctx=1024, n_batch=512) as ctx:
+        # the row that predicts out[i] is the one at the token before it
+        rows = ctx.eval(prompt_ids + out[:-1], 0, len(out))
+        return np.array([row.max() - row[t] for row, t in zip(rows, out)])
+
+
+# -- processes -----------------------------------------------------------------------------------------
+def localspec(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it, in a fresh process."""
+    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_DEBUG"}
+    return subprocess.run(
+        [sys.executable, "-m", "localspec", *args],
+        capture_output=True, text=True, input=stdin, env=env, cwd=ROOT, timeout=300,
+    )  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+SERVER_N_CTX = 1024
+
+
+class Server:
+    """`localspec serve` on loopback. `model` is one GGUF (drafting for itself, --draft-max 4 unless
+    args say otherwise) or a pair folder."""
+
+    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile(mode="w+")
+        base = {k: v for k, v in os.environ.items() if k not in ("LOCALSPEC_DEBUG", "LOCALSPEC_API_KEY")}
+        model = Path(model)
+        models = ["--pair", str(model)] if model.is_dir() or model.suffix == ".toml" else [
+            "--target", str(model), "--draft", str(model), "--draft-max", "4"]  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "localspec", "serve", *models,
+             "--port", str(self.port), "--n-ctx", str(SERVER_N_CTX), *args],
+            cwd=ROOT, env=base | (env or {}), stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"server did not come up:\n{self.output()}")
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def client(self, api_key: str = "none") -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
+
+    def health(self) -> dict:
+        return httpx.get(self.url + "/health", timeout=5).json()
+
+    def metrics(self, headers: dict | None = None) -> dict[str, float]:
+        text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
+        return {
+            s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items())): s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+        }
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode

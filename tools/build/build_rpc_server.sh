@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's RPC server (`ggml-rpc-server`, the tool its docs call rpc-server) from the
+# llama.cpp vendored in the pinned llama-cpp-python sdist: client and server then speak the same RPC
+# protocol version. Only ggml, its CPU backend, the RPC backend and the tool are compiled (~3 min on
+# two cores). Idempotent: the download, the unpack and the cmake build are each skipped when done.
+# GPU machines add their backend: CMAKE_ARGS="-DGGML_CUDA=on" tools/build/build_rpc_server.sh
+set -euo pipefail
+
+source "$(dirname "$0")/llama_source.sh"
+BUILD="$TP/rpc-build"
+# the same flags as the Python wheel (see Makefile): the native build segfaults in the AMX matmul here
+CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAMA_CURL=OFF
+             -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+             -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF)
+# the wheel's CMAKE_ARGS (a GPU backend, say) join in; the ones above already are not repeated
+read -r -a EXTRA <<< "${CMAKE_ARGS:-}"
+for flag in "${EXTRA[@]}"; do
+    [[ " ${CMAKE_FLAGS[*]} " == *" $flag "* ]] || CMAKE_FLAGS+=("$flag")
+done
+TARGET=ggml-rpc-server
+
+llama_source
+llama_configure "$BUILD" "${CMAKE_FLAGS[@]}"
+cmake --build "$BUILD" --config Release -j "${JOBS:-2}" --target "$TARGET"
+echo "$BUILD/bin/$TARGET"
