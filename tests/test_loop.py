@@ -120,7 +120,7 @@ def test_stop_string_spanning_a_draft_is_never_emitted():
         target, draft, [0], GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), FixedK(6), max_new=40
     )
     ts = TextStream(lambda tok: letters[tok].encode(), lambda tok: False, stop=["def"])
-    text = "".join(delta for delta, _ in ts.run(steps, lambda: 0.0))
+    text = "".join(delta for delta, _ in text_deltas(ts, steps, lambda: 0.0))
     assert text == "bc"
     assert ts.finish == "stop"
     # the loop was closed right there: only the first verify round ran, no second one
@@ -137,7 +137,7 @@ def test_utf8_split_across_tokens_is_never_half_printed():
     ]
     ts = TextStream(lambda tok: pieces[tok], lambda tok: False)
     steps = (Step(i, False) for i in range(5))
-    deltas = [d for d, _ in ts.run(steps, lambda: 0.0)]
+    deltas = [d for d, _ in text_deltas(ts, steps, lambda: 0.0)]
     assert "".join(deltas) == "h\U0001f30a中"
     assert all("\ufffd" not in d for d in deltas)
 
@@ -145,7 +145,7 @@ def test_utf8_split_across_tokens_is_never_half_printed():
 def test_a_character_cut_off_at_the_end_is_dropped_not_replaced():
     pieces = ["a".encode(), "\U0001f30a".encode()[:2]]  # max_tokens ends inside the emoji
     ts = TextStream(lambda tok: pieces[tok], lambda tok: False)
-    assert "".join(d for d, _ in ts.run((Step(i, False) for i in range(2)), lambda: 0.0)) == "a"
+    assert "".join(d for d, _ in text_deltas(ts, (Step(i, False) for i in range(2)), lambda: 0.0)) == "a"
 
 
 def test_context_end_raises_context_full():
@@ -415,7 +415,7 @@ def test_stop_string_drops_its_tokens_and_their_acceptance():
         max_new=40,
     )
     ts = TextStream(lambda tok: letters[tok].encode(), lambda tok: False, stop=["de"])
-    out = list(ts.run(steps, lambda: 0.0))
+    out = list(text_deltas(ts, steps, lambda: 0.0))
     assert "".join(d for d, _ in out) == "bc" and ts.tokens == [1, 2]
     assert [s.token for _, st in out for s in st] == [1, 2]
     assert [s.token for s in ts.dropped] == [3, 4]  # 'd', 'e': the stop string, never emitted

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from localspec.cli.doctor import render
+from localspec.config.endpoints import parse_endpoints
 from localspec.config.settings import Settings
 from localspec.draft_len.auto import AutoK
 from localspec.engine import placement
@@ -52,8 +53,8 @@ def localspec(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 # ---------------------------------------------------------------------------------------------------
 # settings and the handshake probe (no llama.cpp)
 def test_endpoints_parse_and_bad_ones_are_one_line():
-    assert rpc.parse_endpoints("10.0.0.2:50052, 10.0.0.3:50052") == ("10.0.0.2:50052", "10.0.0.3:50052")
-    assert rpc.parse_endpoints(["h:1", "h:1"]) == ("h:1",)
+    assert parse_endpoints("10.0.0.2:50052, 10.0.0.3:50052") == ("10.0.0.2:50052", "10.0.0.3:50052")
+    assert parse_endpoints(["h:1", "h:1"]) == ("h:1",)
     for bad in ("10.0.0.2", "host:", ":50052", "host:port", "host:70000"):
         with pytest.raises(LocalspecError, match="HOST:PORT"):
             Settings(rpc=bad)
@@ -165,7 +166,9 @@ def _dev(name, kind, free_gib, backend, description="", remote=False):
 
 def _settings(**kw):
     base = dict(n_gpu_layers=-1, allow_partial_offload=False, rpc=None, spec=True, n_ctx=8192)
-    return SimpleNamespace(**(base | kw))
+    ns = SimpleNamespace(**(base | kw))
+    ns.rpc_endpoints = parse_endpoints(ns.rpc)
+    return ns
 
 
 @pytest.fixture(scope="module")
