@@ -26,6 +26,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, LlamaFileType
 
 from localspec.config import toml as tomllib
+from localspec.config.pair_toml import write_pair_toml
 from localspec.convert.gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
 from localspec.errors import LocalspecError
 from localspec.files import atomic_output
@@ -158,7 +159,6 @@ def write_f16(
 
 def quantize_pair(out_dir: Path, *, nthread: int | None = None, log: Callable[[str], None] = print) -> Path:
     """Quantize write_f16's files with llama.cpp (target Q4_K_M, draft Q8_0), then write pair.toml."""
-    from localspec.config.pair_toml import write_pair_toml
     from localspec.convert.quant import quantize_file  # noqa: PLC0415
 
     out_dir = Path(out_dir)

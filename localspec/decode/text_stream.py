@@ -9,7 +9,7 @@ generator and closes that as soon as the output is decided.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 from localspec.decode.detok import Detokenizer, StopMatcher
 from localspec.decode.state import Step

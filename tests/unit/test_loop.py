@@ -15,8 +15,8 @@ from localspec.decode.text_stream import TextStream
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
 
-from .fake_backend import FakeContext, markov_tables
-from .helpers import CHI2_999, GREEDY, ContextFull, chi2, feed, plain, speculative_steps
+from ..fake_backend import FakeContext, markov_tables
+from ..helpers import CHI2_999, GREEDY, ContextFull, chi2, feed, plain, speculative_steps, text_deltas
 
 
 def run(target, draft, prompt, sp=GREEDY, k=4, n=20, mode="pq", seed=0, counters=None, **cfg):

@@ -12,8 +12,8 @@ import httpx
 import openai
 import pytest
 
-from .helpers import Server
-from .rpc_servers import Servers, need_rpc
+from ..helpers import Server
+from ..rpc_servers import Servers, need_rpc
 
 
 def _until(what: Callable[[], bool], timeout: float, srv: Server, why: str) -> None:

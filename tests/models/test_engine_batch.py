@@ -13,7 +13,7 @@ from localspec.engine import Engine
 from localspec.errors import LocalspecError
 from localspec.llama import Context, Model
 
-from .helpers import MARGIN, PROMPTS, teacher_forced_gaps
+from ..helpers import MARGIN, PROMPTS, teacher_forced_gaps
 
 QUESTIONS = [
     "Explain in two sentences why the sky is blue.",

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from localspec.errors import LocalspecError
 from localspec.gguf.file import read_header, validate_gguf
 
-from .gguf_bytes import F32, Gguf, kv_array_str, kv_array_u32, kv_str, kv_u32, s, tensor_info
+from ..gguf_bytes import F32, Gguf, kv_array_str, kv_array_u32, kv_str, kv_u32, s, tensor_info
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, data: bytes, name: str = "m.gguf") -> Path:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import localspec
+from ..helpers import localspec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def assert_clean_error(proc: subprocess.CompletedProcess, *needles: str) -> None:

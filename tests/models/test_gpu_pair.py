@@ -30,7 +30,7 @@ from localspec.convert.synthetic import (
 )
 from localspec.engine import Engine
 
-from .helpers import MARGIN, teacher_forced_gaps
+from ..helpers import MARGIN, teacher_forced_gaps
 
 pytestmark = pytest.mark.slow  # generates a pair unless the GPU check hands one over
 PROMPT = "Explain in two sentences why the sky is blue."

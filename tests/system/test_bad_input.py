@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .bad_inputs import (
+from ..bad_inputs import (
     ENTRY_POINTS,
     OPTION_COMMANDS,
     SETTINGS_COMMANDS,
@@ -23,7 +23,7 @@ from .bad_inputs import (
     numeric_setting_cases,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
 SMOL = str(MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf")
 GEMMA = str(MODELS / "gemma-3-270m-q4_k_m.gguf")
@@ -222,7 +222,7 @@ def test_unreadable_file(tmp_path, smollm2_path):
 
 def test_doctor_reports_a_mismatched_pair():
     # doctor diagnoses rather than runs: it shows the plan and says that `run` would refuse the pair
-    from .helpers import localspec
+    from ..helpers import localspec
 
     proc = localspec("doctor", "--target", SMOL, "--draft", GEMMA, "--no-load")
     assert proc.returncode == 0 and "REFUSED by run: target and draft cannot be paired" in proc.stdout, (

@@ -28,11 +28,11 @@ from localspec.errors import LocalspecError
 from localspec.gguf.memory_plan import GiB
 from localspec.llama import rpc
 
-from . import sparse_gguf
-from .helpers import feed
-from .rpc_servers import Servers, free_port, need_rpc
+from .. import sparse_gguf
+from ..helpers import feed
+from ..rpc_servers import Servers, free_port, need_rpc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "The history of the printing press begins"
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from localspec.chat.conversation import Conversation
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = ">>>"  # prompt_toolkit draws the trailing space as a cursor move
 ANSWER_END = re.compile(r"\[\d+ tokens, [\d.]+ tok/s")  # the dim line after each answer
 STATS_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s", re.M)  # turn prompt prefilled answer

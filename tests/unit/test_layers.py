@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "localspec"
+PACKAGE = Path(__file__).resolve().parents[2] / "localspec"
 
 # bottom to top; a module may import its own room and any room below it, never one above or beside it
 LAYERS: list[tuple[str, ...]] = [

@@ -13,7 +13,7 @@ from localspec import llama
 from localspec.cli import cli
 from localspec.gguf.memory_plan import GiB
 
-from . import sparse_gguf
+from .. import sparse_gguf
 
 
 def doctor(*args: str) -> str:

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from .fixtures_hf import TINY, hf_reference_logits, tiny_hf
+from ..fixtures_hf import TINY, hf_reference_logits, tiny_hf
 
 TEXT = "the cat in the hat sat on a mat, then 12345 hats: café ☕"
 

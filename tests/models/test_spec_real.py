@@ -13,7 +13,7 @@ import pytest
 from localspec.config.settings import Settings
 from localspec.engine import Engine
 
-from .helpers import MARGIN, PROMPTS, teacher_forced_gaps
+from ..helpers import MARGIN, PROMPTS, teacher_forced_gaps
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ import httpx
 import openai
 import pytest
 
-from .helpers import SERVER_N_CTX, Server
+from ..helpers import SERVER_N_CTX, Server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KEY = "sekret-test-key"
 
 
@@ -122,7 +122,7 @@ def test_eight_clients_at_once_match_serial(server, model_id, smollm2):
     from localspec.chat import template as chat
     from localspec.llama import Context
 
-    from .helpers import MARGIN
+    from ..helpers import MARGIN
 
     client = server.client()
     questions = [[{"role": "user", "content": f"One fact about the number {i}?"}] for i in range(8)]

@@ -19,9 +19,9 @@ from localspec.errors import LocalspecError
 from localspec.files import PARTIAL_SUFFIX, atomic_output, output_error, write_text_atomic
 from localspec.gguf.file import validate_gguf
 
-from .helpers import localspec
+from ..helpers import localspec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sigkill_mid_write_leaves_nothing_finished_looking(smollm2_path, tmp_path):

@@ -12,7 +12,7 @@ from localspec.config.settings import Settings
 from localspec.decode.stats import Counters, Stats
 from localspec.telemetry.acclog import AccLog, log_path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def localspec(*args: str, state: Path) -> subprocess.CompletedProcess:

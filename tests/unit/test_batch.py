@@ -17,8 +17,8 @@ from localspec.draft_len.batch import choose_batch
 from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Job, Scheduler
 
-from .fake_backend import FakeContext, markov_tables
-from .helpers import prefill, speculative_steps
+from ..fake_backend import FakeContext, markov_tables
+from ..helpers import prefill, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
 

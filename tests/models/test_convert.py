@@ -14,7 +14,7 @@ import pytest
 
 from localspec.errors import LocalspecError
 
-from .fixtures_hf import export_hf, hf_reference_logits
+from ..fixtures_hf import export_hf, hf_reference_logits
 
 CORPUS = [
     "The quick brown fox jumps over the lazy dog. It's 2024, isn't it?",

@@ -13,9 +13,9 @@ from localspec.errors import LocalspecError
 from localspec.gguf.memory_plan import GiB, MiB, Runtime, plan_pair, read_spec
 from localspec.llama import Device
 
-from . import sparse_gguf
+from .. import sparse_gguf
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parent.parent / "data"
 CPU = Device("CPU", "Intel(R) Xeon(R)", "cpu", 64 * GiB, 60 * GiB, "CPU")
 
 

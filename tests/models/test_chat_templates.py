@@ -13,7 +13,7 @@ import pytest
 from localspec.chat import template as chat
 from localspec.errors import LocalspecError
 
-TEMPLATES = Path(__file__).parent / "data" / "templates"
+TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Hi <b> & é"},

@@ -17,8 +17,8 @@ from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
 
-from .fake_backend import FakeContext, markov_tables
-from .helpers import CHI2_999, chi2, plain_steps, speculative_steps
+from ..fake_backend import FakeContext, markov_tables
+from ..helpers import CHI2_999, chi2, plain_steps, speculative_steps
 
 FILTERED = SamplingParams(temperature=0.8, top_k=6, top_p=0.95, min_p=0.05)
 # chi-square critical value at p = 0.001 for 99 and 80 degrees of freedom (10x10 bins; 81 cells)

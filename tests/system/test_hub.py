@@ -14,10 +14,10 @@ import pytest
 
 from localspec.errors import LocalspecError
 
-from .fake_hub import FakeHub
-from .fixtures_hf import tiny_hf
+from ..fake_hub import FakeHub
+from ..fixtures_hf import tiny_hf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TARGET = ("acme/tiny-GGUF", "tiny-a-Q4_K_M.gguf")
 DRAFT = ("acme/tiny-draft-GGUF", "tiny-b-Q8_0.gguf")
 

@@ -10,7 +10,7 @@ import pytest
 from localspec.engine.placement import parse_log
 from localspec.gguf.memory_plan import GiB, MiB, Runtime, plan_model, plan_pair, read_spec, verdict
 
-from . import sparse_gguf
+from .. import sparse_gguf
 
 CARD_24GB_FREE = 23 * GiB  # an RTX 4090 / 3090 with a desktop running
 REAL_CASES = [  # n_ctx, n_batch (= n_ubatch), flash_attn, kv_type

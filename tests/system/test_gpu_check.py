@@ -14,7 +14,7 @@ import pytest
 
 from tools import gpu_bundle
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
