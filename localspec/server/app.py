@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localspec.config.settings import Settings
-from localspec.server import errors, routes
+from localspec.server import errors, page, routes
 from localspec.server.service import Dispatcher
 
 log = logging.getLogger("localspec.server")
@@ -54,6 +54,7 @@ def create_app(settings: Settings, engine_provider: Callable[[], Any]) -> FastAP
     app.state.model_id = model_id(settings)
     errors.install(app)
     app.include_router(routes.router)
+    app.include_router(page.router)  # the chat page at / (server/ui/)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
     return app
 

@@ -1,0 +1,461 @@
+// The chat page: state, events and the one streaming loop. Rendering lives in render.js, the wire
+// in api.js, storage in store.js.
+
+import { ApiError, forgetApiKey, health, models, setApiKey, streamChat } from './api.js';
+import { download, fileName, toMarkdown } from './export.js';
+import { plain } from './markdown.js';
+import { renderEditor, renderMessage } from './render.js';
+import { aggregate, chart } from './stats.js';
+import * as store from './store.js';
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  messages: $('messages'), scroller: $('scroller'), empty: $('empty'), title: $('title'),
+  input: $('input'), send: $('send'), stop: $('stop'), composer: $('composer'),
+  list: $('conversations'), newChat: $('new-chat'), chart: $('chart'), totals: $('totals'),
+  status: $('server-status'), model: $('model-name'), banner: $('banner'), bannerText: $('banner-text'),
+  system: $('system'), systemPreview: $('system-preview'), showDrafts: $('show-drafts'),
+  theme: $('theme-toggle'), settings: $('settings-dialog'), settingsForm: $('settings-form'),
+  keyDialog: $('key-dialog'), keyInput: $('key-input'), keyRemember: $('key-remember'), keyReason: $('key-reason'),
+};
+
+const state = {
+  conv: null,
+  ctrl: null, // the AbortController of the reply streaming now
+  model: null,
+  editing: null, // index of the user message being edited
+  settings: store.loadSettings(),
+  prefs: store.loadPrefs(),
+};
+const busy = () => state.ctrl !== null;
+
+// -- theme and draft colouring ---------------------------------------------------------------------
+const systemDark = matchMedia('(prefers-color-scheme: dark)');
+const theme = () => state.prefs.theme || (systemDark.matches ? 'dark' : 'light');
+
+function applyPrefs() {
+  document.documentElement.dataset.theme = theme();
+  ui.theme.textContent = theme() === 'dark' ? 'Light' : 'Dark';
+  document.body.classList.toggle('hide-drafts', !state.prefs.showDrafts);
+  ui.showDrafts.checked = state.prefs.showDrafts;
+}
+
+// -- the server ----------------------------------------------------------------------------------
+let keyPrompt = null;
+
+// Ask for an API key; resolves true when one was entered. One dialog at a time.
+function askKey(reason) {
+  keyPrompt ??= new Promise((resolve) => {
+    ui.keyReason.textContent = reason;
+    ui.keyInput.value = '';
+    ui.keyDialog.addEventListener(
+      'close',
+      () => {
+        keyPrompt = null;
+        const key = ui.keyInput.value.trim();
+        if (ui.keyDialog.returnValue === 'ok' && key) setApiKey(key, ui.keyRemember.checked);
+        resolve(ui.keyDialog.returnValue === 'ok' && key !== '');
+      },
+      { once: true },
+    );
+    ui.keyDialog.returnValue = '';
+    ui.keyDialog.showModal();
+  });
+  return keyPrompt;
+}
+
+const KEY_NEEDED = 'This server needs an API key (it was started with --api-key or LOCALSPEC_API_KEY).';
+const KEY_WRONG = 'That key was refused. Enter the key the server was started with.';
+
+// Run fn, asking for a key (and trying again) while the server answers 401
+async function withKey(fn) {
+  for (let tries = 0; ; tries++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!(e instanceof ApiError && e.status === 401) || tries >= 5) throw e;
+      if (!(await askKey(tries ? KEY_WRONG : KEY_NEEDED))) throw e;
+    }
+  }
+}
+
+function setStatus(kind, text) {
+  ui.status.dataset.state = kind;
+  ui.model.textContent = text;
+}
+
+function showBanner(text) {
+  ui.bannerText.textContent = text;
+  ui.banner.hidden = !text;
+}
+
+async function connect() {
+  setStatus('checking', 'connecting…');
+  try {
+    await health();
+  } catch (e) {
+    setStatus('down', 'server unreachable');
+    showBanner(`${e.message} Start it, then retry.`);
+    return;
+  }
+  showBanner('');
+  try {
+    const list = await withKey(models);
+    state.model = list.data[0]?.id || 'model';
+    setStatus('up', state.model);
+  } catch (e) {
+    setStatus(e.status === 401 ? 'locked' : 'down', e.status === 401 ? 'API key needed' : e.message);
+  }
+  renderConversation();
+}
+
+// -- conversations ---------------------------------------------------------------------------------
+function openConversation(conv) {
+  state.conv = conv;
+  state.editing = null;
+  store.setCurrentId(conv.id);
+  renderAll();
+}
+
+function startNew() {
+  if (!busy()) openConversation(store.newConversation(state.conv?.system || ''));
+}
+
+let saveTimer = null;
+function save(soon = false) {
+  clearTimeout(saveTimer);
+  if (soon) saveTimer = setTimeout(() => save(), 1000);
+  else if (state.conv.messages.length && !store.saveConversation(state.conv)) {
+    showBanner('The browser refused to store this conversation (storage full or disabled): it will not survive a reload.');
+  }
+}
+
+function requestBody(conv) {
+  const s = state.settings;
+  const messages = [];
+  if (conv.system.trim()) messages.push({ role: 'system', content: conv.system });
+  for (const m of conv.messages) if (m.role === 'user' || m.role === 'assistant') messages.push({ role: m.role, content: m.content });
+  const body = { messages, stream: true, stream_options: { include_usage: true }, localspec: { mark_drafts: true } };
+  if (s.temperature !== '') body.temperature = Number(s.temperature);
+  if (s.max_tokens !== '') body.max_tokens = Number(s.max_tokens);
+  if (s.draft_mode === 'auto') body.draft_max = 'auto';
+  else if (s.draft_mode === 'fixed') body.draft_max = Number(s.draft_k);
+  if (s.spec_mode) body.spec_mode = s.spec_mode;
+  if (s.lookup) body.lookup = s.lookup;
+  return body;
+}
+
+function addText(msg, text, drafted) {
+  msg.content += text;
+  const last = msg.runs[msg.runs.length - 1];
+  if (last && last[1] === drafted) last[0] += text;
+  else msg.runs.push([text, drafted]);
+}
+
+// tool_calls deltas arrive in pieces keyed by index: the name once, the arguments in fragments
+function addToolCalls(msg, deltas) {
+  msg.tool_calls ??= [];
+  for (const d of deltas) {
+    const call = (msg.tool_calls[d.index ?? msg.tool_calls.length] ??= { id: d.id, type: 'function', function: { name: '', arguments: '' } });
+    if (d.id) call.id = d.id;
+    if (d.function?.name) call.function.name += d.function.name;
+    if (d.function?.arguments) call.function.arguments += d.function.arguments;
+  }
+}
+
+function errorMessage(e) {
+  if (e.status === 503 && e.retryAfter) return `${e.message} (the server asks to retry after ${e.retryAfter} s)`;
+  if (e.status === 401) return `${e.message}. Open Settings to forget the stored key, or reload to enter one.`;
+  return e.message;
+}
+
+// Stream a reply to the conversation as it stands
+async function generate() {
+  const conv = state.conv;
+  const body = requestBody(conv);
+  const msg = { role: 'assistant', content: '', runs: [], asked: { draft_max: body.draft_max ?? null } };
+  conv.messages.push(msg);
+  state.ctrl = new AbortController();
+  const { signal } = state.ctrl;
+  renderAll();
+  try {
+    await withKey(async () => {
+      for await (const chunk of streamChat(body, signal)) {
+        if (chunk.timings) msg.timings = chunk.timings;
+        const choice = chunk.choices?.[0];
+        if (!choice) continue;
+        const d = choice.delta || {};
+        if (d.reasoning_content) msg.reasoning = (msg.reasoning || '') + d.reasoning_content;
+        if (d.content) {
+          if (msg.reasoning) msg.reasoningDone = true;
+          addText(msg, d.content, chunk.localspec?.all_draft ? 1 : 0);
+        }
+        if (d.tool_calls) addToolCalls(msg, d.tool_calls);
+        if (choice.finish_reason) msg.finish = choice.finish_reason;
+        renderLive();
+        save(true);
+      }
+    });
+    msg.reasoningDone = true;
+  } catch (e) {
+    if (e.name === 'AbortError') msg.stopped = true;
+    else {
+      if (!msg.content && !msg.reasoning && !msg.tool_calls) conv.messages.pop();
+      else msg.stopped = true;
+      const status = e instanceof ApiError ? e.status : 0;
+      conv.messages.push({ role: 'error', content: e instanceof ApiError ? errorMessage(e) : String(e), status, retryAfter: e.retryAfter ?? null });
+      if (status === 0) connect();
+    }
+  } finally {
+    state.ctrl = null;
+    save();
+    if (state.conv === conv) renderAll();
+  }
+}
+
+function send(text) {
+  const conv = state.conv;
+  conv.messages.push({ role: 'user', content: text });
+  if (!conv.title) conv.title = text.split('\n')[0].slice(0, 60);
+  generate();
+}
+
+// Drop the trailing reply (and any error after it), answer again
+function regenerate() {
+  const msgs = state.conv.messages;
+  while (msgs.length && msgs[msgs.length - 1].role !== 'user') msgs.pop();
+  if (msgs.length) generate();
+  else renderAll();
+}
+
+// -- rendering -------------------------------------------------------------------------------------
+const nearBottom = () => ui.scroller.scrollHeight - ui.scroller.scrollTop - ui.scroller.clientHeight < 80;
+
+function renderConversation() {
+  const conv = state.conv;
+  const stick = nearBottom();
+  const n = conv.messages.length;
+  const frag = document.createDocumentFragment();
+  conv.messages.forEach((m, i) => {
+    const box = renderMessage(m, i, { last: i === n - 1, busy: busy(), live: busy() && i === n - 1, model: state.model });
+    if (i === state.editing) box.querySelector('.text').replaceWith(renderEditor(m));
+    frag.append(box);
+  });
+  ui.messages.replaceChildren(frag);
+  ui.empty.hidden = n > 0;
+  ui.title.textContent = conv.title || 'New chat';
+  ui.system.value = conv.system;
+  ui.systemPreview.textContent = conv.system ? `· ${conv.system.slice(0, 60)}` : '· none';
+  ui.send.hidden = busy();
+  ui.stop.hidden = !busy();
+  ui.newChat.disabled = busy();
+  renderChart();
+  if (stick) ui.scroller.scrollTop = ui.scroller.scrollHeight;
+  ui.messages.querySelector('.editor textarea')?.focus();
+}
+
+let frame = 0;
+function renderLive() {
+  frame ||= requestAnimationFrame(() => {
+    frame = 0;
+    const n = state.conv.messages.length;
+    const old = ui.messages.querySelector(`[data-index="${n - 1}"]`);
+    if (!old || !busy()) return;
+    const stick = nearBottom();
+    old.replaceWith(renderMessage(state.conv.messages[n - 1], n - 1, { last: true, busy: true, live: true, model: state.model }));
+    if (stick) ui.scroller.scrollTop = ui.scroller.scrollHeight;
+  });
+}
+
+function renderChart() {
+  const agg = aggregate(state.conv.messages);
+  ui.chart.replaceChildren(chart(agg.byPos));
+  ui.totals.textContent = agg.replies
+    ? [
+        `${agg.replies} ${agg.replies === 1 ? 'reply' : 'replies'}`,
+        `${agg.tokens} tokens`,
+        agg.rate === null ? 'no drafts' : `${Math.round(agg.rate * 100)}% accepted`,
+        agg.perPass === null ? null : `${agg.perPass.toFixed(2)} tokens/pass`,
+      ].filter(Boolean).join(' · ')
+    : 'Replies in this conversation will show here.';
+}
+
+function renderList() {
+  const items = store.listConversations();
+  const current = state.conv;
+  if (current && !items.some((c) => c.id === current.id)) items.unshift({ id: current.id, title: current.title });
+  ui.list.replaceChildren(
+    ...items.map((c) => {
+      const row = document.createElement('div');
+      row.className = 'conv' + (c.id === current?.id ? ' current' : '');
+      const open = document.createElement('button');
+      open.type = 'button';
+      open.className = 'conv-open';
+      open.textContent = c.title || 'New chat';
+      open.title = c.title || 'New chat';
+      open.disabled = busy();
+      open.addEventListener('click', () => c.id !== current?.id && openConversation(store.loadConversation(c.id) || store.newConversation()));
+      const del = document.createElement('button');
+      del.type = 'button';
+      del.className = 'conv-delete';
+      del.textContent = '×';
+      del.title = 'Delete this conversation';
+      del.setAttribute('aria-label', `Delete ${c.title || 'conversation'}`);
+      del.disabled = busy();
+      del.addEventListener('click', () => {
+        store.deleteConversation(c.id);
+        if (c.id === current?.id) {
+          const next = store.listConversations()[0];
+          openConversation((next && store.loadConversation(next.id)) || store.newConversation());
+        } else renderList();
+      });
+      row.append(open, del);
+      return row;
+    }),
+  );
+}
+
+function renderAll() {
+  renderConversation();
+  renderList();
+}
+
+// -- events ----------------------------------------------------------------------------------------
+function submitInput() {
+  const text = ui.input.value.trim();
+  if (!text || busy()) return;
+  ui.input.value = '';
+  growInput();
+  send(text);
+}
+
+function growInput() {
+  ui.input.style.height = 'auto';
+  ui.input.style.height = `${Math.min(ui.input.scrollHeight, 240)}px`;
+}
+
+function copy(text) {
+  navigator.clipboard?.writeText(text).catch(() => {});
+}
+
+function onMessageClick(ev) {
+  const action = ev.target.closest('[data-action]')?.dataset.action;
+  if (!action || busy()) return;
+  const box = ev.target.closest('.message');
+  const index = Number(box.dataset.index);
+  const msg = state.conv.messages[index];
+  if (action === 'copy') copy(msg.role === 'assistant' ? plain(msg.runs || []) : msg.content);
+  else if (action === 'regenerate') regenerate();
+  else if (action === 'edit') {
+    state.editing = index;
+    renderConversation();
+  } else if (action === 'cancel-edit') {
+    state.editing = null;
+    renderConversation();
+  }
+}
+
+function onEditSubmit(ev) {
+  if (!ev.target.matches('.editor')) return;
+  ev.preventDefault();
+  const text = ev.target.querySelector('textarea').value.trim();
+  const index = state.editing;
+  if (!text || index === null || busy()) return;
+  state.editing = null;
+  state.conv.messages[index].content = text;
+  state.conv.messages.length = index + 1; // what came after answered the old text
+  if (index === 0) state.conv.title = text.split('\n')[0].slice(0, 60);
+  generate();
+}
+
+function fillSettings() {
+  const f = ui.settingsForm.elements;
+  for (const [k, v] of Object.entries(state.settings)) if (f[k]) f[k].value = v;
+  f.draft_k.disabled = f.draft_mode.value !== 'fixed';
+}
+
+function readSettings() {
+  const f = ui.settingsForm.elements;
+  const out = {};
+  for (const k of Object.keys(store.DEFAULT_SETTINGS)) out[k] = f[k].value.trim();
+  out.draft_k = Math.max(1, Math.round(Number(out.draft_k) || 4));
+  return out;
+}
+
+function wire() {
+  ui.composer.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    submitInput();
+  });
+  ui.input.addEventListener('keydown', (ev) => {
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
+      ev.preventDefault();
+      submitInput();
+    }
+  });
+  ui.input.addEventListener('input', growInput);
+  ui.stop.addEventListener('click', () => state.ctrl?.abort());
+  ui.newChat.addEventListener('click', startNew);
+  ui.messages.addEventListener('click', onMessageClick);
+  ui.messages.addEventListener('submit', onEditSubmit);
+  ui.system.addEventListener('input', () => {
+    state.conv.system = ui.system.value;
+    ui.systemPreview.textContent = state.conv.system ? `· ${state.conv.system.slice(0, 60)}` : '· none';
+    save(true);
+  });
+  ui.showDrafts.addEventListener('change', () => {
+    state.prefs.showDrafts = ui.showDrafts.checked;
+    store.savePrefs(state.prefs);
+    applyPrefs();
+  });
+  ui.theme.addEventListener('click', () => {
+    state.prefs.theme = theme() === 'dark' ? 'light' : 'dark';
+    store.savePrefs(state.prefs);
+    applyPrefs();
+  });
+  systemDark.addEventListener('change', applyPrefs);
+  $('banner-retry').addEventListener('click', connect);
+  $('open-settings').addEventListener('click', () => {
+    fillSettings();
+    ui.settings.showModal();
+  });
+  ui.settingsForm.elements.draft_mode.addEventListener('change', () => {
+    ui.settingsForm.elements.draft_k.disabled = ui.settingsForm.elements.draft_mode.value !== 'fixed';
+  });
+  ui.settings.addEventListener('close', () => {
+    if (ui.settings.returnValue === 'save') {
+      state.settings = readSettings();
+      store.saveSettings(state.settings);
+    }
+    ui.settings.returnValue = '';
+  });
+  $('forget-key').addEventListener('click', () => {
+    forgetApiKey();
+    ui.settings.close();
+    connect();
+  });
+  $('export-md').addEventListener('click', () => {
+    download(fileName(state.conv, 'md'), toMarkdown(state.conv, state.model), 'text/markdown');
+    $('export-menu').open = false;
+  });
+  $('export-json').addEventListener('click', () => {
+    download(fileName(state.conv, 'json'), JSON.stringify(state.conv, null, 2), 'application/json');
+    $('export-menu').open = false;
+  });
+  // a reload or a closed tab mid-reply keeps what has arrived
+  addEventListener('pagehide', () => state.conv && save());
+}
+
+function init() {
+  applyPrefs();
+  const id = store.currentId();
+  const conv = (id && store.loadConversation(id)) || store.newConversation();
+  const last = conv.messages[conv.messages.length - 1];
+  if (last?.role === 'assistant' && !last.timings) last.stopped = true; // the page went away mid-reply
+  wire();
+  openConversation(conv);
+  ui.input.focus();
+  connect();
+}
+
+init();
