@@ -51,9 +51,9 @@ def serve(**kwargs) -> None:
     # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with 143; a handler
     # of our own is what it re-raises into, so a clean shutdown exits 0
     signal.signal(signal.SIGTERM, lambda *_: None)
-    say(
-        f"serving {app.state.model_id} on http://{_url_host(settings.host)}:{settings.port}/v1 (Ctrl-C to stop)"
-    )
+    base = f"http://{_url_host(settings.host)}:{settings.port}"
+    say(f"serving {app.state.model_id} on {base}/v1 (Ctrl-C to stop)")
+    say(f"open {base}/ in a browser for the chat page")
     server.run()
     if lost.line is not None:
         reload.reexec()
