@@ -244,7 +244,7 @@ function renderConversation() {
   ui.messages.replaceChildren(frag);
   ui.empty.hidden = n > 0;
   ui.title.textContent = conv.title || 'New chat';
-  ui.system.value = conv.system;
+  if (ui.system.value !== conv.system) ui.system.value = conv.system;
   ui.systemPreview.textContent = conv.system ? `· ${conv.system.slice(0, 60)}` : '· none';
   ui.send.hidden = busy();
   ui.stop.hidden = !busy();
@@ -262,7 +262,9 @@ function renderLive() {
     const old = ui.messages.querySelector(`[data-index="${n - 1}"]`);
     if (!old || !busy()) return;
     const stick = nearBottom();
-    old.replaceWith(renderMessage(state.conv.messages[n - 1], n - 1, { last: true, busy: true, live: true, model: state.model }));
+    const box = renderMessage(state.conv.messages[n - 1], n - 1, { last: true, busy: true, live: true, model: state.model });
+    if (old.querySelector('.reasoning')?.open) box.querySelector('.reasoning').open = true; // the reader opened it
+    old.replaceWith(box);
     if (stick) ui.scroller.scrollTop = ui.scroller.scrollHeight;
   });
 }
