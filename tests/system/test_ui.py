@@ -401,7 +401,7 @@ def test_screenshots(browser, server):
     p = Page(browser, server.url, device_scale_factor=1)
     try:
         p.open()
-        p.settings(max_tokens="96")
+        p.settings(max_tokens="72")
         for q in (
             "Write a Python function that reverses a string.",
             "Now name three colours of the rainbow, as a list.",

@@ -106,7 +106,6 @@ async function connect() {
   } catch (e) {
     setStatus(e.status === 401 ? 'locked' : 'down', e.status === 401 ? 'API key needed' : e.message);
   }
-  renderConversation();
 }
 
 // -- conversations ---------------------------------------------------------------------------------
@@ -237,7 +236,7 @@ function renderConversation() {
   const n = conv.messages.length;
   const frag = document.createDocumentFragment();
   conv.messages.forEach((m, i) => {
-    const box = renderMessage(m, i, { last: i === n - 1, busy: busy(), live: busy() && i === n - 1, model: state.model });
+    const box = renderMessage(m, i, { last: i === n - 1, busy: busy(), live: busy() && i === n - 1 });
     if (i === state.editing) box.querySelector('.text').replaceWith(renderEditor(m));
     frag.append(box);
   });
@@ -262,7 +261,7 @@ function renderLive() {
     const old = ui.messages.querySelector(`[data-index="${n - 1}"]`);
     if (!old || !busy()) return;
     const stick = nearBottom();
-    const box = renderMessage(state.conv.messages[n - 1], n - 1, { last: true, busy: true, live: true, model: state.model });
+    const box = renderMessage(state.conv.messages[n - 1], n - 1, { last: true, busy: true, live: true });
     if (old.querySelector('.reasoning')?.open) box.querySelector('.reasoning').open = true; // the reader opened it
     old.replaceWith(box);
     if (stick) ui.scroller.scrollTop = ui.scroller.scrollHeight;

@@ -66,7 +66,7 @@ export function renderStats(msg) {
     item.append(h('b', null, value));
     if (label) item.append(` ${label}`);
     if (value === 'fell back') item.classList.add('flag');
-    if (!label) item.classList.add('plain');
+    if (value === 'cut at max tokens') item.classList.add('note');
     line.append(item);
   }
   return line.childElementCount ? line : null;
@@ -82,12 +82,12 @@ export function renderError(msg) {
 const ROLE = { user: 'You', assistant: 'Assistant', error: 'Error' };
 
 // last: the conversation's last message (it gets regenerate); busy: a reply is streaming
-export function renderMessage(msg, index, { last, busy, live, model }) {
+export function renderMessage(msg, index, { last, busy, live }) {
   const box = h('article', `message ${msg.role}`);
   box.dataset.index = index;
   if (live) box.classList.add('live');
   const head = h('div', 'message-head');
-  head.append(h('span', 'role', msg.role === 'assistant' && model ? model : ROLE[msg.role]));
+  head.append(h('span', 'role', ROLE[msg.role]));
   const actions = h('span', 'actions');
   if (!busy) {
     if (msg.role === 'user') actions.append(button('Edit', 'edit', 'Edit this message and answer again'));
