@@ -42,7 +42,8 @@ THREADS = ("--n-threads", "1")
 
 @pytest.fixture(scope="module")
 def server(default_pair):
-    srv = Server(default_pair, *THREADS, "--parallel", "2", "--max-tokens", "12", "--temperature", "0")
+    args = ("--draft-max", "4", "--parallel", "2", "--max-tokens", "12", "--temperature", "0")
+    srv = Server(default_pair, *THREADS, *args)
     yield srv
     srv.stop()
 
@@ -310,6 +311,8 @@ def test_reasoning_and_tool_calls(page):
 def test_edit_and_regenerate(page):
     page.open()
     page.send("Name a fruit.")
+    page.page.wait_for_function(STREAMING_TEXT)
+    page.page.click("#stop")  # an answer to the old text, cut short: the edit replaces it
     page.wait_idle()
     page.page.locator(".message.user").hover()
     page.page.click(".message.user [data-action=edit]")
