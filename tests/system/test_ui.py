@@ -167,6 +167,7 @@ def test_loads_without_console_errors(page, server):
     assert page.page.inner_text("#model-name") == "default"
     assert page.page.is_visible("#empty")
     assert page.console == []
+    assert f"open {server.url}/ in a browser" in server.output()  # what `make serve` prints
 
 
 def test_reply_streams_with_drafts_marked_and_stats(page, server):
