@@ -1,11 +1,14 @@
-// The chat page: state, events and the one streaming loop. Rendering lives in render.js, the wire
-// in api.js, storage in store.js.
+// The chat page: state, events and the one streaming loop. The wire is api.js, a reply's model
+// reply.js, its DOM render.js (Markdown in markdown.js), the sidebar sidebar.js, the dialogs
+// dialogs.js, storage store.js.
 
-import { ApiError, forgetApiKey, health, models, setApiKey, streamChat } from './api.js';
+import { ApiError, forgetApiKey, health, models, streamChat } from './api.js';
+import { askKey, editSettings } from './dialogs.js';
 import { download, fileName, toMarkdown } from './export.js';
 import { plain } from './markdown.js';
 import { renderEditor, renderMessage } from './render.js';
-import { aggregate, chart } from './stats.js';
+import { applyChunk, newReply, requestBody } from './reply.js';
+import { renderList as renderSidebarList, renderTotals } from './sidebar.js';
 import * as store from './store.js';
 
 const $ = (id) => document.getElementById(id);
@@ -15,8 +18,7 @@ const ui = {
   list: $('conversations'), newChat: $('new-chat'), chart: $('chart'), totals: $('totals'),
   status: $('server-status'), model: $('model-name'), banner: $('banner'), bannerText: $('banner-text'),
   system: $('system'), systemPreview: $('system-preview'), showDrafts: $('show-drafts'),
-  theme: $('theme-toggle'), settings: $('settings-dialog'), settingsForm: $('settings-form'),
-  keyDialog: $('key-dialog'), keyInput: $('key-input'), keyRemember: $('key-remember'), keyReason: $('key-reason'),
+  theme: $('theme-toggle'),
 };
 
 const state = {
@@ -41,29 +43,6 @@ function applyPrefs() {
 }
 
 // -- the server ----------------------------------------------------------------------------------
-let keyPrompt = null;
-
-// Ask for an API key; resolves true when one was entered. One dialog at a time.
-function askKey(reason) {
-  keyPrompt ??= new Promise((resolve) => {
-    ui.keyReason.textContent = reason;
-    ui.keyInput.value = '';
-    ui.keyDialog.addEventListener(
-      'close',
-      () => {
-        keyPrompt = null;
-        const key = ui.keyInput.value.trim();
-        if (ui.keyDialog.returnValue === 'ok' && key) setApiKey(key, ui.keyRemember.checked);
-        resolve(ui.keyDialog.returnValue === 'ok' && key !== '');
-      },
-      { once: true },
-    );
-    ui.keyDialog.returnValue = '';
-    ui.keyDialog.showModal();
-  });
-  return keyPrompt;
-}
-
 const KEY_NEEDED = 'This server needs an API key (it was started with --api-key or LOCALSPEC_API_KEY).';
 const KEY_WRONG = 'That key was refused. Enter the key the server was started with.';
 
@@ -129,39 +108,6 @@ function save(soon = false) {
   }
 }
 
-function requestBody(conv) {
-  const s = state.settings;
-  const messages = [];
-  if (conv.system.trim()) messages.push({ role: 'system', content: conv.system });
-  for (const m of conv.messages) if (m.role === 'user' || m.role === 'assistant') messages.push({ role: m.role, content: m.content });
-  const body = { messages, stream: true, stream_options: { include_usage: true }, localspec: { mark_drafts: true } };
-  if (s.temperature !== '') body.temperature = Number(s.temperature);
-  if (s.max_tokens !== '') body.max_tokens = Number(s.max_tokens);
-  if (s.draft_mode === 'auto') body.draft_max = 'auto';
-  else if (s.draft_mode === 'fixed') body.draft_max = Number(s.draft_k);
-  if (s.spec_mode) body.spec_mode = s.spec_mode;
-  if (s.lookup) body.lookup = s.lookup;
-  return body;
-}
-
-function addText(msg, text, drafted) {
-  msg.content += text;
-  const last = msg.runs[msg.runs.length - 1];
-  if (last && last[1] === drafted) last[0] += text;
-  else msg.runs.push([text, drafted]);
-}
-
-// tool_calls deltas arrive in pieces keyed by index: the name once, the arguments in fragments
-function addToolCalls(msg, deltas) {
-  msg.tool_calls ??= [];
-  for (const d of deltas) {
-    const call = (msg.tool_calls[d.index ?? msg.tool_calls.length] ??= { id: d.id, type: 'function', function: { name: '', arguments: '' } });
-    if (d.id) call.id = d.id;
-    if (d.function?.name) call.function.name += d.function.name;
-    if (d.function?.arguments) call.function.arguments += d.function.arguments;
-  }
-}
-
 function errorMessage(e) {
   if (e.status === 503 && e.retryAfter) return `${e.message} (the server asks to retry after ${e.retryAfter} s)`;
   if (e.status === 401) return `${e.message}. Open Settings to forget the stored key, or reload to enter one.`;
@@ -171,8 +117,8 @@ function errorMessage(e) {
 // Stream a reply to the conversation as it stands
 async function generate() {
   const conv = state.conv;
-  const body = requestBody(conv);
-  const msg = { role: 'assistant', content: '', runs: [], asked: { draft_max: body.draft_max ?? null } };
+  const body = requestBody(conv, state.settings);
+  const msg = newReply(body);
   conv.messages.push(msg);
   state.ctrl = new AbortController();
   const { signal } = state.ctrl;
@@ -180,17 +126,7 @@ async function generate() {
   try {
     await withKey(async () => {
       for await (const chunk of streamChat(body, signal)) {
-        if (chunk.timings) msg.timings = chunk.timings;
-        const choice = chunk.choices?.[0];
-        if (!choice) continue;
-        const d = choice.delta || {};
-        if (d.reasoning_content) msg.reasoning = (msg.reasoning || '') + d.reasoning_content;
-        if (d.content) {
-          if (msg.reasoning) msg.reasoningDone = true;
-          addText(msg, d.content, chunk.localspec?.all_draft ? 1 : 0);
-        }
-        if (d.tool_calls) addToolCalls(msg, d.tool_calls);
-        if (choice.finish_reason) msg.finish = choice.finish_reason;
+        applyChunk(msg, chunk);
         renderLive();
         save(true);
       }
@@ -248,7 +184,7 @@ function renderConversation() {
   ui.send.hidden = busy();
   ui.stop.hidden = !busy();
   ui.newChat.disabled = busy();
-  renderChart();
+  renderTotals(ui.chart, ui.totals, conv.messages);
   if (stick) ui.scroller.scrollTop = ui.scroller.scrollHeight;
   ui.messages.querySelector('.editor textarea')?.focus();
 }
@@ -268,52 +204,20 @@ function renderLive() {
   });
 }
 
-function renderChart() {
-  const agg = aggregate(state.conv.messages);
-  ui.chart.replaceChildren(chart(agg.byPos));
-  ui.totals.textContent = agg.replies
-    ? [
-        `${agg.replies} ${agg.replies === 1 ? 'reply' : 'replies'}`,
-        `${agg.tokens} tokens`,
-        agg.rate === null ? 'no drafts' : `${Math.round(agg.rate * 100)}% accepted`,
-        agg.perPass === null ? null : `${agg.perPass.toFixed(2)} tokens/pass`,
-      ].filter(Boolean).join(' · ')
-    : 'Replies in this conversation will show here.';
-}
-
 function renderList() {
   const items = store.listConversations();
   const current = state.conv;
-  if (current && !items.some((c) => c.id === current.id)) items.unshift({ id: current.id, title: current.title });
-  ui.list.replaceChildren(
-    ...items.map((c) => {
-      const row = document.createElement('div');
-      row.className = 'conv' + (c.id === current?.id ? ' current' : '');
-      const open = document.createElement('button');
-      open.type = 'button';
-      open.className = 'conv-open';
-      open.textContent = c.title || 'New chat';
-      open.title = c.title || 'New chat';
-      open.disabled = busy();
-      open.addEventListener('click', () => c.id !== current?.id && openConversation(store.loadConversation(c.id) || store.newConversation()));
-      const del = document.createElement('button');
-      del.type = 'button';
-      del.className = 'conv-delete';
-      del.textContent = '×';
-      del.title = 'Delete this conversation';
-      del.setAttribute('aria-label', `Delete ${c.title || 'conversation'}`);
-      del.disabled = busy();
-      del.addEventListener('click', () => {
-        store.deleteConversation(c.id);
-        if (c.id === current?.id) {
-          const next = store.listConversations()[0];
-          openConversation((next && store.loadConversation(next.id)) || store.newConversation());
-        } else renderList();
-      });
-      row.append(open, del);
-      return row;
-    }),
-  );
+  if (!items.some((c) => c.id === current.id)) items.unshift({ id: current.id, title: current.title });
+  renderSidebarList(ui.list, items, current.id, {
+    disabled: busy(),
+    onOpen: (id) => openConversation(store.loadConversation(id) || store.newConversation()),
+    onDelete: (id) => {
+      store.deleteConversation(id);
+      if (id !== current.id) return renderList();
+      const next = store.listConversations()[0];
+      openConversation((next && store.loadConversation(next.id)) || store.newConversation());
+    },
+  });
 }
 
 function renderAll() {
@@ -369,20 +273,6 @@ function onEditSubmit(ev) {
   generate();
 }
 
-function fillSettings() {
-  const f = ui.settingsForm.elements;
-  for (const [k, v] of Object.entries(state.settings)) if (f[k]) f[k].value = v;
-  f.draft_k.disabled = f.draft_mode.value !== 'fixed';
-}
-
-function readSettings() {
-  const f = ui.settingsForm.elements;
-  const out = {};
-  for (const k of Object.keys(store.DEFAULT_SETTINGS)) out[k] = f[k].value.trim();
-  out.draft_k = Math.max(1, Math.round(Number(out.draft_k) || 4));
-  return out;
-}
-
 function wire() {
   ui.composer.addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -416,23 +306,13 @@ function wire() {
   });
   systemDark.addEventListener('change', applyPrefs);
   $('banner-retry').addEventListener('click', connect);
-  $('open-settings').addEventListener('click', () => {
-    fillSettings();
-    ui.settings.showModal();
-  });
-  ui.settingsForm.elements.draft_mode.addEventListener('change', () => {
-    ui.settingsForm.elements.draft_k.disabled = ui.settingsForm.elements.draft_mode.value !== 'fixed';
-  });
-  ui.settings.addEventListener('close', () => {
-    if (ui.settings.returnValue === 'save') {
-      state.settings = readSettings();
-      store.saveSettings(state.settings);
-    }
-    ui.settings.returnValue = '';
+  $('open-settings').addEventListener('click', async () => {
+    const settings = await editSettings(state.settings);
+    if (settings) store.saveSettings((state.settings = settings));
   });
   $('forget-key').addEventListener('click', () => {
     forgetApiKey();
-    ui.settings.close();
+    $('settings-dialog').close();
     connect();
   });
   $('export-md').addEventListener('click', () => {
