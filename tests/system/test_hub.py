@@ -233,10 +233,10 @@ FIELDS = {"repo", "file", "size_gb", "sha256", "arch"}
 
 
 def test_presets_are_complete_and_their_n_ctx_is_the_plans():
-    from localspec.hub.presets import PRESETS_DIR, load_presets
+    from localspec.hub.presets import load_presets, shipped_presets_dir
     from localspec.hub.sizing import preset_n_ctx
 
-    presets = load_presets(PRESETS_DIR)
+    presets = load_presets(shipped_presets_dir())
     assert {"qwen2.5-32b", "qwen2.5-coder-32b", "llama3.1-8b", "qwen3-32b", "gemma3-27b"} <= set(presets)
     for p in presets.values():
         assert (p.target.quant, p.draft.quant) == ("q4_k_m", "q8_0"), p.name
@@ -253,10 +253,10 @@ def test_sizing_from_arch_facts_matches_the_gguf_header(gemma_path):
     """The estimate a preset's n_ctx comes from, against memory_plan reading the real header."""
     from localspec.gguf.file import read_header
     from localspec.gguf.memory_plan import Runtime, plan_model, read_spec
-    from localspec.hub.presets import PRESETS_DIR, load_presets
+    from localspec.hub.presets import load_presets, shipped_presets_dir
     from localspec.hub.sizing import spec_from_arch
 
-    facts = load_presets(PRESETS_DIR)["gemma3-27b"].draft.arch  # Gemma-3-270m, as the embedded file
+    facts = load_presets(shipped_presets_dir())["gemma3-27b"].draft.arch  # Gemma-3-270m, as the embedded file
     real = read_spec(gemma_path)
     est = spec_from_arch(facts, gemma_path.stat().st_size, "q4_k_m")
     assert est.kv_dims == real.kv_dims and est.swa_layers == real.swa_layers
