@@ -158,3 +158,24 @@ def test_stop_and_cancel_leave_the_slot_consistent_for_the_next_request(target_k
         sched.add(j)
     drain(sched)
     assert again[0].got == plain(follow, 30) and again[1].got == plain([5, 6], 30)
+
+
+def test_a_snapshot_targets_replay_is_priced_and_can_make_plain_win():
+    """Same costs and acceptance; a target that rolls back through snapshots pays a replay verify
+    after each rejection, so the tuner drafts less - and at a steep CPU-like curve, not at all."""
+    from localspec.draft_len.costs import Costs
+
+    def tuner(replay: bool, slope: float, accept: float = 0.6) -> AutoK:
+        costs = Costs.unmeasured(1, 8, replay=replay)
+        ctl = AutoK(k_max=8, prior_accept=accept, costs=costs)
+        ctl.prime({n: 0.010 * (1 + slope * (n - 1)) for n in range(1, 10)}, 0.0005)
+        return ctl
+
+    flat, flat_replay = tuner(False, 0.02), tuner(True, 0.02)
+    assert flat_replay.best_k() <= flat.best_k()
+    assert flat_replay.expected_rate(3) < flat.expected_rate(3)
+    steep, steep_replay = tuner(False, 0.25, 0.4), tuner(True, 0.25, 0.4)
+    k = steep.best_k()
+    assert steep.expected_rate(k) > steep.expected_rate(0)  # drafting pays when rollback is free ...
+    k = steep_replay.best_k()
+    assert steep_replay.expected_rate(k) < steep_replay.expected_rate(0)  # ... not with replays

@@ -189,6 +189,7 @@ def decode_round(
     t1 = time.perf_counter()
 
     # -- verify: one target decode for every sequence --------------------------------------------
+    replaying = {st: target.past(st.seq) < len(st.tokens) - 1 for st in live}
     items = [
         (st.seq, st.tokens[target.past(st.seq) :] + drafts[st], target.past(st.seq), len(drafts[st]) + 1)
         for st in live
@@ -263,6 +264,7 @@ def decode_round(
             round_s=round_s - t_catch,
             batch_tokens=batch_tokens,
             n_lookup=n_look,
+            replay=replaying[st],
         )
         if offered.get(st) and not n_look:
             st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new))
@@ -292,20 +294,26 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> floa
     sequences' prefill; returns the seconds. A short lag (the last draft and the bonus token) rides
     in the first draft step. A draft that rolls back through snapshots catches up whenever it lags
     by more than one token and settles there: its snapshot is taken at the first draft step, and a
-    replay riding in that step would be undone with the drafts at every rejection."""
+    replay riding in that step would be undone with the drafts at every rejection. Such a replay
+    (no longer than a round) is drafting's cost, not prefill: it is charged to the draft's time."""
     t0 = time.perf_counter()
     items, behind = [], []
     snapshots = getattr(draft, "rollback", "truncate") == "snapshot"
+    replay_only = True
     for st in active:
         have, upto = draft.past(st.seq), len(st.tokens) - 1
         if upto - have > (1 if snapshots else 2):
             items.append((st.seq, st.tokens[have:upto], have, 1))
             behind.append(st)
-    if items:
-        draft.eval_batch(items)
-        if snapshots:
-            for st in behind:
-                draft.truncate(len(st.tokens) - 1, st.seq)
+            replay_only &= snapshots and upto - have <= LOOKUP_MAX + 2
+    if not items:
+        return 0.0
+    draft.eval_batch(items)
+    if snapshots:
+        for st in behind:
+            draft.truncate(len(st.tokens) - 1, st.seq)
+    if replay_only:
+        return 0.0
     dt = time.perf_counter() - t0
     _charge_prefill(behind, dt)
     return dt
