@@ -179,3 +179,35 @@ def test_a_snapshot_targets_replay_is_priced_and_can_make_plain_win():
     assert steep.expected_rate(k) > steep.expected_rate(0)  # drafting pays when rollback is free ...
     k = steep_replay.best_k()
     assert steep_replay.expected_rate(k) < steep_replay.expected_rate(0)  # ... not with replays
+
+
+@pytest.mark.parametrize("target_kind", ["rs", "snapshot"])
+def test_pq_joint_distribution_is_the_targets(target_kind):
+    """pq sampling with K = 2 over 3 tokens, rejections rolled back through rs or snapshots: the
+    joint P(t1, t2, t3) is the recurrent target's, whatever the draft (chi-square, p = 0.001)."""
+    from localspec.decode.sampling import process
+
+    from .helpers import chi2
+
+    v, n, trials = 3, 3, 6000
+    sp = SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
+    (t, c), (dt, dc) = recurrent_tables(v=v, seed=11, noise=1.0, scale=1.0)
+    counts = np.zeros((v,) * n)
+    counters = Counters()
+    for s in range(trials):
+        target = FakeRecurrentContext(t, c, n_rs=4 if target_kind == "rs" else 0)
+        steps = speculative_steps(
+            target, FakeRecurrentContext(dt, dc), [0], sp, SpecConfig(mode="pq"),
+            np.random.default_rng(s), counters, FixedK(2), max_new=n,
+        )  # fmt: skip
+        counts[tuple(x.token for x in steps)] += 1
+    joint = np.zeros((v,) * n)
+    for seq in np.ndindex(*joint.shape):
+        p, hist = 1.0, [0]
+        for tok in seq:
+            row = t[hist[-1]] + c[FakeRecurrentContext._cls(hist)]
+            p *= process(row, sp).dense(v)[tok]
+            hist.append(tok)
+        joint[seq] = p
+    assert chi2(counts.ravel(), joint.ravel()) < 54.05  # 26 degrees of freedom
+    assert 0.2 < counters.n_accepted / counters.n_drafted < 0.95  # rejections and bonus tokens both

@@ -35,12 +35,13 @@ def floor_time(ctx: Evaluator, tokens: Sequence[int], pos: int, tries: int) -> f
     fastest of `tries`: interference only ever adds time. The cache is left at `pos` (an rs memory:
     `tries` positions later, see above)."""
     best = float("inf")
-    keeps_one = getattr(ctx, "rollback", "truncate") == "rs"
+    # rs reaches back n_rs_seq tokens of the last decode, never all of them: keep the rest
+    n_rs = getattr(ctx, "max_draft", None) if getattr(ctx, "rollback", "truncate") == "rs" else None
     for _ in range(tries):
         t0 = time.perf_counter()
         ctx.eval(list(tokens), pos, len(tokens))
         best = min(best, time.perf_counter() - t0)
-        pos += keeps_one
+        pos += max(1, len(tokens) - n_rs) if n_rs is not None else 0
         ctx.truncate(pos)
     return best
 
@@ -91,3 +92,38 @@ def measure(
         if ctx is not None:
             ctx.truncate(0)
     return verify, draft_s
+
+
+def rollback_cost(ctx, prefix: Sequence[int], k: int = 4, tries: int = 3) -> dict:  # noqa: ANN001
+    """What rolling back a verify of k drafts costs on this context (half of them kept), per round:
+    the rollback itself, and the replay a restored snapshot needs (recurrent memories only). The
+    cache is left empty."""
+    ctx.truncate(0)
+    ctx.eval(list(prefix), 0, 1)
+    pos = len(prefix)
+    rollback, replay = [], []
+    for _ in range(tries):
+        ctx.truncate(pos)  # settled: the verify below is tentative
+        ctx.eval([prefix[-1]] * (k + 1), pos, k + 1)
+        keep = pos + 1 + k // 2
+        t0 = time.perf_counter()
+        ctx.truncate(keep)
+        t1 = time.perf_counter()
+        if ctx.past(0) < keep:  # a restored snapshot: the kept tokens are decoded again
+            ctx.eval([prefix[-1]] * (keep - ctx.past(0)), ctx.past(0), 1)
+        rollback.append(t1 - t0)
+        replay.append(time.perf_counter() - t1)
+        pos = keep
+    stats = getattr(ctx, "rollback_stats", None)
+    ctx.truncate(0)
+    out = {
+        "rollback": getattr(ctx, "rollback", "truncate"),
+        "rollback_ms": min(rollback) * 1e3,
+        "replay_ms": min(replay) * 1e3,
+    }
+    if stats is not None and stats.snapshots:
+        out |= {
+            "state_bytes": stats.snapshot_bytes,
+            "snapshot_ms": stats.snapshot_s / stats.snapshots * 1e3,
+        }
+    return out

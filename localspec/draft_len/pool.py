@@ -57,7 +57,7 @@ class TunerPool:
             memory=mem,
             replay=replay,
         )
-        if not ((s.speculative or s.uses_lookup) and s.draft_k is None):
+        if not ((s.speculative or s.mtp_drafts or s.uses_lookup) and s.draft_k is None):
             return pool(None, None), "none"
         memory = None
         if s.tuner_cache:
@@ -111,7 +111,8 @@ class TunerPool:
 
 def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
     cap = min(target_ctx.n_batch, target_ctx.n_ctx // 2)
-    max_batch = min(AUTO_K_MAX + 1, cap)
+    max_draft = getattr(target_ctx, "max_draft", None)  # an rs target: no more drafts than it rolls back
+    max_batch = min(AUTO_K_MAX + 1, cap, max_draft + 1 if max_draft is not None else cap)
     # a full round of slots: every sequence plain, and every one drafting one token
     also = [n for n in (s.parallel, 2 * s.parallel) if s.parallel > 1 and n <= cap]
     # the prefix and the largest verify batch must fit one slot, however small --n-ctx is

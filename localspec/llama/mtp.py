@@ -163,6 +163,9 @@ class MtpDrafter:
         self._rows = [{} for _ in range(self.n_seq)]
         self._own = [None] * self.n_seq
 
+    def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1, seq: int = 0) -> np.ndarray:
+        return self.eval_batch([(seq, tokens, pos, n_logits)])[0]
+
     def eval_batch(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
         """Draft steps: (seq, tokens, pos, 1) -> the head's logits for each item's last token. The
         first token of an item pairs with the head's own row when the item continues its last step,
