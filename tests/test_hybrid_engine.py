@@ -113,7 +113,7 @@ def test_cancel_and_stop_leave_the_slot_consistent(models, target):
                 h.cancel()
         stop = plain.text[len(plain.text) // 2 :][:6]
         cut = eng.generate(PROMPT, temperature=0, max_tokens=N, draft_max="4", stop=[stop])
-        assert cut.finish == "stop" and plain.text.startswith(cut.text)
+        assert cut.finish_reason == "stop" and plain.text.startswith(cut.text)
         again = eng.generate(PROMPT, temperature=0, max_tokens=N, draft_max="4")  # the same slot, reused
         assert_lossless(eng, plain, again)
         follow = PROMPT + cut.text  # extends what the slot holds: its prefix is reused

@@ -30,7 +30,7 @@ from localspec.llama.mtp import MtpDrafter  # noqa: E402
 
 SMOL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The history of the lighthouse begins in the ancient world, where fires were lit on hilltops"
-TRIES = 7
+TRIES = 9
 
 
 def floor(fn, tries: int = TRIES) -> float:  # noqa: ANN001

@@ -94,7 +94,7 @@ def measure(
     return verify, draft_s
 
 
-def rollback_cost(ctx, prefix: Sequence[int], k: int = 4, tries: int = 3) -> dict:  # noqa: ANN001
+def rollback_cost(ctx, prefix: Sequence[int], k: int = 4, tries: int = 5) -> dict:  # noqa: ANN001
     """What rolling back a verify of k drafts costs on this context (half of them kept), per round:
     the rollback itself, and the replay a restored snapshot needs (recurrent memories only). The
     cache is left empty."""
