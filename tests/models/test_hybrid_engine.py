@@ -13,7 +13,7 @@ from localspec.config.settings import Settings
 from localspec.convert.synthetic_arch import write_mamba, write_qwen35
 from localspec.engine import Engine
 
-from .helpers import MARGIN, teacher_forced_gaps
+from ..helpers import MARGIN, teacher_forced_gaps
 
 PROMPT = "The history of the lighthouse begins in the ancient world, where fires were lit"
 N = 32

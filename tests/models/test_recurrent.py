@@ -115,28 +115,3 @@ def test_header_facts_agree_with_llama_cpp(hybrid_dir, smollm2_path):
         with Model(path) as m, Context(m, n_ctx=64, n_rs_seq=8) as ctx:
             assert (facts.kind, facts.rollback) == (ctx.memory_kind, ctx.rollback), path.name
             assert facts.mtp_layers == n_layer_nextn(m.ptr)
-
-
-def test_check_pair_and_doctor_say_memory_kind_and_mtp_layers(hybrid_dir, smollm2_path):
-    import json
-
-    from .helpers import localspec
-
-    out = localspec("check-pair", str(hybrid_dir / "qwen35.gguf"), str(smollm2_path))
-    assert out.returncode == 0, out.stderr
-    assert "target: hybrid memory (qwen35)" in out.stdout and "1 MTP layer(s)" in out.stdout
-    assert "draft: attention memory (llama)" in out.stdout
-    out = localspec(
-        "doctor",
-        "--json",
-        "--target",
-        str(hybrid_dir / "qwen35.gguf"),
-        "--draft",
-        str(hybrid_dir / "mamba.gguf"),
-    )
-    assert out.returncode == 0, out.stderr
-    memory = json.loads(out.stdout)["memory"]
-    assert memory["target"]["kind"] == "hybrid" and memory["target"]["mtp_layers"] == 1
-    assert memory["target"]["loaded_kind"] == "hybrid" and memory["target"]["rollback"] == "rs"
-    assert memory["draft"]["rollback"] == "snapshot" and memory["draft"]["state_bytes"] > 0
-    assert memory["target"]["rollback_ms"] >= 0 and memory["draft"]["snapshot_ms"] > 0

@@ -15,9 +15,9 @@ from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Job, Scheduler
 
-from .fake_backend import FakeContext
-from .fake_recurrent import FakeRecurrentContext, recurrent_tables
-from .helpers import plain_steps, speculative_steps
+from ..fake_backend import FakeContext
+from ..fake_recurrent import FakeRecurrentContext, recurrent_tables
+from ..helpers import plain_steps, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
 V = 12
@@ -187,7 +187,7 @@ def test_pq_joint_distribution_is_the_targets(target_kind):
     joint P(t1, t2, t3) is the recurrent target's, whatever the draft (chi-square, p = 0.001)."""
     from localspec.decode.sampling import process
 
-    from .helpers import chi2
+    from ..helpers import chi2
 
     v, n, trials = 3, 3, 6000
     sp = SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)

@@ -12,7 +12,7 @@ from localspec.convert.synthetic_arch import Qwen35Shape, write_qwen35
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
 
-from .helpers import MARGIN, teacher_forced_gaps
+from ..helpers import MARGIN, teacher_forced_gaps
 
 PROMPT = "The history of the lighthouse begins in the ancient world, where fires were lit"
 
