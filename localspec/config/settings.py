@@ -50,7 +50,12 @@ MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text 
 class Settings:
     # -- models --------------------------------------------------------------------------------
     target: Path | None = _f(None, "Target model GGUF (the big model whose output you get).", group="model")
-    draft: Path | None = _f(None, "Draft model GGUF (small, same vocabulary).", group="model")
+    draft: Path | None = _f(
+        None,
+        "Draft model GGUF (small, same vocabulary), or `mtp`: the target drafts for itself with its MTP "
+        "(nextn) layers, no draft GGUF (a file named mtp: ./mtp).",
+        group="model",
+    )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
     )
@@ -210,7 +215,17 @@ class Settings:
     @property
     def speculative(self) -> bool:
         """The draft model is loaded and drafts."""
-        return self.spec and self.draft is not None and self.lookup != "only"
+        return self.spec and self.draft is not None and not self.draft_mtp and self.lookup != "only"
+
+    @property
+    def draft_mtp(self) -> bool:
+        """`--draft mtp`: the target's own MTP head is the draft model."""
+        return self.draft is not None and str(self.draft) == "mtp"
+
+    @property
+    def mtp_drafts(self) -> bool:
+        """The target's MTP layers are loaded and draft."""
+        return self.spec and self.draft_mtp and self.lookup != "only"
 
     @property
     def uses_lookup(self) -> bool:

@@ -40,11 +40,12 @@ def _prefill_items(
         if len(st.tokens) >= target.n_ctx:
             st.finish = "context"
             continue
+        if target.past(st.seq) >= upto:
+            target.truncate(upto, st.seq)  # a recurrent memory may land below upto: re-evaluate the rest
         have = target.past(st.seq)
         end = upto if budget is None else min(upto, have + budget)
         st.counters.n_prefilled += max(end - have, 0) + (end == upto)  # + the first verify's token
         if have >= upto:
-            target.truncate(upto, st.seq)
             continue
         items.append((st.seq, st.tokens[have:end], have, 1))
         done[i] = end == upto
@@ -142,11 +143,15 @@ def decode_round(
     offered = {st: _offer_lookup(st) for st in drafting}
     wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
     ks, looked = {}, {}
+    cap = getattr(target, "max_draft", None)
     for st in live:
         k = wanted.get(st, 0)
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
         left = st.max_new - st.n_new - 1 if st.max_new is not None else k
-        k = max(0, min(k, room - 1, left))
+        k = max(0, min(k, room - 1, left, cap if cap is not None else k))
+        if target.past(st.seq) < len(st.tokens) - 1:
+            k = 0  # a restored snapshot: this round replays the kept tokens (drafting on top of a
+            # replay would put them back under a snapshot a rejection returns to)
         looked[st] = offered[st][:k] if k and st.k_ctl.lookup_first else []
         ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
 
@@ -184,10 +189,15 @@ def decode_round(
     t1 = time.perf_counter()
 
     # -- verify: one target decode for every sequence --------------------------------------------
-    items = [(st.seq, [st.tokens[-1], *drafts[st]], len(st.tokens) - 1, len(drafts[st]) + 1) for st in live]
+    replaying = {st: target.past(st.seq) < len(st.tokens) - 1 for st in live}
+    items = [
+        (st.seq, st.tokens[target.past(st.seq) :] + drafts[st], target.past(st.seq), len(drafts[st]) + 1)
+        for st in live
+    ]
     all_rows = target.eval_batch(items + fill_items)[: len(items)]
     t2 = time.perf_counter()
     batch_tokens = sum(len(it[1]) for it in items + fill_items)
+    model_source = getattr(draft, "source", "draft")
     _charge_prefill(filling, t2 - t1)
 
     # -- accept and roll back, per sequence -------------------------------------------------------
@@ -199,7 +209,9 @@ def decode_round(
         n_look = len(looked[st])
         for i, x in enumerate(d):
             ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i)
-            new.append(Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else "draft") if ok else ""))
+            new.append(
+                Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else model_source) if ok else "")
+            )
             if not ok:
                 break
             n_acc += 1
@@ -227,7 +239,7 @@ def decode_round(
         t3 = time.perf_counter()
 
         c = st.counters
-        c.record_round(ks[st], len(d), n_acc, n_look)
+        c.record_round(ks[st], len(d), n_acc, n_look, model_source)
         c.trace_round(
             k=ks[st],
             drafted=len(d),
@@ -252,6 +264,7 @@ def decode_round(
             round_s=round_s - t_catch,
             batch_tokens=batch_tokens,
             n_lookup=n_look,
+            replay=replaying[st],
         )
         if offered.get(st) and not n_look:
             st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new))
@@ -279,16 +292,28 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> floa
     """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it lags
     by more than a round's worth (its prompt, or the tokens of plain rounds), counted as those
     sequences' prefill; returns the seconds. A short lag (the last draft and the bonus token) rides
-    in the first draft step."""
+    in the first draft step. A draft that rolls back through snapshots catches up whenever it lags
+    by more than one token and settles there: its snapshot is taken at the first draft step, and a
+    replay riding in that step would be undone with the drafts at every rejection. Such a replay
+    (no longer than a round) is drafting's cost, not prefill: it is charged to the draft's time."""
     t0 = time.perf_counter()
     items, behind = [], []
+    snapshots = getattr(draft, "rollback", "truncate") == "snapshot"
+    replay_only = True
     for st in active:
         have, upto = draft.past(st.seq), len(st.tokens) - 1
-        if upto - have > 2:
+        if upto - have > (1 if snapshots else 2):
             items.append((st.seq, st.tokens[have:upto], have, 1))
             behind.append(st)
-    if items:
-        draft.eval_batch(items)
+            replay_only &= snapshots and upto - have <= LOOKUP_MAX + 2
+    if not items:
+        return 0.0
+    draft.eval_batch(items)
+    if snapshots:
+        for st in behind:
+            draft.truncate(len(st.tokens) - 1, st.seq)
+    if replay_only:
+        return 0.0
     dt = time.perf_counter() - t0
     _charge_prefill(behind, dt)
     return dt

@@ -22,7 +22,13 @@ Item = tuple[int, Sequence[int], int, int]  # (sequence id, tokens, first positi
 
 
 class Evaluator(Protocol):
-    """What the round needs from a model context (llama.Context implements it; tests/fake_backend.py too)."""
+    """What the round needs from a model context (llama.Context implements it; tests/fake_backend.py too).
+
+    `truncate` settles the positions before it; on a recurrent memory it may leave `past` below the
+    position asked (a restored snapshot): the round re-evaluates the difference. Optional attributes:
+    `rollback` ("truncate" | "rs" | "snapshot", llama/recurrent.py), `max_draft` (the most drafts
+    one verify may roll back: n_rs_seq on an rs context) and `source` (the stats' name for a draft
+    context's tokens: "draft" for a draft model, "mtp" for the target's own MTP head)."""
 
     n_ctx: int  # per sequence
 
@@ -40,7 +46,7 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
-    source: str = ""  # who drafted it when from_draft: "draft" (the draft model) or "lookup"
+    source: str = ""  # who drafted it when from_draft: "draft" (the draft model), "mtp" or "lookup"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SOURCES = ("draft", "lookup")  # who drafts: the draft model, the n-gram lookup (lookup.py)
+SOURCES = ("draft", "mtp", "lookup")  # who drafts: the draft model, the target's MTP head, the lookup
 
 
 @dataclass
@@ -53,15 +53,18 @@ class Counters:
                 self.accepted_by_pos[step.draft_pos] -= 1
                 self.sources[step.source].accepted -= 1
 
-    def record_round(self, k: int, n_drafted: int, n_accepted: int, n_lookup: int = 0) -> None:
-        """One round; its first n_lookup drafts came from the lookup, the rest from the draft model."""
+    def record_round(
+        self, k: int, n_drafted: int, n_accepted: int, n_lookup: int = 0, model_source: str = "draft"
+    ) -> None:
+        """One round; its first n_lookup drafts came from the lookup, the rest from the draft context
+        (`model_source`: a draft model, or the target's MTP head)."""
         self.k_history.append(k)
         if n_drafted == 0:
             self.plain_steps += 1
             return
         for source, n, acc in (
             ("lookup", n_lookup, min(n_accepted, n_lookup)),
-            ("draft", n_drafted - n_lookup, max(n_accepted - n_lookup, 0)),
+            (model_source, n_drafted - n_lookup, max(n_accepted - n_lookup, 0)),
         ):
             if n:
                 counts = self.sources[source]

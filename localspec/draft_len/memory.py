@@ -104,9 +104,10 @@ def memory_key(settings: Any, target_gpu_layers: int, draft_gpu_layers: int) -> 
     that change a decode's cost."""
     from localspec import llama  # noqa: PLC0415 - llama.cpp facts come only from the backend
 
+    draft = fingerprint(Path(settings.draft)) if settings.speculative else None  # --lookup only: None
     return {
         "target": fingerprint(Path(settings.target)),
-        "draft": fingerprint(Path(settings.draft)) if settings.speculative else None,  # --lookup only
+        "draft": "mtp" if settings.mtp_drafts else draft,  # the target's own head: not a lookup's costs
         "llama_cpp": llama.llama_cpp_version(),
         "build": hashlib.sha256(llama.system_info().encode()).hexdigest()[:16],
         "cpu": cpu_name(),

@@ -6,13 +6,15 @@ buffer when drafting and hides the KV cache, and the speculative loop needs both
 
 from __future__ import annotations
 
+import collections
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llama_cpp as C
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.llama import recurrent
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
 
@@ -49,6 +51,7 @@ class Context:
         flash_attn: str = "auto",
         kv_type: str = "f16",
         n_seq: int = 1,
+        n_rs_seq: int = 0,
     ) -> None:
         if kv_type not in KV_TYPES:
             raise LocalspecError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
@@ -70,6 +73,7 @@ class Context:
         params.type_k = KV_TYPES[kv_type]
         params.type_v = KV_TYPES[kv_type]
         params.no_perf = True
+        params.n_rs_seq = n_rs_seq  # recurrent states kept per sequence for rollback (rs-capable archs)
         mark = log_mark()
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -86,6 +90,11 @@ class Context:
         self._batch = C.llama_batch_init(self.n_batch, 0, 1)
         self._has_batch = True
         self._past = [0] * n_seq  # tokens each sequence has in the KV cache (positions 0..past-1)
+        self.memory_kind = recurrent.memory_kind(model.ptr)
+        self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq)
+        self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
+        self.max_draft = getattr(self._rollback, "n_rs", None) if self.rollback == "rs" else None
+        self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
 
     def close(self) -> None:
         if getattr(self, "_has_batch", False):
@@ -190,6 +199,9 @@ class Context:
                 b.seq_id[j - start][0] = items[idx][0]
                 b.logits[j - start] = 1 if want else 0
             b.n_tokens = end - start
+            in_call = collections.Counter(items[queue[j][0]][0] for j in range(start, end))
+            for seq in in_call:  # a recurrent memory saves the state a rollback may return to
+                self._rollback.before_decode(seq, self._past[seq])
             BUSY_SINCE[0] = time.monotonic()  # the RPC watchdog's measure of a stalled decode
             try:
                 rc = C.llama_decode(ptr, b)
@@ -197,11 +209,16 @@ class Context:
                 BUSY_SINCE[0] = 0.0
             if rc != 0:
                 # a failed decode can leave partial entries: drop them so every cache stays consistent
-                for seq in {items[queue[j][0]][0] for j in range(start, end)}:
+                for seq in in_call:
                     first_pos = min(queue[j][2] for j in range(start, end) if items[queue[j][0]][0] == seq)
-                    C.llama_memory_seq_rm(self._mem, seq, first_pos, -1)
-                    self._past[seq] = first_pos
+                    self._rollback.after_decode(seq, 0)  # no state of the failed call is reused
+                    self._past[seq] = first_pos + 1  # so truncate drops whatever it left
+                    self.truncate(first_pos, seq)
                 raise LocalspecError(f"llama_decode failed (code {rc}) at position {queue[start][2]}")
+            for seq, n in in_call.items():
+                self._rollback.after_decode(seq, n)
+            if self.on_decode is not None:  # the MTP head reads this decode's hidden states now
+                self.on_decode([(items[queue[j][0]][0], queue[j][2], queue[j][1]) for j in range(start, end)])
             n_out = 0
             for j in range(start, end):
                 idx, _tok, p, want = queue[j]
@@ -221,15 +238,19 @@ class Context:
         return [np.stack(rs) if rs else np.zeros((0, self.n_vocab), np.float32) for rs in rows]
 
     def truncate(self, pos: int, seq: int = 0) -> None:
-        """Forget every cached position >= pos of sequence `seq` (the single KV-rollback operation)."""
-        if pos < self._past[seq]:
-            if not C.llama_memory_seq_rm(self._mem, seq, pos, -1):
-                raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
-            self._past[seq] = pos
+        """Forget every cached position >= pos of sequence `seq` (the single rollback operation).
+        Positions before pos are settled. On a recurrent memory the cache may end up shorter than
+        pos (`past(seq)` says): the caller re-evaluates the difference (llama/recurrent.py)."""
+        self._past[seq] = self._rollback.truncate(seq, pos, self._past[seq])
+
+    @property
+    def rollback_stats(self) -> recurrent.RollbackStats:
+        return self._rollback.stats
 
     def reset(self) -> None:
         C.llama_memory_clear(self._mem, True)
         self._past = [0] * self.n_seq
+        self._rollback.reset()
 
 
 def decode_busy_s() -> float:

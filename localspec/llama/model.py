@@ -39,6 +39,7 @@ class Model:
         n_gpu_layers: int = -1,
         vocab_only: bool = False,
         devices: Sequence[str] | None = None,
+        load_mtp: bool = False,
     ) -> None:
         self.path = Path(path)
         validate_gguf(self.path)
@@ -46,6 +47,7 @@ class Model:
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.load_mtp = self.load_mtp = load_mtp  # the MTP (nextn) layers, for --draft mtp
         if devices is not None:  # pin to these devices (llama.cpp otherwise spreads layers over every
             # GPU and RPC server); an empty list pins to the CPU
             self._devices = device_array(devices)  # referenced until the load has read it
