@@ -2,7 +2,7 @@
 rollback, and masking one logits row. Random walks under the bench-like schemas of
 tests/test_constrain.py; prints microseconds per call (median / p90 / max).
 
-    PYTHONPATH=. .venv/bin/python scripts/constrain_cost.py [MODEL.gguf ...]
+    PYTHONPATH=. .venv/bin/python research/constrain_cost.py [MODEL.gguf ...]
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
-from localspec.backend import Model
 from localspec.constrain import Constraint, apply_mask, compile_constraint, vocabulary_for
+from localspec.llama import Model
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-from test_constrain import SCHEMAS  # noqa: E402  (the schemas the tests validate)
+sys.path.insert(0, str(ROOT))
+from tests.test_constrain import SCHEMAS  # noqa: E402  (the schemas the tests validate)
 
 DEFAULT = ["models/SmolLM2-135M-Instruct.Q4_1.gguf", "models/gemma-3-270m-q4_k_m.gguf"]
 WALKS = 8

@@ -13,7 +13,6 @@ import jsonschema
 import numpy as np
 import pytest
 
-from localspec.backend import Model
 from localspec.constrain import (
     MAX_TEXT_BYTES,
     Constraint,
@@ -25,6 +24,7 @@ from localspec.constrain import (
     compile_constraint,
     vocabulary_for,
 )
+from localspec.llama import Model
 
 SCHEMAS = {
     "nested": {

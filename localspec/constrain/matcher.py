@@ -37,8 +37,13 @@ class Matcher:
         self._compute()
         return self._bits
 
+    def allowed(self) -> np.ndarray:
+        """The allowed next tokens as a bool array over the vocabulary (vocab.n_vocab entries); may
+        allow none (a dead end), which `mask` refuses."""
+        return self._compute()
+
     def mask(self) -> np.ndarray:
-        """The allowed next tokens as a bool array over the vocabulary (vocab.n_vocab entries)."""
+        """`allowed`, raising ConstraintStuck when nothing is."""
         m = self._compute()
         if not m.any():
             self._stuck("no token is allowed next")

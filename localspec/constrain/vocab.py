@@ -81,11 +81,12 @@ class _Tokenize:
     def __init__(self, model: VocabSource) -> None:
         self._model = weakref.ref(model)
 
-    def __call__(self, data: bytes) -> list[int]:
+    def __call__(self, data: bytes | str) -> list[int]:
         model = self._model()
         if model is None:
             raise ConstraintError("the model this constraint was built for is gone")
-        return model.tokenize(data.decode("utf-8"), add_special=False, parse_special=False)
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return model.tokenize(text, add_special=False, parse_special=False)
 
 
 class _Wrapped:
@@ -98,7 +99,7 @@ class _Wrapped:
         self.special_token_ids: list[int] = []  # already marked in `tokens`
         self._tokenize = _Tokenize(model)
 
-    def __call__(self, data: bytes) -> list[int]:
+    def __call__(self, data: bytes | str) -> list[int]:
         return self._tokenize(data)
 
 

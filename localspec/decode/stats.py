@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-SOURCES = ("draft", "lookup")  # who drafts: the draft model, the n-gram lookup (lookup.py)
+# who drafts: the draft model, the n-gram lookup (lookup.py), the grammar's forced tokens (constrain/)
+SOURCES = ("draft", "lookup", "grammar")
 
 
 @dataclass
@@ -53,15 +54,20 @@ class Counters:
                 self.accepted_by_pos[step.draft_pos] -= 1
                 self.sources[step.source].accepted -= 1
 
-    def record_round(self, k: int, n_drafted: int, n_accepted: int, n_lookup: int = 0) -> None:
-        """One round; its first n_lookup drafts came from the lookup, the rest from the draft model."""
+    def record_round(
+        self, k: int, n_drafted: int, n_accepted: int, n_lookup: int = 0, *, n_grammar: int = 0
+    ) -> None:
+        """One round; its first n_grammar drafts were forced by the grammar, the next n_lookup came
+        from the lookup, the rest from the draft model."""
         self.k_history.append(k)
         if n_drafted == 0:
             self.plain_steps += 1
             return
+        n_lk = n_grammar + n_lookup  # drafts before the draft model's
         for source, n, acc in (
-            ("lookup", n_lookup, min(n_accepted, n_lookup)),
-            ("draft", n_drafted - n_lookup, max(n_accepted - n_lookup, 0)),
+            ("grammar", n_grammar, min(n_accepted, n_grammar)),
+            ("lookup", n_lookup, min(max(n_accepted - n_grammar, 0), n_lookup)),
+            ("draft", n_drafted - n_lk, max(n_accepted - n_lk, 0)),
         ):
             if n:
                 counts = self.sources[source]

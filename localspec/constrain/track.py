@@ -1,0 +1,71 @@
+"""A sequence's matcher through one speculative round (DESIGN.md, "One round with a constraint").
+
+The round drafts ahead of what is verified, so the matcher is advanced along the draft - one mask
+per drafted position, the same mask for the draft's row and the target's row there - and, after
+verification, rolled back to the accepted prefix and moved on by the target's own token. Tokens the
+grammar forces are drafts that cost nothing to make (a one-point q, as lookup drafts are).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .mask import apply_mask
+from .matcher import Matcher
+
+
+class Track:
+    def __init__(self, matcher: Matcher) -> None:
+        self.matcher = matcher
+        self.masks: list[np.ndarray | None] = []  # masks[i]: allowed at draft position i (after i drafts)
+
+    def begin(self) -> None:
+        """A new round: the mask at the first position (raises ConstraintStuck if nothing is allowed)."""
+        self.masks = [self.matcher.mask()]
+
+    @property
+    def n_drafted(self) -> int:
+        return len(self.masks) - 1
+
+    def forced(self, limit: int) -> list[int]:
+        """Up to `limit` tokens the grammar forces from here, drafted (pushed) already."""
+        out = self.matcher.forced()[:limit] if limit > 0 else []
+        return out[: self.push(out)]
+
+    def valid(self, tokens: Sequence[int]) -> list[int]:
+        """The leading part of a proposal (the lookup's) the grammar allows from here."""
+        return list(tokens[: self.matcher.valid_prefix(tokens)])
+
+    def push(self, tokens: Sequence[int]) -> int:
+        """Draft `tokens` (allowed ones: sampled under the mask or checked by `valid`); returns how
+        many were drafted - short of a token after which the grammar allows nothing (a dead end the
+        target could not have taken either, so the draft stops before it)."""
+        for n, t in enumerate(tokens):
+            self.matcher.consume([t])
+            if self.matcher.ended:
+                self.masks.append(None)
+                continue
+            m = self.matcher.allowed()
+            if not m.any():
+                self.matcher.rollback(1)
+                return n
+            self.masks.append(m)
+        return len(tokens)
+
+    def masked(self, row: np.ndarray, i: int) -> np.ndarray:
+        """A logits row for draft position i, restricted to what the grammar allows there."""
+        return apply_mask(row, self.masks[i])
+
+    def settle(self, kept: int, emitted: Sequence[int]) -> None:
+        """After verification: the round kept the first `kept` drafts and then emitted `emitted`
+        (the target's own token, usually); the matcher ends where the sequence does."""
+        self.matcher.rollback(self.n_drafted - kept)
+        self.matcher.consume(emitted)
+        self.masks = []
+
+    @property
+    def done(self) -> bool:
+        """Only end of generation can follow: the answer is complete."""
+        return self.matcher.is_done()
