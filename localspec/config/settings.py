@@ -128,6 +128,24 @@ class Settings:
         group="spec",
         choices=LOOKUP_MODES,
     )
+    # -- constrained output (localspec/constrain) ----------------------------------------------
+    json_schema: str | None = _f(
+        None,
+        "Make the output JSON that follows this schema (a file; one holding {\"type\": \"object\"} "
+        "gives any JSON object). Speculation stays on: what the schema fixes is drafted for free.",
+        group="constraint",
+        file=True,
+    )
+    json_strict: bool = _f(
+        True, "Refuse a JSON schema keyword that cannot be enforced (off: ignore it).", group="constraint"
+    )
+    grammar: str | None = _f(
+        None,
+        "Make the output follow this grammar (a file): GBNF, as llama.cpp writes it, or Lark, as "
+        "llguidance does.",
+        group="constraint",
+        file=True,
+    )
     # -- acceptance log (localspec/acclog.py) ----------------------------------------------------
     log: Path | None = _f(
         None, "Append one JSON line per generation to this file (default: the user state dir).", group="log"
@@ -173,6 +191,8 @@ class Settings:
                 f"({min(AUTO_K_MAX, self.n_batch - 1)}); lower --draft-min or give a fixed --draft-max"
             )
         parse_endpoints(self.rpc)  # validates
+        if self.json_schema is not None and self.grammar is not None:
+            raise LocalspecError("give a JSON schema or a grammar, not both")
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:

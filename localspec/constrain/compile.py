@@ -23,6 +23,7 @@ from .vocab import Vocabulary
 Kind = Literal["json_schema", "json_object", "grammar", "lark", "regex"]
 KINDS: tuple[str, ...] = ("json_schema", "json_object", "grammar", "lark", "regex")
 MAX_TEXT_BYTES = 64 * 1024  # a schema or grammar bigger than this is refused before compiling
+GRAMMAR_CACHE = 32  # compiled grammars kept per vocabulary
 COMPILE_TIMEOUT_S = 5.0  # and one that compiles longer than this (2,000 optional keys: ~0.6 s)
 
 # llguidance's own resource limits, spelled out so a hostile grammar is refused, not slow: the
@@ -76,7 +77,22 @@ class Grammar:
 def compile_constraint(
     c: Constraint, vocab: Vocabulary, *, max_bytes: int = MAX_TEXT_BYTES, timeout_s: float = COMPILE_TIMEOUT_S
 ) -> Grammar:
-    """Compile and check `c` for `vocab`; raises ConstraintError naming what is wrong."""
+    """Compile and check `c` for `vocab`; raises ConstraintError naming what is wrong. The last few
+    grammars compiled for a vocabulary are kept: a client sends the same schema again and again."""
+    with vocab.lock:
+        hit = vocab.grammars.get(c)
+        if hit is not None:
+            vocab.grammars.move_to_end(c)
+            return hit
+    g = _compile(c, vocab, max_bytes, timeout_s)
+    with vocab.lock:
+        vocab.grammars[c] = g
+        while len(vocab.grammars) > GRAMMAR_CACHE:
+            vocab.grammars.popitem(last=False)
+    return g
+
+
+def _compile(c: Constraint, vocab: Vocabulary, max_bytes: int, timeout_s: float) -> Grammar:
     size = len(c.text.encode("utf-8"))
     if size > max_bytes:
         raise ConstraintError(f"the {_what(c)} is {size} bytes; the limit is {max_bytes} bytes")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import llguidance
@@ -38,12 +39,15 @@ class VocabSource(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class Vocabulary:
-    """A model's vocabulary as llguidance sees it; `n_vocab` is the width of the logits masked."""
+    """A model's vocabulary as llguidance sees it; `n_vocab` is the width of the logits masked.
+    `grammars` keeps the last grammars compiled for it (compile.py)."""
 
     tokenizer: llguidance.LLTokenizer
     n_vocab: int
     eog: tuple[int, ...]
     special: frozenset[int]
+    grammars: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 def token_table(model: VocabSource, n_vocab: int | None = None) -> tuple[list[bytes], frozenset[int]]:
