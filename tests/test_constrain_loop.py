@@ -72,12 +72,15 @@ def _tables(seed: int, noise: float = 1.5):
     return t, d
 
 
-def spec(t, d, sp=GREEDY, k=3, n=40, mode="pq", seed=0, lookup=False, grammar=GRAMMAR, counters=None):
+def spec(
+    t, d, sp=GREEDY, k=3, n=40, mode="pq", seed=0, lookup=False, grammar=GRAMMAR, counters=None, aware=True
+):
     c = counters if counters is not None else Counters()
     target = FakeContext(t, eog=frozenset({EOG}))
     draft = FakeContext(d, eog=frozenset({EOG})) if d is not None else None
+    cfg = SpecConfig(mode=mode, grammar_drafts=aware)
     steps = speculative_steps(
-        target, draft, [1], sp, SpecConfig(mode=mode), np.random.default_rng(seed), c, FixedK(k),
+        target, draft, [1], sp, cfg, np.random.default_rng(seed), c, FixedK(k),
         max_new=n, lookup=lookup, matcher=grammar.matcher(),
     )  # fmt: skip
     return [s.token for s in steps], c
@@ -100,6 +103,19 @@ def _valid(tokens) -> dict:
 
 
 # -- greedy: the constrained target's argmax text, whatever the draft ------------------------------
+def test_blind_drafts_stay_lossless_and_accept_less():
+    """llama.cpp's way (drafts that ignore the grammar; the target's masked rows reject what breaks
+    it) gives the same text, with fewer drafts kept."""
+    aware, blind = Counters(), Counters()
+    for seed in range(8):
+        t, d = _tables(seed)
+        want = plain(t)
+        assert spec(t, d, k=4, counters=aware)[0] == want
+        assert spec(t, d, k=4, counters=blind, aware=False)[0] == want
+    assert blind.sources["grammar"].drafted == 0
+    assert blind.n_accepted / blind.n_drafted < aware.n_accepted / aware.n_drafted
+
+
 @pytest.mark.parametrize("lookup", [False, True])
 def test_greedy_constrained_spec_equals_constrained_plain(lookup):
     c = Counters()
@@ -165,8 +181,8 @@ def _exact(t, sp, n: int) -> dict[tuple[int, ...], float]:
     return out
 
 
-@pytest.mark.parametrize("mode", ["pq", "match", "coupled"])
-def test_sampled_constrained_spec_keeps_the_constrained_distribution(mode):
+@pytest.mark.parametrize("mode,aware", [("pq", True), ("match", True), ("coupled", True), ("pq", False)])
+def test_sampled_constrained_spec_keeps_the_constrained_distribution(mode, aware):
     sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
     t, d = _tables(2, noise=1.0)
     t = t * 0.5  # flatter, so many outputs are likely
@@ -177,7 +193,7 @@ def test_sampled_constrained_spec_keeps_the_constrained_distribution(mode):
     trials = 4000
     c = Counters()
     for s in range(trials):
-        got, _ = spec(t, d, sp=sp, k=3, n=n, mode=mode, seed=s, counters=c)
+        got, _ = spec(t, d, sp=sp, k=3, n=n, mode=mode, seed=s, counters=c, aware=aware)
         key = tuple(got[:n])
         assert key in counts, f"an output the constrained target cannot produce: {key}"
         counts[key] += 1
@@ -190,7 +206,7 @@ def test_sampled_constrained_spec_keeps_the_constrained_distribution(mode):
     df = len(obs) - 1
     crit = df + 3.1 * np.sqrt(2 * df) + 6  # ~ the 0.999 quantile for moderate df
     assert chi < crit, (chi, df)
-    assert c.sources["draft"].drafted and c.sources["grammar"].drafted  # both sources drafted
+    assert c.sources["draft"].drafted and (c.sources["grammar"].drafted > 0) == aware
 
 
 def test_coupled_same_seed_same_text_as_no_spec():

@@ -79,7 +79,9 @@ def _read_file(ctx: click.Context, param: click.Parameter, path: Path | None) ->
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
-        raise LocalspecError(f"cannot read {param.opts[0]} {path}: {getattr(e, 'strerror', None) or e}") from None
+        raise LocalspecError(
+            f"cannot read {param.opts[0]} {path}: {getattr(e, 'strerror', None) or e}"
+        ) from None
 
 
 def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:

@@ -128,10 +128,16 @@ class Settings:
         group="spec",
         choices=LOOKUP_MODES,
     )
+    grammar_drafts: bool = _f(
+        True,
+        "With a JSON schema or grammar, draft under it: tokens it forces are free drafts and the draft "
+        "model proposes only what it allows (off: drafts ignore it, as llama.cpp's do; for comparison).",
+        group="spec",
+    )
     # -- constrained output (localspec/constrain) ----------------------------------------------
     json_schema: str | None = _f(
         None,
-        "Make the output JSON that follows this schema (a file; one holding {\"type\": \"object\"} "
+        'Make the output JSON that follows this schema (a file; one holding {"type": "object"} '
         "gives any JSON object). Speculation stays on: what the schema fixes is drafted for free.",
         group="constraint",
         file=True,

@@ -20,10 +20,12 @@ class Track:
     def __init__(self, matcher: Matcher) -> None:
         self.matcher = matcher
         self.masks: list[np.ndarray | None] = []  # masks[i]: allowed at draft position i (after i drafts)
+        self.lost = False  # a blind draft left the grammar: later positions have no mask (none needed)
 
     def begin(self) -> None:
         """A new round: the mask at the first position (raises ConstraintStuck if nothing is allowed)."""
         self.masks = [self.matcher.mask()]
+        self.lost = False
 
     @property
     def n_drafted(self) -> int:
@@ -53,6 +55,13 @@ class Track:
                 return n
             self.masks.append(m)
         return len(tokens)
+
+    def follow(self, token: int) -> None:
+        """A draft made without the mask (llama.cpp's way, for comparison): follow it while the
+        grammar allows it. The first token it does not allow is rejected by the masked target for
+        certain (p = 0), so no position past it is ever verified and none needs a mask."""
+        if not self.lost and (self.matcher.valid_prefix([token]) == 0 or not self.push([token])):
+            self.lost = True
 
     def masked(self, row: np.ndarray, i: int) -> np.ndarray:
         """A logits row for draft position i, restricted to what the grammar allows there."""

@@ -160,9 +160,12 @@ def decode_round(
         if nf:  # the lookup continues tokens; past the forced run only if it agrees with it
             proposal = proposal[nf:] if proposal[:nf] == forced[st] else []
         looked[st] = proposal[:k] if k and st.k_ctl.lookup_first else []
-        if st.track is not None:
+        if _aware(st):
             looked[st] = st.track.valid(looked[st])
             looked[st] = looked[st][: st.track.push(looked[st])]
+        elif st.track is not None:
+            for x in looked[st]:
+                st.track.follow(x)
         ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
 
     # -- draft: forced tokens, the lookup's, then one batched draft-model decode per position ----
@@ -188,9 +191,12 @@ def decode_round(
             still, items = [], []
             for st, row in zip(active, rows):
                 i = len(drafts[st])
-                x, q = _draft_token(row[0] if st.track is None else st.track.masked(row[0], i), st, i)
-                if x is None or (st.track is not None and not st.track.push([x])):
+                aware = _aware(st)
+                x, q = _draft_token(st.track.masked(row[0], i) if aware else row[0], st, i)
+                if x is None or (aware and not st.track.push([x])):
                     continue
+                if st.track is not None and not aware:
+                    st.track.follow(x)
                 drafts[st].append(x)
                 qs[st].append(q)
                 if i + 1 < total[st] and not draft.is_eog(x):
@@ -300,9 +306,14 @@ def _constrained(st: SeqState, fn, *args):  # noqa: ANN001, ANN202
         return None
 
 
+def _aware(st: SeqState) -> bool:
+    """st's drafts are made under its constraint (forced tokens first, the draft's rows masked)."""
+    return st.track is not None and st.cfg.grammar_drafts
+
+
 def _forced(st: SeqState, limit: int) -> list[int]:
     """The tokens st's grammar forces next (free drafts), when it speculates."""
-    if st.track is None or not st.speculative or limit <= 0:
+    if not _aware(st) or not st.speculative or limit <= 0:
         return []
     return _constrained(st, st.track.forced, limit) or []
 

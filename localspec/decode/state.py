@@ -50,6 +50,7 @@ class SpecConfig:
     mode: str = "pq"  # pq | match | coupled  (ignored when greedy)
     draft_min: int = 0
     draft_p_min: float = 0.0
+    grammar_drafts: bool = True  # drafts see the output's constraint (False: blind, as llama.cpp's)
 
 
 @dataclass(eq=False)

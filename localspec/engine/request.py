@@ -46,7 +46,12 @@ class Request(Job):
     def start(self, seq: int) -> SeqState:
         s = self.settings
         sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
-        cfg = SpecConfig(mode=s.spec_mode, draft_min=s.draft_min, draft_p_min=s.draft_p_min)
+        cfg = SpecConfig(
+            mode=s.spec_mode,
+            draft_min=s.draft_min,
+            draft_p_min=s.draft_p_min,
+            grammar_drafts=s.grammar_drafts,
+        )
         rng = np.random.default_rng(self.seed)
         return SeqState.start(
             seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
