@@ -265,6 +265,8 @@ def decode_round(
         c.verify_s += t2 - t1
         c.sample_s += t3 - ts
         c.llama_s += (t2 - t1) + t_deval
+        if st.track is not None:
+            c.constrain_s += st.track.take_spent()
         round_s = (t2 - t_round) + (t3 - ts)  # the shared decodes plus this sequence's own work
         c.loop_s += round_s
         # the K controller plans the drafts after the forced run, and learns from those only

@@ -34,6 +34,7 @@ class Counters:
     prefill_s: float = 0.0
     loop_s: float = 0.0  # wall time of decode rounds
     llama_s: float = 0.0  # of which inside llama.cpp (draft + target evals)
+    constrain_s: float = 0.0  # of which in the output's constraint (masks, forced tokens, rollback)
     k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
     fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
     started_plain: bool = False  # auto-K predicted from measured costs that plain decoding is faster
@@ -107,6 +108,7 @@ class Stats:
     prefill_ms: float
     decode_ms: float
     overhead_ms_per_round: float  # round wall time outside llama.cpp (Python, sampling), per target pass
+    constrain_ms_per_round: float  # of the round's time, the constraint's work (masks, ...), per target pass
     decode_tok_s: float  # from the first generated token on
     e2e_tok_s: float  # prompt processing included
     k_history: list[int]
@@ -155,6 +157,7 @@ class Stats:
             prefill_ms=c.prefill_s * 1e3,
             decode_ms=decode_s * 1e3,
             overhead_ms_per_round=(c.loop_s - c.llama_s) * 1e3 / passes if passes else 0.0,
+            constrain_ms_per_round=c.constrain_s * 1e3 / passes if passes else 0.0,
             decode_tok_s=tok_after_first / decode_s if decode_s > 0 and tok_after_first else 0.0,
             e2e_tok_s=n_generated / total_s if total_s > 0 else 0.0,
             k_history=list(c.k_history),
