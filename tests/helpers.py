@@ -55,12 +55,14 @@ def speculative_steps(
     max_new: int | None = None,
     seq: int = 0,
     lookup: bool = False,
+    matcher=None,  # noqa: ANN001 - a constrain.Matcher: the output's constraint
 ) -> Iterator[Step]:
-    """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull): rounds over a list
-    of one sequence. Stopping early (closing the generator) unaccepts what was not yet emitted."""
+    """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull) or a constraint that
+    cannot go on (raises its ConstraintStuck): rounds over a list of one sequence. Stopping early
+    (closing the generator) unaccepts what was not yet emitted."""
     st = SeqState.start(
         seq, prompt, sp, cfg, rng, c, k_ctl,
-        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup,
+        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup, matcher=matcher,
     )  # fmt: skip
     prefill(target, draft, st)
     while True:
@@ -75,6 +77,8 @@ def speculative_steps(
                 raise
         if st.finish == "context":
             raise ContextFull
+        if st.finish == "error":
+            raise st.error
         if st.finish is not None:
             return
 
@@ -87,9 +91,11 @@ def plain_steps(
     c: Counters,
     max_new: int | None = None,
     mode: str = "pq",
+    matcher=None,  # noqa: ANN001
 ) -> Iterator[Step]:
     """Target-only decoding: the baseline (mode: whose noise it samples with)."""
-    yield from speculative_steps(target, None, prompt, sp, SpecConfig(mode=mode), rng, c, FixedK(0), max_new)
+    cfg = SpecConfig(mode=mode)
+    yield from speculative_steps(target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new, matcher=matcher)
 
 
 def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001

@@ -12,6 +12,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from localspec.constrain import Matcher
+from localspec.constrain.track import Track
 from localspec.decode.lookup import Lookup
 from localspec.decode.noise import KeyedGumbel
 from localspec.decode.sampling import SamplingParams
@@ -46,7 +48,7 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
-    source: str = ""  # who drafted it when from_draft: "draft" (the draft model), "mtp" or "lookup"
+    source: str = ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +56,7 @@ class SpecConfig:
     mode: str = "pq"  # pq | match | coupled  (ignored when greedy)
     draft_min: int = 0
     draft_p_min: float = 0.0
+    grammar_drafts: bool = True  # drafts see the output's constraint (False: blind, as llama.cpp's)
 
 
 @dataclass(eq=False)
@@ -71,11 +74,13 @@ class SeqState:
     max_new: int | None = None
     speculative: bool = True
     n_new: int = 0
-    finish: str | None = None  # None while running; stop (EOG) | length | context
+    finish: str | None = None  # None while running; stop (EOG) | length | context | error
     out: list[Step] = field(default_factory=list)  # steps made since the last take()
     # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
     noise: KeyedGumbel | None = None
     lookup: Lookup | None = None  # the n-gram index over tokens, when lookup drafts are on
+    track: Track | None = None  # the output's constraint (grammar, JSON schema), when it has one
+    error: Exception | None = None  # why it ended, when finish is "error" (a grammar that cannot go on)
 
     @classmethod
     def start(
@@ -91,13 +96,14 @@ class SeqState:
         max_new: int | None = None,
         speculative: bool = True,
         lookup: bool = False,
+        matcher: Matcher | None = None,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
         index = Lookup(prompt) if lookup and speculative else None
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
-            noise=noise, lookup=index,
+            noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
         )  # fmt: skip
 
     def take(self) -> list[Step]:
