@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -55,12 +55,14 @@ def speculative_steps(
     max_new: int | None = None,
     seq: int = 0,
     lookup: bool = False,
+    **state: Any,
 ) -> Iterator[Step]:
     """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull): rounds over a list
-    of one sequence. Stopping early (closing the generator) unaccepts what was not yet emitted."""
+    of one sequence. Stopping early (closing the generator) unaccepts what was not yet emitted.
+    `state`: further SeqState.start arguments (penalties, logprobs)."""
     st = SeqState.start(
         seq, prompt, sp, cfg, rng, c, k_ctl,
-        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup,
+        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup, **state,
     )  # fmt: skip
     prefill(target, draft, st)
     while True:
@@ -87,9 +89,11 @@ def plain_steps(
     c: Counters,
     max_new: int | None = None,
     mode: str = "pq",
+    **state: Any,
 ) -> Iterator[Step]:
     """Target-only decoding: the baseline (mode: whose noise it samples with)."""
-    yield from speculative_steps(target, None, prompt, sp, SpecConfig(mode=mode), rng, c, FixedK(0), max_new)
+    cfg = SpecConfig(mode=mode)
+    yield from speculative_steps(target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new, **state)
 
 
 def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001

@@ -15,13 +15,14 @@ A prompt is prefilled in chunks that ride in the rounds' target decodes (`fillin
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Sequence
 
 import numpy as np
 
 from localspec.decode import accept
-from localspec.decode.sampling import Dist, argmax, process
+from localspec.decode.sampling import Dist, argmax, logprobs, process
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
 
@@ -59,6 +60,41 @@ def _offer_lookup(st: SeqState) -> list[int]:
     tokens, match_len = st.lookup.propose(LOOKUP_MAX)
     st.k_ctl.offer(len(tokens), match_len)
     return tokens
+
+
+def _shaped(st: SeqState, row: np.ndarray, drafted: Sequence[int], i: int) -> np.ndarray:
+    """The logits at draft position i as the sequence samples from them: logit_bias and penalties
+    from the tokens before it (`drafted[:i]` after the sequence's own) - the same for the draft's row
+    and the target's there, and for plain decoding."""
+    pen = st.penalties
+    if pen is None:
+        return row
+    if pen.last_n < 0:
+        history = st.tokens + list(drafted[:i])
+    else:
+        history = (st.tokens[-pen.last_n :] + list(drafted[:i]))[-pen.last_n :] if pen.last_n else []
+    return pen.apply(row, history)
+
+
+def _unbanned(st: SeqState, tokens: list[int]) -> list[int]:
+    """A lookup proposal up to the first token logit_bias bans (the target would never keep it)."""
+    if st.penalties is None or not st.penalties.bias:
+        return tokens
+    banned = st.penalties.banned()
+    for i, t in enumerate(tokens):
+        if t in banned:
+            return tokens[:i]
+    return tokens
+
+
+def _with_logprobs(st: SeqState, new: list[Step], shaped: list[np.ndarray]) -> list[Step]:
+    """Each step's log-probability under the target's distribution where it was emitted (its row in
+    the verify pass, drafted or not), after the transforms plain decoding applies."""
+    out = []
+    for step, row in zip(new, shaped):
+        lp, top = logprobs(process(row, st.sp), step.token, st.logprobs)
+        out.append(dataclasses.replace(step, logprob=lp, top=top))
+    return out + new[len(out) :]
 
 
 def _one_point_q(st: SeqState, x: int) -> Dist | None:
@@ -147,7 +183,7 @@ def decode_round(
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
         left = st.max_new - st.n_new - 1 if st.max_new is not None else k
         k = max(0, min(k, room - 1, left))
-        looked[st] = offered[st][:k] if k and st.k_ctl.lookup_first else []
+        looked[st] = _unbanned(st, offered[st][:k]) if k and st.k_ctl.lookup_first else []
         ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
 
     # -- draft: the lookup's tokens first, then one batched draft-model decode per position ------
@@ -172,7 +208,7 @@ def decode_round(
             still, items = [], []
             for st, row in zip(active, rows):
                 i = len(drafts[st])
-                x, q = _draft_token(row[0], st, i)
+                x, q = _draft_token(_shaped(st, row[0], drafts[st], i), st, i)
                 if x is None:
                     continue
                 drafts[st].append(x)
@@ -197,8 +233,10 @@ def decode_round(
         n_acc = 0
         d = drafts[st]
         n_look = len(looked[st])
+        shaped: list[np.ndarray] = []  # the rows as sampled, position by position
         for i, x in enumerate(d):
-            ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i)
+            shaped.append(_shaped(st, rows[i], d, i))
+            ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i)
             new.append(Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else "draft") if ok else ""))
             if not ok:
                 break
@@ -206,7 +244,8 @@ def decode_round(
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            new.append(Step(_sample(rows[len(d)], st, len(st.tokens) + len(d)), False))
+            shaped.append(_shaped(st, rows[len(d)], d, len(d)))
+            new.append(Step(_sample(shaped[-1], st, len(st.tokens) + len(d)), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
         for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted
@@ -214,6 +253,8 @@ def decode_round(
                 new = new[: j + 1]
                 st.finish = "stop"
                 break
+        if st.logprobs >= 0:
+            new = _with_logprobs(st, new, shaped)
         st.tokens.extend(s.token for s in new)
         if st.lookup is not None:
             st.lookup.extend([s.token for s in new])

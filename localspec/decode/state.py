@@ -14,7 +14,7 @@ import numpy as np
 
 from localspec.decode.lookup import Lookup
 from localspec.decode.noise import KeyedGumbel
-from localspec.decode.sampling import SamplingParams
+from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.stats import Counters
 from localspec.draft_len.controller import KController
 
@@ -41,6 +41,10 @@ class Step:
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
     source: str = ""  # who drafted it when from_draft: "draft" (the draft model) or "lookup"
+    # when asked: the target's log-probability of the token where it was emitted, after the sampling
+    # transforms, and the most likely tokens there as (token, log-probability), best first
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +74,8 @@ class SeqState:
     # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
     noise: KeyedGumbel | None = None
     lookup: Lookup | None = None  # the n-gram index over tokens, when lookup drafts are on
+    penalties: Penalties | None = None  # logit_bias and repetition penalties, applied to both models' rows
+    logprobs: int = -1  # -1: none; else report each step's logprob and this many top alternatives
 
     @classmethod
     def start(
@@ -85,13 +91,16 @@ class SeqState:
         max_new: int | None = None,
         speculative: bool = True,
         lookup: bool = False,
+        penalties: Penalties | None = None,
+        logprobs: int = -1,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
         index = Lookup(prompt) if lookup and speculative else None
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
-            noise=noise, lookup=index,
+            noise=noise, lookup=index, penalties=penalties if penalties and penalties.active else None,
+            logprobs=logprobs,
         )  # fmt: skip
 
     def take(self) -> list[Step]:
