@@ -44,6 +44,7 @@ UINT64_MAX = 2**64 - 1
 GGML_MAX_THREADS = 512
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text until the end
+MAX_LOGIT_BIAS = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +123,7 @@ class Settings:
     )  # fmt: skip
     logit_bias: tuple[tuple[int, float], ...] = _f(
         (), "Add BIAS to token ID's logit: ID=BIAS, repeatable (-100 all but bans it).",
-        group="sampling", multiple=True,
+        group="sampling", multiple=True, ge=-MAX_LOGIT_BIAS, le=MAX_LOGIT_BIAS,
     )  # fmt: skip
     # -- output --------------------------------------------------------------------------------
     logprobs: bool = _f(False, "Report each emitted token's log-probability.", group="output")
@@ -357,9 +358,6 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
     if choices and v not in choices:
         raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
     return v
-
-
-MAX_LOGIT_BIAS = 300
 
 
 def _logit_bias(v: Any) -> tuple[tuple[int, float], ...]:
