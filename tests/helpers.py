@@ -55,14 +55,16 @@ def speculative_steps(
     max_new: int | None = None,
     seq: int = 0,
     lookup: bool = False,
+    matcher=None,  # noqa: ANN001 - a constrain.Matcher: the output's constraint
     **state: Any,
 ) -> Iterator[Step]:
-    """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull): rounds over a list
-    of one sequence. Stopping early (closing the generator) unaccepts what was not yet emitted.
-    `state`: further SeqState.start arguments (penalties, logprobs)."""
+    """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull) or a constraint that
+    cannot go on (raises its ConstraintStuck): rounds over a list of one sequence. Stopping early
+    (closing the generator) unaccepts what was not yet emitted. `state`: further SeqState.start
+    arguments (penalties, logprobs)."""
     st = SeqState.start(
         seq, prompt, sp, cfg, rng, c, k_ctl,
-        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup, **state,
+        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup, matcher=matcher, **state,
     )  # fmt: skip
     prefill(target, draft, st)
     while True:
@@ -77,6 +79,8 @@ def speculative_steps(
                 raise
         if st.finish == "context":
             raise ContextFull
+        if st.finish == "error":
+            raise st.error
         if st.finish is not None:
             return
 
@@ -89,11 +93,14 @@ def plain_steps(
     c: Counters,
     max_new: int | None = None,
     mode: str = "pq",
+    matcher=None,  # noqa: ANN001
     **state: Any,
 ) -> Iterator[Step]:
     """Target-only decoding: the baseline (mode: whose noise it samples with)."""
     cfg = SpecConfig(mode=mode)
-    yield from speculative_steps(target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new, **state)
+    yield from speculative_steps(
+        target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new, matcher=matcher, **state
+    )
 
 
 def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001

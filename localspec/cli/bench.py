@@ -14,7 +14,17 @@ from localspec.errors import LocalspecError
 from localspec.paths import default_pair
 
 # the bench sets these itself: one value per configuration, or fixed by the method
-_OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_mode", "lookup")
+_OWN = (
+    "max_tokens",
+    "stop",
+    "temperature",
+    "seed",
+    "draft_max",
+    "spec",
+    "spec_mode",
+    "lookup",
+    "grammar_drafts",
+)
 
 
 def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
@@ -56,6 +66,22 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
     show_default=True,
     help="N-gram lookup drafts, comma-separated to compare: on (chained with the draft model), off, "
     "only (lookup alone, no draft model); each draft length runs once per mode.",
+)
+@click.option(
+    "--grammar-drafts",
+    "grammar_drafts",
+    default="on",
+    show_default=True,
+    help="On json prompts (each with its schema): on (grammar-aware drafts: forced tokens free, the "
+    "draft model masked), off (drafts ignore the schema, llama.cpp's way; configurations named "
+    "'blind'), or 'on,off' to compare.",
+)
+@click.option(
+    "--kinds",
+    "kinds",
+    default=None,
+    help="Only prompts of these kinds, comma-separated (chat, chinese, code, long, copy, json); "
+    "default: all.",
 )
 @click.option(
     "--peer-spec",
@@ -141,6 +167,8 @@ def bench(
     temperatures: str,
     spec_modes: str,
     lookups: str,
+    grammar_drafts: str,
+    kinds: str | None,
     peer_specs: str,
     seed: int,
     prompts_file: Path | None,
@@ -159,6 +187,7 @@ def bench(
 ) -> None:  # noqa: ANN003
     """Benchmark plain vs speculative decoding over draft lengths (decode tok/s, speedup, acceptance)."""
     from localspec.bench import report  # noqa: PLC0415
+    from localspec.bench.prompts import KINDS  # noqa: PLC0415
     from localspec.bench.runner import parse_draft_max, parse_temperatures  # noqa: PLC0415
     from localspec.bench.suite import BenchPlan, run_benchmark  # noqa: PLC0415
 
@@ -181,6 +210,8 @@ def bench(
         temperatures=parse_temperatures(temperatures),
         spec_modes=_choices("--spec-mode", SPEC_MODES, spec_modes),
         lookups=_choices("--lookup", LOOKUP_MODES, lookups),
+        grammar_drafts=_choices("--grammar-drafts", ("on", "off"), grammar_drafts),
+        kinds=_choices("--kinds", KINDS, kinds) if kinds else None,
         peer_variants=parse_peer_specs(peer_specs),
         prompts=prompts_file,
         per_kind=per_kind,

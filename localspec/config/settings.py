@@ -162,6 +162,30 @@ class Settings:
         group="spec",
         choices=LOOKUP_MODES,
     )
+    grammar_drafts: bool = _f(
+        True,
+        "With a JSON schema or grammar, draft under it: tokens it forces are free drafts and the draft "
+        "model proposes only what it allows (off: drafts ignore it, as llama.cpp's do; for comparison).",
+        group="spec",
+    )
+    # -- constrained output (localspec/constrain) ----------------------------------------------
+    json_schema: str | None = _f(
+        None,
+        'Make the output JSON that follows this schema (a file; one holding {"type": "object"} '
+        "gives any JSON object). Speculation stays on: what the schema fixes is drafted for free.",
+        group="constraint",
+        file=True,
+    )
+    json_strict: bool = _f(
+        True, "Refuse a JSON schema keyword that cannot be enforced (off: ignore it).", group="constraint"
+    )
+    grammar: str | None = _f(
+        None,
+        "Make the output follow this grammar (a file): GBNF, as llama.cpp writes it, or Lark, as "
+        "llguidance does.",
+        group="constraint",
+        file=True,
+    )
     # -- acceptance log (localspec/acclog.py) ----------------------------------------------------
     log: Path | None = _f(
         None, "Append one JSON line per generation to this file (default: the user state dir).", group="log"
@@ -207,6 +231,8 @@ class Settings:
                 f"({min(AUTO_K_MAX, self.n_batch - 1)}); lower --draft-min or give a fixed --draft-max"
             )
         parse_endpoints(self.rpc)  # validates
+        if self.json_schema is not None and self.grammar is not None:
+            raise LocalspecError("give a JSON schema or a grammar, not both")
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
+from localspec.constrain import ConstraintStuck
 from localspec.decode import accept
 from localspec.decode.sampling import Dist, argmax, logprobs, process
 from localspec.decode.state import Evaluator, Item, SeqState, Step
@@ -155,16 +156,22 @@ def decode_round(
     budget: int | None = None,
 ) -> list[bool]:
     """One round over every running sequence: new tokens go to each state's `out`, and a sequence
-    that ends (EOG, max_new, a full context) gets its `finish` set; the others go on.
+    that ends (EOG, max_new, a full context, a complete or stuck constraint) gets its `finish` set;
+    the others go on.
 
     `filling` are sequences still prefilling: their next prompt chunk (at most `budget` tokens each)
     rides in the same target decode as the verify batch - one pass over the weights per round, as
-    llama-server does. Returns, per filling sequence, whether its prompt is now in."""
+    llama-server does. Returns, per filling sequence, whether its prompt is now in.
+
+    A constrained sequence (`track`) has the tokens its grammar forces drafted first, for free; every
+    draft and target row it uses is masked to what the grammar allows at that position."""
     t_round = time.perf_counter()
     live = []
     for st in states:
         if st.finish is None and len(st.tokens) >= target.n_ctx:  # no position left for a verify batch
             st.finish = "context"
+        if st.finish is None and st.track is not None:
+            _constrained(st, st.track.begin)
         if st.finish is None:
             live.append(st)
     fill_items, fill_done = _prefill_items(target, filling, budget)
@@ -177,21 +184,33 @@ def decode_round(
     drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
     offered = {st: _offer_lookup(st) for st in drafting}
     wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
-    ks, looked = {}, {}
+    forced, ks, looked = {}, {}, {}
     for st in live:
-        k = wanted.get(st, 0)
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
-        left = st.max_new - st.n_new - 1 if st.max_new is not None else k
-        k = max(0, min(k, room - 1, left))
-        looked[st] = _unbanned(st, offered[st][:k]) if k and st.k_ctl.lookup_first else []
+        left = st.max_new - st.n_new - 1 if st.max_new is not None else room
+        forced[st] = _forced(st, min(room - 1, left, LOOKUP_MAX))
+        nf = len(forced[st])
+        k = wanted.get(st, 0)
+        k = max(0, min(k, room - 1 - nf, left - nf))
+        proposal = offered.get(st, [])
+        if nf:  # the lookup continues tokens; past the forced run only if it agrees with it
+            proposal = proposal[nf:] if proposal[:nf] == forced[st] else []
+        looked[st] = _unbanned(st, proposal[:k]) if k and st.k_ctl.lookup_first else []
+        if _aware(st):
+            looked[st] = st.track.valid(looked[st])
+            looked[st] = looked[st][: st.track.push(looked[st])]
+        elif st.track is not None:
+            for x in looked[st]:
+                st.track.follow(x)
         ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
 
-    # -- draft: the lookup's tokens first, then one batched draft-model decode per position ------
-    drafts = {st: list(looked[st]) for st in live}
-    qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in looked[st]] for st in live}
+    # -- draft: forced tokens, the lookup's, then one batched draft-model decode per position ----
+    drafts = {st: forced[st] + looked[st] for st in live}
+    total = {st: len(forced[st]) + ks[st] for st in live}  # drafts wanted, forced ones included
+    qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in drafts[st]] for st in live}
     t0 = time.perf_counter()
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
-    active = [st for st in live if ks[st] > len(drafts[st])]  # the draft model has tokens to make
+    active = [st for st in live if total[st] > len(drafts[st]) and not _ended(st, drafts[st], draft)]
     t_catch = _draft_catch_up(draft, active)  # the draft's prompt pass, late: prefill, not drafting
     if active:
         items = []
@@ -208,12 +227,16 @@ def decode_round(
             still, items = [], []
             for st, row in zip(active, rows):
                 i = len(drafts[st])
-                x, q = _draft_token(_shaped(st, row[0], drafts[st], i), st, i)
-                if x is None:
+                aware = _aware(st)
+                shaped_row = _shaped(st, row[0], drafts[st], i)
+                x, q = _draft_token(st.track.masked(shaped_row, i) if aware else shaped_row, st, i)
+                if x is None or (aware and not st.track.push([x])):
                     continue
+                if st.track is not None and not aware:
+                    st.track.follow(x)
                 drafts[st].append(x)
                 qs[st].append(q)
-                if i + 1 < ks[st] and not draft.is_eog(x):
+                if i + 1 < total[st] and not draft.is_eog(x):
                     still.append(st)
                     items.append((st.seq, [x], len(st.tokens) + i, 1))
             active = still
@@ -232,19 +255,19 @@ def decode_round(
         new: list[Step] = []
         n_acc = 0
         d = drafts[st]
-        n_look = len(looked[st])
-        shaped: list[np.ndarray] = []  # the rows as sampled, position by position
+        n_forced, n_look = len(forced[st]), len(looked[st])
+        shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
         for i, x in enumerate(d):
-            shaped.append(_shaped(st, rows[i], d, i))
+            shaped.append(_row(st, rows, i, d))
             ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i)
-            new.append(Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else "draft") if ok else ""))
+            new.append(Step(tok, ok, i if ok else -1, _source(i, n_forced, n_look) if ok else ""))
             if not ok:
                 break
             n_acc += 1
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            shaped.append(_shaped(st, rows[len(d)], d, len(d)))
+            shaped.append(_row(st, rows, len(d), d))
             new.append(Step(_sample(shaped[-1], st, len(st.tokens) + len(d)), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
@@ -255,6 +278,8 @@ def decode_round(
                 break
         if st.logprobs >= 0:
             new = _with_logprobs(st, new, shaped)
+        if st.track is not None:
+            _settle(st, n_acc, new)
         st.tokens.extend(s.token for s in new)
         if st.lookup is not None:
             st.lookup.extend([s.token for s in new])
@@ -268,12 +293,13 @@ def decode_round(
         t3 = time.perf_counter()
 
         c = st.counters
-        c.record_round(ks[st], len(d), n_acc, n_look)
+        c.record_round(ks[st], len(d), n_acc, n_look, n_grammar=n_forced)
         c.trace_round(
             k=ks[st],
             drafted=len(d),
             accepted=n_acc,
             lookup=n_look,
+            grammar=n_forced,
             draft_ms=(t1 - t0) * 1e3,
             verify_ms=(t2 - t1) * 1e3,
         )
@@ -281,24 +307,77 @@ def decode_round(
         c.verify_s += t2 - t1
         c.sample_s += t3 - ts
         c.llama_s += (t2 - t1) + t_deval
+        if st.track is not None:
+            c.constrain_s += st.track.take_spent()
         round_s = (t2 - t_round) + (t3 - ts)  # the shared decodes plus this sequence's own work
         c.loop_s += round_s
+        # the K controller plans the drafts after the forced run, and learns from those only
+        reached = n_acc >= n_forced
         st.k_ctl.observe(
             k=ks[st],
-            n_drafted=len(d),
-            n_accepted=n_acc,
+            n_drafted=len(d) - n_forced if reached else 0,
+            n_accepted=n_acc - n_forced if reached else 0,
             n_emitted=len(new),
             draft_s=t1 - t0 - t_catch,
             verify_s=t2 - t1,
             round_s=round_s - t_catch,
             batch_tokens=batch_tokens,
-            n_lookup=n_look,
+            n_lookup=n_look if reached else 0,
         )
         if offered.get(st) and not n_look:
             st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new))
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
     return fill_done
+
+
+def _source(i: int, n_forced: int, n_lookup: int) -> str:
+    """Who drafted position i: the grammar's forced run, then the lookup, then the draft model."""
+    return "grammar" if i < n_forced else "lookup" if i < n_forced + n_lookup else "draft"
+
+
+def _row(st: SeqState, rows: np.ndarray, i: int, drafted: Sequence[int]) -> np.ndarray:
+    """The target's logits at draft position i as sampled: penalties and biases, then masked by the
+    sequence's constraint there."""
+    row = _shaped(st, rows[i], drafted, i)
+    return row if st.track is None else st.track.masked(row, i)
+
+
+def _constrained(st: SeqState, fn, *args):  # noqa: ANN001, ANN202
+    """Run one constraint operation; a grammar that cannot go on ends this sequence, not the round."""
+    try:
+        return fn(*args)
+    except ConstraintStuck as e:
+        st.finish, st.error = "error", e
+        return None
+
+
+def _aware(st: SeqState) -> bool:
+    """st's drafts are made under its constraint (forced tokens first, the draft's rows masked)."""
+    return st.track is not None and st.cfg.grammar_drafts
+
+
+def _forced(st: SeqState, limit: int) -> list[int]:
+    """The tokens st's grammar forces next (free drafts), when it speculates."""
+    if not _aware(st) or not st.speculative or limit <= 0:
+        return []
+    return _constrained(st, st.track.forced, limit) or []
+
+
+def _ended(st: SeqState, drafts: list[int], draft: Evaluator | None) -> bool:
+    """The drafts so far end the output (EOG), so the draft model has nothing to add."""
+    return bool(drafts) and draft is not None and draft.is_eog(drafts[-1])
+
+
+def _settle(st: SeqState, n_acc: int, new: list[Step]) -> None:
+    """Move the matcher to where the sequence now ends: back to the kept drafts, on by the target's
+    token. A grammar now complete ends the output as the target would: only EOG is allowed next, so
+    it is emitted without a pass (any EOG; they all end the text the same way)."""
+    kept = min(n_acc, len(new))
+    _constrained(st, st.track.settle, kept, [s.token for s in new[kept:]])
+    if st.finish is None and st.track.done:
+        new.append(Step(st.track.matcher.vocab.eog[0], False))
+        st.finish = "stop"
 
 
 def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[int, int]:

@@ -12,6 +12,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from localspec.constrain import Matcher
+from localspec.constrain.track import Track
 from localspec.decode.lookup import Lookup
 from localspec.decode.noise import KeyedGumbel
 from localspec.decode.sampling import Penalties, SamplingParams
@@ -40,7 +42,7 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
-    source: str = ""  # who drafted it when from_draft: "draft" (the draft model) or "lookup"
+    source: str = ""  # who drafted it when from_draft: "draft" (the draft model), "lookup" or "grammar"
     # when asked: the target's log-probability of the token where it was emitted, after the sampling
     # transforms, and the most likely tokens there as (token, log-probability), best first
     logprob: float | None = None
@@ -52,6 +54,7 @@ class SpecConfig:
     mode: str = "pq"  # pq | match | coupled  (ignored when greedy)
     draft_min: int = 0
     draft_p_min: float = 0.0
+    grammar_drafts: bool = True  # drafts see the output's constraint (False: blind, as llama.cpp's)
 
 
 @dataclass(eq=False)
@@ -69,11 +72,13 @@ class SeqState:
     max_new: int | None = None
     speculative: bool = True
     n_new: int = 0
-    finish: str | None = None  # None while running; stop (EOG) | length | context
+    finish: str | None = None  # None while running; stop (EOG) | length | context | error
     out: list[Step] = field(default_factory=list)  # steps made since the last take()
     # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
     noise: KeyedGumbel | None = None
     lookup: Lookup | None = None  # the n-gram index over tokens, when lookup drafts are on
+    track: Track | None = None  # the output's constraint (grammar, JSON schema), when it has one
+    error: Exception | None = None  # why it ended, when finish is "error" (a grammar that cannot go on)
     penalties: Penalties | None = None  # logit_bias and repetition penalties, applied to both models' rows
     logprobs: int = -1  # -1: none; else report each step's logprob and this many top alternatives
 
@@ -91,6 +96,7 @@ class SeqState:
         max_new: int | None = None,
         speculative: bool = True,
         lookup: bool = False,
+        matcher: Matcher | None = None,
         penalties: Penalties | None = None,
         logprobs: int = -1,
     ) -> "SeqState":
@@ -99,8 +105,8 @@ class SeqState:
         index = Lookup(prompt) if lookup and speculative else None
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
-            noise=noise, lookup=index, penalties=penalties if penalties and penalties.active else None,
-            logprobs=logprobs,
+            noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
+            penalties=penalties if penalties and penalties.active else None, logprobs=logprobs,
         )  # fmt: skip
 
     def take(self) -> list[Step]:

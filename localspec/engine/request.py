@@ -11,6 +11,7 @@ from typing import Iterator
 import numpy as np
 
 from localspec.config.settings import Settings
+from localspec.constrain import Constraint, Grammar, compile_constraint, vocabulary_for
 from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.state import SeqState, SpecConfig, Step
 from localspec.decode.stats import Counters, Stats
@@ -40,6 +41,7 @@ class Request(Job):
         self.cancel_event = threading.Event()
         self.counters = Counters(rounds_trace=[] if s.trace else None)
         self.k_ctl = tuners.controller(s, self.speculative)
+        self.grammar = grammar_for(s, pair)  # compiled here: a bad schema is refused before queueing
         target = pair.target
         # control tokens a chat syntax is written with (Llama 3's <|python_tag|>) come out as text
         token_bytes = (
@@ -59,11 +61,17 @@ class Request(Job):
     def start(self, seq: int) -> SeqState:
         s = self.settings
         sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
-        cfg = SpecConfig(mode=s.spec_mode, draft_min=s.draft_min, draft_p_min=s.draft_p_min)
+        cfg = SpecConfig(
+            mode=s.spec_mode,
+            draft_min=s.draft_min,
+            draft_p_min=s.draft_p_min,
+            grammar_drafts=s.grammar_drafts,
+        )
         rng = np.random.default_rng(self.seed)
         return SeqState.start(
             seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
             max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
+            matcher=self.grammar.matcher() if self.grammar is not None else None,
             penalties=Penalties(
                 repeat=s.repeat_penalty, presence=s.presence_penalty, frequency=s.frequency_penalty,
                 last_n=s.repeat_last_n, bias=s.logit_bias,
@@ -114,6 +122,24 @@ class Request(Job):
     def fail(self, error: BaseException) -> None:
         self.queue.put(error)
         self.queue.put(None)
+
+
+def constraint_of(s: Settings) -> Constraint | None:
+    """The output constraint the settings ask for, if any."""
+    if s.json_schema is not None:
+        return Constraint(kind="json_schema", text=s.json_schema, strict=s.json_strict)
+    if s.grammar is not None:
+        return Constraint(kind="grammar", text=s.grammar)
+    return None
+
+
+def grammar_for(s: Settings, pair: LoadedPair) -> Grammar | None:
+    """The constraint compiled for the target's vocabulary (its llguidance tokenizer is built on the
+    first constrained request and kept with the model); raises ConstraintError on bad input."""
+    c = constraint_of(s)
+    if c is None:
+        return None
+    return compile_constraint(c, vocabulary_for(pair.target, pair.target_ctx.n_vocab))
 
 
 class Handle:

@@ -108,6 +108,9 @@ class Scheduler:
                 self._leave(job, st, "cancelled")
             elif not job.deliver(steps):
                 self._leave(job, st, "done")
+            elif st.finish == "error":  # its constraint cannot go on: this request fails, no other
+                self._leave(job, st, "error")
+                job.fail(st.error)
             elif st.finish is not None:
                 self._leave(job, st, st.finish)
 

@@ -133,6 +133,10 @@ class Model:
         raw = C.llama_vocab_get_text(self._live_vocab(), token)
         return raw.decode("utf-8", errors="replace") if raw else ""
 
+    def token_attr(self, token: int) -> int:
+        """llama.h's llama_token_attr bits (control, user-defined, ...): constrain/ reads them."""
+        return int(C.llama_vocab_get_attr(self._live_vocab(), token))
+
     def is_eog(self, token: int) -> bool:
         return token in self.vocab.eog
 

@@ -52,6 +52,9 @@ def timings(resp: Response) -> s.Timings:
         k_history=st.k_history,
         fell_back=st.fell_back,
         seed=resp.seed,
+        draft_sources={
+            k: {"drafted": v["drafted"], "accepted": v["accepted"]} for k, v in st.sources.items()
+        },
     )
 
 

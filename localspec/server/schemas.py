@@ -6,11 +6,12 @@ a request field means what the flag and TOML key of the same name mean (top_k, m
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from localspec.config.settings import Settings, setting_fields
 
@@ -49,6 +50,42 @@ class LocalspecOptions(BaseModel):
     mark_drafts: bool = Field(False, description="Mark streamed text that came from accepted drafts.")
 
 
+class JsonSchemaFormat(_Base):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool = Field(True, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: text, json_object (any JSON object) or json_schema; llama-server's
+    `schema` beside `type` is read too."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
+
+    @model_validator(mode="after")
+    def _has_schema(self) -> "ResponseFormat":
+        if self.type == "json_schema" and self.json_schema is None and self.schema_ is None:
+            raise ValueError("type json_schema needs a json_schema object holding the schema")
+        return self
+
+    def constraint(self) -> dict[str, Any]:
+        """The Settings overrides this format asks for."""
+        if self.type == "text":
+            return {}
+        if self.type == "json_schema" and self.json_schema is not None:
+            return {
+                "json_schema": json.dumps(self.json_schema.schema_),
+                "json_strict": bool(self.json_schema.strict),
+            }
+        if self.schema_ is not None:
+            return {"json_schema": json.dumps(self.schema_), "json_strict": False}
+        return {"json_schema": json.dumps({"type": "object"}), "json_strict": False}
+
+
 def _request_type(name: str) -> Any:
     if name == "logit_bias":  # OpenAI's shape: {"token id": bias}
         return Union[dict[str, float], None]
@@ -75,6 +112,10 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
     stream: bool = False
     stream_options: StreamOptions | None = None
     localspec: LocalspecOptions | None = None
+    # constrained output: OpenAI's response_format; llama-server's grammar (GBNF or Lark) and json_schema
+    response_format: ResponseFormat | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | bool | None = None
 
     def overrides(self) -> dict[str, Any]:
         """Settings overrides for Engine.submit: every generated field the client set."""
@@ -88,6 +129,12 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
             elif f.name == "draft_max":
                 v = str(v)
             out[f.name] = v
+        if self.response_format is not None:
+            out.update(self.response_format.constraint())
+        if self.json_schema is not None:
+            out["json_schema"] = json.dumps(self.json_schema)
+        if self.grammar is not None:
+            out["grammar"] = self.grammar
         return out
 
     def unsupported(self) -> str | None:
@@ -209,6 +256,8 @@ class Timings(BaseModel):
     k_history: list[int]
     fell_back: bool
     seed: int
+    # per draft source (draft, lookup, grammar): {"drafted": n, "accepted": n}
+    draft_sources: dict[str, dict[str, int]] = {}
 
 
 class TopLogprob(BaseModel):
