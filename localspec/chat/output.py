@@ -21,8 +21,8 @@ def answer_parser(
     reasoning_format: str = "auto",
 ) -> Parser | Reasoning:
     inner = family.parser() if tools else Parser()
-    if reasoning_format == "none" or not has_reasoning(template):
-        return inner
+    if reasoning_format == "none" or (reasoning_format == "auto" and not has_reasoning(template)):
+        return inner  # "deepseek" splits a leading <think> block whatever the template says
     return Reasoning(inner, opened=opened_by_prompt(prompt))
 
 

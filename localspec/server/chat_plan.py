@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from localspec.chat import families, tool_prompt
+from localspec.chat import families, tool_grammar, tool_prompt
 from localspec.chat.output import answer_parser
 from localspec.server import schemas as s
 from localspec.server.errors import APIError
@@ -94,13 +94,19 @@ def plan(engine: Any, body: s.ChatRequest, reasoning_format: str) -> ChatPlan:
         extra.update(tool_vars)
     text = engine.render_chat(msgs, **extra)
     ids = engine.tokenize_chat(text)
-    keep = []
+    specials = {}  # the family's markers that are control tokens (kept as text, named by id in grammars)
     for marker in family.specials if tools_on else ():
         toks = engine.target.tokenize(marker, add_special=False, parse_special=True)
-        if len(toks) == 1:
-            keep.append(toks[0])
+        if len(toks) == 1 and not engine.target.token_bytes(toks[0]):
+            specials[marker] = toks[0]
+    own = body.response_format is not None or body.grammar is not None or body.json_schema is not None
+    overrides = (
+        tool_grammar.constraint(family, tools, choice, parallel=body.parallel_tool_calls, specials=specials)
+        if tools_on and not own  # a request's own constraint wins (docs/apps.md)
+        else {}
+    )
     return ChatPlan(
         text, ids, family, tools_on,
         lambda: answer_parser(family, tools=tools_on, template=template, prompt=text, reasoning_format=reasoning_format),
-        tuple(keep),
+        tuple(specials.values()), overrides,
     )  # fmt: skip
