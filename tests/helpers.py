@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -56,13 +56,15 @@ def speculative_steps(
     seq: int = 0,
     lookup: bool = False,
     matcher=None,  # noqa: ANN001 - a constrain.Matcher: the output's constraint
+    **state: Any,
 ) -> Iterator[Step]:
     """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull) or a constraint that
     cannot go on (raises its ConstraintStuck): rounds over a list of one sequence. Stopping early
-    (closing the generator) unaccepts what was not yet emitted."""
+    (closing the generator) unaccepts what was not yet emitted. `state`: further SeqState.start
+    arguments (penalties, logprobs)."""
     st = SeqState.start(
         seq, prompt, sp, cfg, rng, c, k_ctl,
-        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup, matcher=matcher,
+        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup, matcher=matcher, **state,
     )  # fmt: skip
     prefill(target, draft, st)
     while True:
@@ -92,10 +94,13 @@ def plain_steps(
     max_new: int | None = None,
     mode: str = "pq",
     matcher=None,  # noqa: ANN001
+    **state: Any,
 ) -> Iterator[Step]:
     """Target-only decoding: the baseline (mode: whose noise it samples with)."""
     cfg = SpecConfig(mode=mode)
-    yield from speculative_steps(target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new, matcher=matcher)
+    yield from speculative_steps(
+        target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new, matcher=matcher, **state
+    )
 
 
 def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001

@@ -95,12 +95,13 @@ def render(
         raise LocalspecError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
 
-def render_for(model: Any, messages: list[dict], *, template: str | None = None) -> str:
-    """The prompt text for `messages` through the model's own template and special tokens."""
+def render_for(model: Any, messages: list[dict], *, template: str | None = None, **extra: Any) -> str:
+    """The prompt text for `messages` through the model's own template and special tokens; `extra`
+    are further template variables (tools, enable_thinking, ...)."""
     v = model.vocab
     bos = model.token_text(v.bos) if v.bos >= 0 else ""
     eos = model.token_text(v.eos) if v.eos >= 0 else ""
-    return render(template or model.chat_template(), messages, bos_token=bos, eos_token=eos)
+    return render(template or model.chat_template(), messages, bos_token=bos, eos_token=eos, **extra)
 
 
 def tokenize_rendered(model: Any, text: str, *, continuation: bool = False) -> list[int]:

@@ -44,6 +44,7 @@ UINT64_MAX = 2**64 - 1
 GGML_MAX_THREADS = 512
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text until the end
+MAX_LOGIT_BIAS = 300
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +108,39 @@ class Settings:
     seed: int | None = _f(None, "Random seed (default: random).", group="sampling", ge=0, le=UINT64_MAX)
     stop: tuple[str, ...] = _f(
         (), "Stop string (repeatable); never emitted.", group="sampling", multiple=True
+    )
+    # penalties and biases change the logits before top-k, as llama.cpp's sampler chain does
+    repeat_penalty: float = _f(
+        1.0, "Divide the logit of every token in the last --repeat-last-n by this (1 = off).",
+        group="sampling", gt=0, le=MAX_TEMPERATURE,
+    )  # fmt: skip
+    presence_penalty: float = _f(
+        0.0, "Subtract this from the logit of every token in the last --repeat-last-n.",
+        group="sampling", ge=-2, le=2,
+    )  # fmt: skip
+    frequency_penalty: float = _f(
+        0.0, "Subtract this x its count from the logit of every token in the last --repeat-last-n.",
+        group="sampling", ge=-2, le=2,
+    )  # fmt: skip
+    repeat_last_n: int = _f(
+        64, "Tokens (prompt and output) the penalties look back over; 0 = none, -1 = all.",
+        group="sampling", ge=-1, le=INT32_MAX,
+    )  # fmt: skip
+    logit_bias: tuple[tuple[int, float], ...] = _f(
+        (), "Add BIAS to token ID's logit: ID=BIAS, repeatable (-100 all but bans it).",
+        group="sampling", multiple=True, ge=-MAX_LOGIT_BIAS, le=MAX_LOGIT_BIAS,
+    )  # fmt: skip
+    # -- output --------------------------------------------------------------------------------
+    logprobs: bool = _f(False, "Report each emitted token's log-probability.", group="output")
+    top_logprobs: int = _f(
+        0, "With logprobs, also the N most likely tokens at each position.", group="output", ge=0, le=20
+    )
+    reasoning_format: str = _f(
+        "auto",
+        "Chat answers: split <think> reasoning into reasoning_content (auto, deepseek) or keep it "
+        "inline (none).",
+        group="output",
+        choices=("auto", "deepseek", "none"),
     )
     # -- speculation ---------------------------------------------------------------------------
     spec: bool = _f(True, "Use speculative decoding when a draft is given.", group="spec")
@@ -343,6 +377,8 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
         if not isinstance(v, (str, Path)) or not str(v) or "\0" in str(v):
             raise LocalspecError(f"{name} must be a file path (got {v!r})")
         return Path(v)  # not checked for UTF-8: file names on Linux may be any bytes
+    if name == "logit_bias":
+        return _logit_bias(v)
     if typing.get_origin(base) is tuple:  # stop strings
         items = (v,) if isinstance(v, str) else v
         if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
@@ -364,6 +400,31 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
     if choices and v not in choices:
         raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
     return v
+
+
+def _logit_bias(v: Any) -> tuple[tuple[int, float], ...]:
+    """{id: bias} (a request, TOML), [(id, bias)], or ["ID=BIAS"] (flags) -> sorted (id, bias) pairs."""
+    if isinstance(v, dict):
+        items = list(v.items())
+    elif isinstance(v, (list, tuple)):
+        items = [tuple(x.split("=", 1)) if isinstance(x, str) and "=" in x else x for x in v]
+    else:
+        items = None
+    out: dict[int, float] = {}
+    for item in items if items is not None else [None]:
+        try:
+            tok, bias = item  # type: ignore[misc]
+            tok = int(tok) if not isinstance(tok, bool) else None
+            bias = float(bias) if not isinstance(bias, bool) else None
+        except (TypeError, ValueError):
+            tok = bias = None
+        if tok is None or bias is None or tok < 0 or not math.isfinite(bias) or abs(bias) > MAX_LOGIT_BIAS:
+            raise LocalspecError(
+                f"logit_bias maps token ids to biases within +-{MAX_LOGIT_BIAS} (ID=BIAS on the command "
+                f'line, {{"15043": -100}} in a request); got {item if items is not None else v!r}'
+            )
+        out[tok] = bias
+    return tuple(sorted(out.items()))
 
 
 def _in_range(name: str, meta: Any, v: float) -> Any:

@@ -15,6 +15,7 @@ A prompt is prefilled in chunks that ride in the rounds' target decodes (`fillin
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Sequence
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from localspec.constrain import ConstraintStuck
 from localspec.decode import accept
-from localspec.decode.sampling import Dist, argmax, process
+from localspec.decode.sampling import Dist, argmax, logprobs, process
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
 
@@ -61,6 +62,41 @@ def _offer_lookup(st: SeqState) -> list[int]:
     tokens, match_len = st.lookup.propose(LOOKUP_MAX)
     st.k_ctl.offer(len(tokens), match_len)
     return tokens
+
+
+def _shaped(st: SeqState, row: np.ndarray, drafted: Sequence[int], i: int) -> np.ndarray:
+    """The logits at draft position i as the sequence samples from them: logit_bias and penalties
+    from the tokens before it (`drafted[:i]` after the sequence's own) - the same for the draft's row
+    and the target's there, and for plain decoding."""
+    pen = st.penalties
+    if pen is None:
+        return row
+    if pen.last_n < 0:
+        history = st.tokens + list(drafted[:i])
+    else:
+        history = (st.tokens[-pen.last_n :] + list(drafted[:i]))[-pen.last_n :] if pen.last_n else []
+    return pen.apply(row, history)
+
+
+def _unbanned(st: SeqState, tokens: list[int]) -> list[int]:
+    """A lookup proposal up to the first token logit_bias bans (the target would never keep it)."""
+    if st.penalties is None or not st.penalties.bias:
+        return tokens
+    banned = st.penalties.banned()
+    for i, t in enumerate(tokens):
+        if t in banned:
+            return tokens[:i]
+    return tokens
+
+
+def _with_logprobs(st: SeqState, new: list[Step], shaped: list[np.ndarray]) -> list[Step]:
+    """Each step's log-probability under the target's distribution where it was emitted (its row in
+    the verify pass, drafted or not), after the transforms plain decoding applies."""
+    out = []
+    for step, row in zip(new, shaped):
+        lp, top = logprobs(process(row, st.sp), step.token, st.logprobs)
+        out.append(dataclasses.replace(step, logprob=lp, top=top))
+    return out + new[len(out) :]
 
 
 def _one_point_q(st: SeqState, x: int) -> Dist | None:
@@ -166,7 +202,7 @@ def decode_round(
         proposal = offered.get(st, [])
         if nf:  # the lookup continues tokens; past the forced run only if it agrees with it
             proposal = proposal[nf:] if proposal[:nf] == forced[st] else []
-        looked[st] = proposal[:k] if k and st.k_ctl.lookup_first else []
+        looked[st] = _unbanned(st, proposal[:k]) if k and st.k_ctl.lookup_first else []
         if _aware(st):
             looked[st] = st.track.valid(looked[st])
             looked[st] = looked[st][: st.track.push(looked[st])]
@@ -201,7 +237,8 @@ def decode_round(
             for st, row in zip(active, rows):
                 i = len(drafts[st])
                 aware = _aware(st)
-                x, q = _draft_token(st.track.masked(row[0], i) if aware else row[0], st, i)
+                shaped_row = _shaped(st, row[0], drafts[st], i)
+                x, q = _draft_token(st.track.masked(shaped_row, i) if aware else shaped_row, st, i)
                 if x is None or (aware and not st.track.push([x])):
                     continue
                 if st.track is not None and not aware:
@@ -240,8 +277,10 @@ def decode_round(
         d = drafts[st]
         src = srcs[st]
         n_look = len(looked[st])
+        shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
         for i, x in enumerate(d):
-            ok, tok = _verify_token(_row(st, rows, i), st, x, qs[st][i], len(st.tokens) + i)
+            shaped.append(_row(st, rows, i, d))
+            ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i)
             new.append(Step(tok, ok, i if ok else -1, src[i] if ok else ""))
             if not ok:
                 break
@@ -249,7 +288,8 @@ def decode_round(
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            new.append(Step(_sample(_row(st, rows, len(d)), st, len(st.tokens) + len(d)), False))
+            shaped.append(_row(st, rows, len(d), d))
+            new.append(Step(_sample(shaped[-1], st, len(st.tokens) + len(d)), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
         for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted
@@ -257,6 +297,8 @@ def decode_round(
                 new = new[: j + 1]
                 st.finish = "stop"
                 break
+        if st.logprobs >= 0:
+            new = _with_logprobs(st, new, shaped)
         if st.track is not None:
             _settle(st, n_acc, new)
         st.tokens.extend(s.token for s in new)
@@ -313,9 +355,11 @@ def decode_round(
     return fill_done
 
 
-def _row(st: SeqState, rows: np.ndarray, i: int) -> np.ndarray:
-    """The target's logits at draft position i, masked by the sequence's constraint there."""
-    return rows[i] if st.track is None else st.track.masked(rows[i], i)
+def _row(st: SeqState, rows: np.ndarray, i: int, drafted: Sequence[int]) -> np.ndarray:
+    """The target's logits at draft position i as sampled: penalties and biases, then masked by the
+    sequence's constraint there."""
+    row = _shaped(st, rows[i], drafted, i)
+    return row if st.track is None else st.track.masked(row, i)
 
 
 def _constrained(st: SeqState, fn, *args):  # noqa: ANN001, ANN202

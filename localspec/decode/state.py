@@ -16,7 +16,7 @@ from localspec.constrain import Matcher
 from localspec.constrain.track import Track
 from localspec.decode.lookup import Lookup
 from localspec.decode.noise import KeyedGumbel
-from localspec.decode.sampling import SamplingParams
+from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.stats import Counters
 from localspec.draft_len.controller import KController
 
@@ -49,6 +49,10 @@ class Step:
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
     source: str = ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
+    # when asked: the target's log-probability of the token where it was emitted, after the sampling
+    # transforms, and the most likely tokens there as (token, log-probability), best first
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +85,8 @@ class SeqState:
     lookup: Lookup | None = None  # the n-gram index over tokens, when lookup drafts are on
     track: Track | None = None  # the output's constraint (grammar, JSON schema), when it has one
     error: Exception | None = None  # why it ended, when finish is "error" (a grammar that cannot go on)
+    penalties: Penalties | None = None  # logit_bias and repetition penalties, applied to both models' rows
+    logprobs: int = -1  # -1: none; else report each step's logprob and this many top alternatives
 
     @classmethod
     def start(
@@ -97,6 +103,8 @@ class SeqState:
         speculative: bool = True,
         lookup: bool = False,
         matcher: Matcher | None = None,
+        penalties: Penalties | None = None,
+        logprobs: int = -1,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
@@ -104,6 +112,7 @@ class SeqState:
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
             noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
+            penalties=penalties if penalties and penalties.active else None, logprobs=logprobs,
         )  # fmt: skip
 
     def take(self) -> list[Step]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from localspec.config.settings import Settings
 from localspec.constrain import Constraint, Grammar, compile_constraint, vocabulary_for
-from localspec.decode.sampling import SamplingParams
+from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.state import SeqState, SpecConfig, Step
 from localspec.decode.stats import Counters, Stats
 from localspec.decode.text_stream import TextStream
@@ -25,7 +25,14 @@ from localspec.engine.types import Chunk, Response
 class Request(Job):
     """A submitted request: builds its sequence state, turns its steps into chunks on a queue."""
 
-    def __init__(self, ids: list[int], s: Settings, pair: LoadedPair, tuners: TunerPool) -> None:
+    def __init__(
+        self,
+        ids: list[int],
+        s: Settings,
+        pair: LoadedPair,
+        tuners: TunerPool,
+        keep_special: frozenset[int] = frozenset(),
+    ) -> None:
         self.prompt, self.settings, self.tuners = ids, s, tuners
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
@@ -35,8 +42,16 @@ class Request(Job):
         self.counters = Counters(rounds_trace=[] if s.trace else None)
         self.k_ctl = tuners.controller(s, self.speculative)
         self.grammar = grammar_for(s, pair)  # compiled here: a bad schema is refused before queueing
-        self.text = TextStream(pair.target.token_bytes, pair.target.is_eog, s.stop)
+        target = pair.target
+        # control tokens a chat syntax is written with (Llama 3's <|python_tag|>) come out as text
+        token_bytes = (
+            (lambda t: target.token_bytes(t, special=t in keep_special))
+            if keep_special
+            else target.token_bytes
+        )
+        self.text = TextStream(token_bytes, target.is_eog, s.stop)
         self.parts: list[str] = []
+        self.logprobs: list | None = [] if s.logprobs else None
         self.t_start = time.perf_counter()
 
     @property
@@ -57,12 +72,22 @@ class Request(Job):
             seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
             max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
             matcher=self.grammar.matcher() if self.grammar is not None else None,
+            penalties=Penalties(
+                repeat=s.repeat_penalty, presence=s.presence_penalty, frequency=s.frequency_penalty,
+                last_n=s.repeat_last_n, bias=s.logit_bias,
+            ),
+            logprobs=s.top_logprobs if s.logprobs else -1,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
         for delta, steps in deltas:
             self.parts.append(delta)
-            self.queue.put(Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps]))
+            lps = [(st.logprob, st.top) for st in steps] if self.logprobs is not None else []
+            if self.logprobs is not None:
+                self.logprobs += lps
+            self.queue.put(
+                Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps], logprobs=lps)
+            )
 
     def deliver(self, steps: list[Step]) -> bool:
         self._put(self.text.feed(steps, time.perf_counter))
@@ -88,7 +113,9 @@ class Request(Job):
             decode_s=(t_end - t_first) if t_first else 0.0,
             total_s=t_end - self.t_start,
         )
-        resp = Response("".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed)
+        resp = Response(
+            "".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed, self.logprobs
+        )
         self.queue.put(Chunk("", [], [], resp))
         self.queue.put(None)
 

@@ -143,7 +143,9 @@ class Dispatcher:
         running = min(self._admitted, self.settings.parallel)
         return running, self._admitted - running
 
-    async def submit(self, prompt: Any, *, chat: bool, overrides: dict[str, Any]) -> Job:
+    async def submit(
+        self, prompt: Any, *, chat: bool, overrides: dict[str, Any], keep_special: tuple[int, ...] = ()
+    ) -> Job:
         """Admit a request or refuse it with 503. Bad input raises here (Engine.submit checks it)."""
         if self.lost is not None:
             raise self.lost
@@ -162,7 +164,7 @@ class Dispatcher:
         try:
             # tokenizing and the prompt-fit check run off the event loop
             handle = await anyio.to_thread.run_sync(
-                lambda: self.engine.submit(prompt, chat=chat, **overrides)
+                lambda: self.engine.submit(prompt, chat=chat, keep_special=keep_special, **overrides)
             )
         except BaseException:
             self._release()
