@@ -13,8 +13,8 @@ from localspec.decode.state import SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.fixed import FixedK
 
-from .fake_backend import FakeContext, markov_tables
-from .helpers import CHI2_999, GREEDY, chi2, plain_steps, speculative_steps
+from ..fake_backend import FakeContext, markov_tables
+from ..helpers import CHI2_999, GREEDY, chi2, plain_steps, speculative_steps
 
 PEN = Penalties(repeat=1.4, presence=0.5, frequency=0.3, last_n=2, bias=((1, 0.8), (3, -0.6)))
 SP = SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)

@@ -11,7 +11,7 @@ import httpx
 import jsonschema
 import pytest
 
-from .helpers import Server
+from ..helpers import Server
 
 WEATHER = {
     "type": "function",
