@@ -148,7 +148,7 @@ def decode_round(
         left = st.max_new - st.n_new - 1 if st.max_new is not None else k
         k = max(0, min(k, room - 1, left))
         looked[st] = offered[st][:k] if k and st.k_ctl.lookup_first else []
-        ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
+        ks[st] = k if draft is not None and st.k_ctl.has_model and st.draft_model else len(looked[st])
 
     # -- draft: the lookup's tokens first, then one batched draft-model decode per position ------
     drafts = {st: list(looked[st]) for st in live}
@@ -215,6 +215,8 @@ def decode_round(
                 st.finish = "stop"
                 break
         st.tokens.extend(s.token for s in new)
+        if draft is not None and st.draft_model and any(s.token >= draft.n_vocab for s in new):
+            st.draft_model = False  # the target made an id the draft has not got: no more model drafts
         if st.lookup is not None:
             st.lookup.extend([s.token for s in new])
         st.n_new += len(new)

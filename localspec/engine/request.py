@@ -19,20 +19,26 @@ from localspec.draft_len.pool import TunerPool
 from localspec.engine.loader import LoadedPair
 from localspec.engine.scheduler import Job
 from localspec.engine.types import Chunk, Response
+from localspec.errors import GenerationFailed
 
 
 class Request(Job):
     """A submitted request: builds its sequence state, turns its steps into chunks on a queue."""
 
-    def __init__(self, ids: list[int], s: Settings, pair: LoadedPair, tuners: TunerPool) -> None:
+    def __init__(
+        self, ids: list[int], s: Settings, pair: LoadedPair, tuners: TunerPool, *, draft_model: bool = True
+    ) -> None:
+        """`draft_model=False`: the prompt holds an id the draft model does not know; only the lookup
+        may draft for it."""
         self.prompt, self.settings, self.tuners = ids, s, tuners
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
-        self.speculative = s.spec and (pair.draft_ctx is not None or self.lookup)
+        self.draft_model = draft_model and pair.draft_ctx is not None
+        self.speculative = s.spec and (self.draft_model or self.lookup)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.cancel_event = threading.Event()
         self.counters = Counters(rounds_trace=[] if s.trace else None)
-        self.k_ctl = tuners.controller(s, self.speculative)
+        self.k_ctl = tuners.controller(s, self.speculative, draft_model=self.draft_model)
         self.text = TextStream(pair.target.token_bytes, pair.target.is_eog, s.stop)
         self.parts: list[str] = []
         self.t_start = time.perf_counter()
@@ -49,6 +55,7 @@ class Request(Job):
         return SeqState.start(
             seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
             max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
+            draft_model=self.draft_model,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
@@ -85,6 +92,9 @@ class Request(Job):
         self.queue.put(None)
 
     def fail(self, error: BaseException) -> None:
+        if not isinstance(error, GenerationFailed):  # bad input raised in submit(); this is ours
+            cause, error = error, GenerationFailed(f"the generation failed: {error}")
+            error.__cause__ = cause
         self.queue.put(error)
         self.queue.put(None)
 
