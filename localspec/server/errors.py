@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from localspec.errors import LocalspecError, PromptTooLong
+from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
 from localspec.server.schemas import ErrorBody, ErrorResponse
 
 log = logging.getLogger("localspec.server")
@@ -38,7 +38,10 @@ class APIError(Exception):
 
 
 def from_localspec(e: LocalspecError, prompt_param: str | None = None) -> APIError:
-    """Bad input the engine refused (it raises before anything is queued)."""
+    """Bad input the engine refused (it raises before anything is queued): a 400; a generation that
+    failed inside the engine afterwards is the server's fault: a 500."""
+    if isinstance(e, GenerationFailed):
+        return APIError(500, str(e), type="server_error", code="generation_failed")
     if isinstance(e, PromptTooLong):
         return APIError(400, str(e), param=prompt_param, code="context_length_exceeded")
     return APIError(400, str(e))
