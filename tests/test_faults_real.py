@@ -167,7 +167,7 @@ def test_a_request_whose_own_stage_raises_fails_alone(eng, stage, monkeypatch):
 
 def test_a_failed_generation_is_a_500_server_error_and_counted(smollm2_path):
     settings = Settings(target=smollm2_path, n_ctx=384, temperature=0, parallel=2, no_log=True)
-    with TestClient(create_app(settings, lambda: Engine(settings))) as client:
+    with TestClient(create_app(settings, lambda: Engine(settings)), base_url="http://localhost") as client:
         engine = client.app.state.dispatcher.engine
         real = engine.target_ctx.eval_batch
 

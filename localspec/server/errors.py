@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.message
 import logging
 
 from fastapi import FastAPI, Request
@@ -47,14 +48,22 @@ def from_localspec(e: LocalspecError, prompt_param: str | None = None) -> APIErr
     return APIError(400, str(e))
 
 
-def _validation_message(e: RequestValidationError, content_type: str) -> tuple[str, str | None]:
+def is_json(content_type: str) -> bool:
+    """A JSON media type, as FastAPI decides it does (application/json, application/*+json)."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+def _validation_message(e: RequestValidationError) -> tuple[str, str | None]:
     first = e.errors()[0] if e.errors() else {}
     if first.get("type") == "json_invalid":
         return f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(
             ": "
         ), None
-    if tuple(first.get("loc", ())) == ("body",) and "json" not in content_type:
-        return "send the body as a JSON object with 'Content-Type: application/json'", None
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     param = ".".join(loc) or None
     return (
@@ -73,7 +82,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(e, request.headers.get("content-type", ""))
+        content_type = request.headers.get("content-type", "")
+        if request.method == "POST" and not is_json(content_type):  # FastAPI parsed nothing
+            return APIError(
+                415,
+                f"send the body as JSON with 'Content-Type: application/json' (got {content_type[:80]!r})",
+                code="unsupported_media_type",
+            ).response()
+        message, param = _validation_message(e)
         return APIError(400, message, param=param).response()
 
     @app.exception_handler(HTTPException)
