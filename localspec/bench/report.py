@@ -10,6 +10,7 @@ from typing import Any
 
 from localspec.bench.aggregate import ConfigSummary, Spread, best
 from localspec.bench.runner import BenchTable
+from localspec.files import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def to_dict(rep: BenchReport, *, samples: bool = True) -> dict[str, Any]:
 
 
 def write_json(rep: BenchReport, path: Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(rep), indent=2, default=str) + "\n")
+    write_text_atomic(Path(path), json.dumps(to_dict(rep), indent=2, default=str) + "\n")
 
 
 # -- text cells ----------------------------------------------------------------------------------
@@ -196,7 +197,7 @@ def markdown(rep: BenchReport, *, plot: str | None = None) -> str:
 
 
 def write_markdown(rep: BenchReport, path: Path, *, plot: str | None = None) -> None:
-    Path(path).write_text(markdown(rep, plot=plot))
+    write_text_atomic(Path(path), markdown(rep, plot=plot))
 
 
 # -- terminal ------------------------------------------------------------------------------------

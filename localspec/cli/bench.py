@@ -11,6 +11,7 @@ from localspec.bench.runner import comma_list
 from localspec.cli.common import resolve_settings, settings_options
 from localspec.config.settings import LOOKUP_MODES, SPEC_MODES, Settings
 from localspec.errors import LocalspecError
+from localspec.files import write_text_atomic
 from localspec.paths import default_pair
 
 # the bench sets these itself: one value per configuration, or fixed by the method
@@ -264,9 +265,9 @@ def _concurrency(settings, plan, progress, json_out: Path | None, md_out: Path |
         click.echo(f"temperature {t:g}")
         conc.print_table(rows)
     if json_out:
-        json_out.write_text(json.dumps(rep, indent=2))
+        write_text_atomic(json_out, json.dumps(rep, indent=2))
     if md_out:
-        md_out.write_text(conc.markdown(rep))
+        write_text_atomic(md_out, conc.markdown(rep))
 
 
 def _relative(path: Path, base: Path) -> str:

@@ -11,7 +11,9 @@ Settings only parses and checks: the one I/O it does is reading the TOML files i
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -45,6 +47,7 @@ GGML_MAX_THREADS = 512
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text until the end
 MAX_LOGIT_BIAS = 300
+API_KEY_ENV = "LOCALSPEC_API_KEY"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,10 +211,25 @@ class Settings:
         default=None,
         repr=False,
         metadata={
-            "help": "Require 'Authorization: Bearer KEY' on every request.",
+            "help": f"Require 'Authorization: Bearer KEY' on every request (set {API_KEY_ENV} rather "
+            "than the flag: a command line is visible to every user of the machine).",
             "group": "server",
-            "envvar": "LOCALSPEC_API_KEY",
+            "envvar": API_KEY_ENV,
         },
+    )
+    allowed_hosts: tuple[str, ...] = _f(
+        (),
+        "A host name clients reach this server by, beyond loopback and the listening address "
+        "(repeatable; '*.example.com' for a domain, '*' for any, which lets DNS rebinding through).",
+        group="server",
+        multiple=True,
+    )
+    cors_origins: tuple[str, ...] = _f(
+        (),
+        "A web origin (scheme://host[:port]) whose pages may call the API from a browser "
+        "(repeatable; none by default, '*' for any).",
+        group="server",
+        multiple=True,
     )
     max_queue: int = _f(
         64, "Requests that may wait for a slot; more get 503 + Retry-After.", group="server", ge=0, le=1 << 20
@@ -239,6 +257,18 @@ class Settings:
         parse_endpoints(self.rpc)  # validates
         if self.json_schema is not None and self.grammar is not None:
             raise LocalspecError("give a JSON schema or a grammar, not both")
+        for h in self.allowed_hosts:
+            if not _host_pattern(h):
+                raise LocalspecError(
+                    f"--allowed-hosts takes host names such as 'box.local' or '*.example.com', "
+                    f"no port or scheme (got {h!r})"
+                )
+        for o in self.cors_origins:
+            if o != "*" and not re.fullmatch(r"https?://[^/\s]+", o):
+                raise LocalspecError(
+                    f"--cors-origins takes origins such as 'http://localhost:3000', with no path or "
+                    f"trailing slash (got {o!r})"
+                )
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:
@@ -425,6 +455,13 @@ def _logit_bias(v: Any) -> tuple[tuple[int, float], ...]:
             )
         out[tok] = bias
     return tuple(sorted(out.items()))
+def _host_pattern(h: str) -> bool:
+    """'*', an IP address, a host name, or '*.' and a domain (what a Host allowlist can match)."""
+    try:
+        ipaddress.ip_address(h.strip("[]"))
+        return True
+    except ValueError:
+        return h == "*" or not ("*" in h.removeprefix("*.") or "/" in h or ":" in h or not h.strip("*."))
 
 
 def _in_range(name: str, meta: Any, v: float) -> Any:

@@ -209,7 +209,7 @@ def decode_round(
         elif st.track is not None:
             for x in looked[st]:
                 st.track.follow(x)
-        ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
+        ks[st] = k if draft is not None and st.k_ctl.has_model and st.draft_model else len(looked[st])
 
     # -- draft: forced tokens, the lookup's, then one batched draft-model decode per position, each
     # token the draft model writes followed by what the grammar then forces (free: no draft step) --
@@ -302,6 +302,8 @@ def decode_round(
         if st.track is not None:
             _settle(st, n_acc, new)
         st.tokens.extend(s.token for s in new)
+        if draft is not None and st.draft_model and any(s.token >= draft.n_vocab for s in new):
+            st.draft_model = False  # the target made an id the draft has not got: no more model drafts
         if st.lookup is not None:
             st.lookup.extend([s.token for s in new])
         st.n_new += len(new)

@@ -33,6 +33,7 @@ class Evaluator(Protocol):
     context's tokens: "draft" for a draft model, "mtp" for the target's own MTP head)."""
 
     n_ctx: int  # per sequence
+    n_vocab: int  # token ids 0..n_vocab-1; llama.cpp refuses a whole batch for one id beyond
 
     def past(self, seq: int = 0) -> int: ...
 
@@ -77,6 +78,9 @@ class SeqState:
     verify_rng: np.random.Generator
     max_new: int | None = None
     speculative: bool = True
+    # the draft model may see this sequence: it holds no id beyond the draft's vocabulary (a target's
+    # may be up to 128 ids larger); lookup drafts go on without it
+    draft_model: bool = True
     n_new: int = 0
     finish: str | None = None  # None while running; stop (EOG) | length | context | error
     out: list[Step] = field(default_factory=list)  # steps made since the last take()
@@ -105,13 +109,14 @@ class SeqState:
         matcher: Matcher | None = None,
         penalties: Penalties | None = None,
         logprobs: int = -1,
+        draft_model: bool = True,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
         index = Lookup(prompt) if lookup and speculative else None
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
-            noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
+            draft_model=draft_model, noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
             penalties=penalties if penalties and penalties.active else None, logprobs=logprobs,
         )  # fmt: skip
 

@@ -67,19 +67,20 @@ class TunerPool:
                 return pool(record, memory), "remembered"
         return pool(_calibrate(s, target_ctx, draft_ctx), memory), "measured"
 
-    def key(self, s: Any) -> tuple[int, int, bool, bool]:
+    def key(self, s: Any, draft_model: bool = True) -> tuple[int, int, bool, bool]:
         """Requests that share a tuner: same K bounds, same drafters (--lookup only, per request or
-        with no draft loaded, leaves the draft model out), and greedy or sampled (drafts are kept
-        less often when sampling: their evidence and priors are kept apart)."""
-        has_model = self.has_draft and s.lookup != "only"
+        with no draft loaded, leaves the draft model out, as does a prompt with ids the draft does
+        not know), and greedy or sampled (drafts are kept less often when sampling: their evidence
+        and priors are kept apart)."""
+        has_model = self.has_draft and s.lookup != "only" and draft_model
         return max(1, s.draft_min), min(AUTO_K_MAX, self.n_batch - 1), has_model, s.temperature > 0
 
-    def controller(self, s: Any, speculative: bool) -> KController:
+    def controller(self, s: Any, speculative: bool, *, draft_model: bool = True) -> KController:
         """One request's controller. One tuner per kind: what it measured of this machine's costs
         carries over to the next request, so only the first pays any probe rounds."""
         if not speculative:
             return FixedK(0)
-        key = self.key(s)
+        key = self.key(s, draft_model)
         if s.draft_k is not None:
             return FixedK(s.draft_k, has_model=key[2])
         if key not in self.by_kind:
@@ -90,7 +91,7 @@ class TunerPool:
         """A request ended: its evidence goes back to its tuner, and the pair's to the memory."""
         if ctl.costs is None:
             return
-        tuner = self.by_kind[self.key(s)]
+        tuner = self.by_kind[self.key(s, ctl.has_model)]
         tuner.absorb(ctl)
         if self.memory is not None and (ctl.has_model or not self.has_draft):  # the record is the pair's
             verify, draft_s = tuner.costs.snapshot()

@@ -155,7 +155,7 @@ class Engine:
         """Token ids for a prompt: a string, a list of chat messages, or ids as they are."""
         self._check_open()
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
-            return list(prompt)
+            return self._checked_ids(prompt)
         if chat_mode or isinstance(prompt, list):
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
             ids = self.tokenize_chat(self.render_chat(messages))
@@ -164,6 +164,17 @@ class Engine:
         if not ids:
             raise LocalspecError("the prompt is empty")
         return ids
+
+    def _checked_ids(self, ids: Sequence[int]) -> list[int]:
+        """Ids as given, each one the target knows: llama.cpp would refuse the whole batch it rides
+        in, and with it every request sharing that decode."""
+        n_vocab = self.target.n_vocab
+        for i, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n_vocab:
+                raise LocalspecError(
+                    f"prompt token {i} is {t!r}, not a token id of this model (0..{n_vocab - 1})"
+                )
+        return list(ids)
 
     def render_chat(self, messages: list[dict], **extra: Any) -> str:
         """The conversation as text, through the model's own chat template (generation prompt added);
@@ -194,7 +205,9 @@ class Engine:
         for tok, _ in s.logit_bias:
             if tok >= n_vocab:
                 raise LocalspecError(f"logit_bias: token {tok} is not in the vocabulary (0..{n_vocab - 1})")
-        req = Request(ids, s, self._pair, self.tuners, frozenset(keep_special))
+        # an id only the target knows (its vocabulary may be padded beyond the draft's): never drafts
+        draft_model = self.draft is None or max(ids) < self.draft.n_vocab
+        req = Request(ids, s, self._pair, self.tuners, frozenset(keep_special), draft_model=draft_model)
         self._inbox.put(req)
         if self._closed:  # closed meanwhile: the engine thread may be gone
             req.fail(LocalspecError("this engine is closed; create a new Engine"))

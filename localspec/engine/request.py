@@ -20,6 +20,7 @@ from localspec.draft_len.pool import TunerPool
 from localspec.engine.loader import LoadedPair
 from localspec.engine.scheduler import Job
 from localspec.engine.types import Chunk, Response
+from localspec.errors import GenerationFailed
 
 
 class Request(Job):
@@ -32,15 +33,20 @@ class Request(Job):
         pair: LoadedPair,
         tuners: TunerPool,
         keep_special: frozenset[int] = frozenset(),
+        *,
+        draft_model: bool = True,
     ) -> None:
+        """`draft_model=False`: the prompt holds an id the draft model does not know; only the lookup
+        may draft for it."""
         self.prompt, self.settings, self.tuners = ids, s, tuners
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
-        self.speculative = s.spec and (pair.draft_ctx is not None or self.lookup)
+        self.draft_model = draft_model and pair.draft_ctx is not None
+        self.speculative = s.spec and (self.draft_model or self.lookup)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.cancel_event = threading.Event()
         self.counters = Counters(rounds_trace=[] if s.trace else None)
-        self.k_ctl = tuners.controller(s, self.speculative)
+        self.k_ctl = tuners.controller(s, self.speculative, draft_model=self.draft_model)
         self.grammar = grammar_for(s, pair)  # compiled here: a bad schema is refused before queueing
         target = pair.target
         # control tokens a chat syntax is written with (Llama 3's <|python_tag|>) come out as text
@@ -77,6 +83,7 @@ class Request(Job):
                 last_n=s.repeat_last_n, bias=s.logit_bias,
             ),
             logprobs=s.top_logprobs if s.logprobs else -1,
+            draft_model=self.draft_model,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
@@ -120,6 +127,9 @@ class Request(Job):
         self.queue.put(None)
 
     def fail(self, error: BaseException) -> None:
+        if not isinstance(error, GenerationFailed):  # bad input raised in submit(); this is ours
+            cause, error = error, GenerationFailed(f"the generation failed: {error}")
+            error.__cause__ = cause
         self.queue.put(error)
         self.queue.put(None)
 

@@ -45,6 +45,12 @@ async def health(request: Request) -> dict[str, Any]:
     return {"status": "ok", "model": request.app.state.model_id, "running": running, "waiting": waiting}
 
 
+@router.get("/openapi.json", dependencies=[Depends(require_key)], include_in_schema=False)
+async def openapi(request: Request) -> JSONResponse:
+    """The API's schema (for clients and fuzzers), behind the key like the API it describes."""
+    return JSONResponse(request.app.openapi())
+
+
 @router.get("/metrics", dependencies=[Depends(require_key)])
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.dispatcher.metrics.render(), media_type=CONTENT_TYPE_LATEST)

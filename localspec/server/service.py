@@ -46,6 +46,7 @@ class Job:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._done = done
         self._ended = False  # the dispatcher has been told this request left the engine
+        self.error: BaseException | None = None  # how it failed, when it did
         threading.Thread(target=self._pump, daemon=True, name="localspec-job").start()
 
     def _pump(self) -> None:
@@ -53,6 +54,7 @@ class Job:
             for chunk in self.handle:
                 self._post(chunk)
         except BaseException as e:  # raised again where the route iterates
+            self.error = e
             self._post(e)
         finally:
             self._post(self)  # the engine is free of this request; then the route sees the end
@@ -80,6 +82,7 @@ class Job:
         """End the request with `error` without the engine (on the event loop's thread): the engine
         is gone and its thread will never post this request's end."""
         if not self._ended:
+            self.error = error
             self._queue.put_nowait(error)
             self._queue.put_nowait(_END)
             self._end()
@@ -192,7 +195,7 @@ class Dispatcher:
         self._release()
         resp = job.response
         if resp is None:
-            self.metrics.count("cancelled")
+            self.metrics.count("cancelled" if job.error is None else "failed")
             return
         self.metrics.record(resp.stats, resp.finish_reason)
         self.acclog.write(resp, self.settings.replace(**job.overrides), started=job.started)

@@ -57,6 +57,13 @@ def hub(tmp_path_factory):
         h.add(DRAFT[0], {DRAFT[1]: gb.read_bytes(), "tiny-b-Q4_K_M.gguf": ga.read_bytes()})
         h.add("acme/spm-GGUF", {"spm-Q8_0.gguf": gs.read_bytes()})
         h.add("acme/tiny-hf", {f.name: f.read_bytes() for f in a.iterdir()})
+        # a sharded layout (one shard here) beside the same weights as consolidated.safetensors
+        weights = (a / "model.safetensors").read_bytes()
+        names = json.loads(weights[8 : 8 + int.from_bytes(weights[:8], "little")]).keys() - {"__metadata__"}
+        index = json.dumps({"metadata": {}, "weight_map": {n: "model.safetensors" for n in names}})
+        files = {f.name: f.read_bytes() for f in a.iterdir()}
+        h.add("acme/tiny-hf-sharded", files | {"model.safetensors.index.json": index.encode(),
+                                                "consolidated.safetensors": weights})  # fmt: skip
         h.presets = presets  # type: ignore[attr-defined]
         yield h
 
@@ -218,6 +225,32 @@ def test_safetensors_repo_is_converted_on_pull(hub, env, tmp_path):
     assert pair.target == (tmp_path / "models" / "conv" / "target-q4_k_m.gguf").resolve()
     assert pair.draft.read_bytes() == hub.repos[DRAFT[0]][DRAFT[1]]
     assert pair.info["target_file"] == "(converted)"
+
+
+def test_safetensors_files_come_from_the_index(hub, env, tmp_path):
+    """consolidated.safetensors holds the same weights: downloading it too would double the pull (#28)."""
+    p = cli(env, "pull", "acme/tiny-hf-sharded", DRAFT[0], "--name", "sharded")
+    assert p.returncode == 0, p.stderr
+    assert hub.gets("consolidated.safetensors") == [] and hub.gets("model.safetensors")
+    assert (tmp_path / "models" / "sharded" / "target-q4_k_m.gguf").exists()
+
+
+def test_the_disk_check_counts_the_converters_full_size_intermediate(hub, env, tmp_path):
+    """A converted target is written at f16/bf16 size first, then quantized: that much more disk
+    is needed while it converts than the download and the result (#28)."""
+    from localspec.hub.fetch import CONVERTED_RATIO, DISK_MARGIN
+
+    files = hub.repos["acme/tiny-hf"]
+    weights = len(files["model.safetensors"])
+    download = sum(len(d) for d in files.values()) + len(hub.repos[DRAFT[0]][DRAFT[1]])
+    without = download + int(weights * CONVERTED_RATIO["q4_k_m"])
+    free = DISK_MARGIN + without + weights // 4  # the f32 checkpoint's f16 intermediate: weights / 2
+    n = len(hub.requests)
+    pre = f"import localspec.hub.fetch as f; f.free_disk_bytes = lambda p: {free}"
+    p = cli(env, "pull", "acme/tiny-hf", DRAFT[0], "--name", "tight", pre=pre)
+    assert p.returncode == 1, p.stderr
+    assert "not enough disk space for tight" in p.stderr and "intermediate" in p.stderr
+    assert not [path for m, path, _ in hub.requests[n:] if m == "GET" and path.endswith(".safetensors")]
 
 
 def test_preset_whose_files_do_not_pair(env, tmp_path):
