@@ -20,8 +20,8 @@ from localspec.engine.scheduler import Job, Scheduler
 from localspec.engine.thread import _serve
 from localspec.errors import LocalspecError
 
-from .fake_backend import FakeContext, markov_tables
-from .helpers import plain, speculative_steps
+from ..fake_backend import FakeContext, markov_tables
+from ..helpers import plain, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
 V = 16

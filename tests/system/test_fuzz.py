@@ -11,7 +11,7 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from .helpers import Server
+from ..helpers import Server
 
 schemathesis = pytest.importorskip("schemathesis")
 from schemathesis.generation import GenerationMode  # noqa: E402

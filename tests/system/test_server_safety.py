@@ -20,7 +20,7 @@ from localspec.errors import LocalspecError
 from localspec.server import create_app
 from localspec.server.protocol import READ_TIMEOUT_S
 
-from .helpers import Server
+from ..helpers import Server
 
 KEY = "sk-test-0123456789abcdef"
 LOOPING = "{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}"

@@ -17,7 +17,7 @@ from localspec.engine.request import Request
 from localspec.errors import GenerationFailed, LocalspecError
 from localspec.server import create_app
 
-from .helpers import teacher_forced_gaps
+from ..helpers import teacher_forced_gaps
 
 STORY = "Tell me a long story about a lighthouse keeper and his cat."
 QUESTION = "What is the capital of France?"
