@@ -9,6 +9,7 @@ file is created 0600 in folders created 0700, and no server setting (the API key
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -57,7 +58,20 @@ _SKIP = {f.name for group in ("server", "log") for f in setting_fields(group)}
 
 
 def _settings_dict(s: Settings) -> dict[str, Any]:
-    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in _SKIP}
+    # a schema's text can be 64 KB: its digest instead
+    out = {
+        f.name: getattr(s, f.name)
+        for f in dataclasses.fields(s)
+        if f.name not in _SKIP | {"json_schema", "grammar"}
+    }
+    for name in ("json_schema", "grammar"):
+        text = getattr(s, name)
+        if text is not None:
+            out[name] = {
+                "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
+                "bytes": len(text.encode()),
+            }
+    return out
 
 
 def record(response: Any, settings: Settings, *, source: str, started: float, ended: float) -> dict[str, Any]:

@@ -148,3 +148,33 @@ def test_non_strict_schema_ignores_what_it_cannot_enforce(client, model_id):
     )
     assert r.choices[0].finish_reason == "stop"
     assert len(json.loads(r.choices[0].message.content)["d"]) <= 8  # what it can enforce, it does
+
+
+def test_concurrent_requests_each_follow_their_own_schema(client, model_id):
+    from concurrent.futures import ThreadPoolExecutor
+
+    label = {
+        "type": "object",
+        "properties": {
+            "label": {"enum": ["good", "bad"]},
+            "score": {"type": "integer", "minimum": 1, "maximum": 5},
+        },
+        "required": ["label", "score"],
+        "additionalProperties": False,
+    }
+    jobs = [
+        (PERSON, ASK),
+        (label, [{"role": "user", "content": "Rate this film: 'a triumph'. As JSON."}]),
+    ] * 2
+
+    def one(job):
+        schema, messages = job
+        r = client.chat.completions.create(
+            model=model_id, messages=messages, response_format=_fmt(schema), temperature=0.7, seed=5
+        )
+        return schema, r.choices[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        for schema, choice in pool.map(one, jobs):
+            assert choice.finish_reason == "stop"
+            jsonschema.validate(json.loads(choice.message.content), schema)

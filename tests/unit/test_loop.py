@@ -437,7 +437,7 @@ def test_an_accepted_eog_draft_stays_accepted():
         np.random.default_rng(0), c, FixedK(4), max_new=20,
     )  # fmt: skip
     ts = TextStream(lambda tok: b"x", lambda tok: tok in eog)
-    list(ts.run(steps, lambda: 0.0))
+    list(text_deltas(ts, steps, lambda: 0.0))
     assert ts.tokens == [2, 3, 4] and ts.saw_eog and ts.dropped == []
     c.unaccept(ts.dropped)
     assert c.n_drafted == c.n_accepted == 4 and c.sources["draft"].accepted == 4
