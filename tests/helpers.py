@@ -126,6 +126,18 @@ def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0
     return ctl
 
 
+def text_deltas(ts, steps, clock):  # noqa: ANN001, ANN201
+    """(text, steps) deltas of a TextStream fed one step at a time, closing the steps once decided."""
+    try:
+        for step in steps:
+            yield from ts.feed([step], clock)
+            if ts.done:
+                break
+    finally:
+        steps.close()
+    yield from ts.close()
+
+
 # -- statistics ----------------------------------------------------------------------------------------
 def chi2(counts: np.ndarray, probs: np.ndarray) -> float:
     expected = probs * counts.sum()
@@ -182,7 +194,9 @@ class Server:
     """`localspec serve` on loopback. `model` is one GGUF (drafting for itself, --draft-max 4 unless
     args say otherwise) or a pair folder."""
 
-    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, model: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 90
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile(mode="w+")
@@ -195,7 +209,7 @@ class Server:
              "--port", str(self.port), "--n-ctx", str(SERVER_N_CTX), *args],
             cwd=ROOT, env=base | (env or {}), stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + start_timeout  # a pair's load and calibration take longer
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"server exited with {self.proc.returncode}:\n{self.output()}")

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from localspec.chat.deltas import Delta as ChatDelta
 from localspec.chat.deltas import Message
-from localspec.engine import Chunk, Response
+from localspec.engine import Response
 from localspec.server import schemas as s
 
 # extras we leave out of a chunk when they are empty; OpenAI's own keys are always sent (null included)
@@ -136,12 +136,6 @@ def delta_out(d: ChatDelta, role: bool = False) -> s.Delta:
         reasoning_content=d.reasoning or None,
         tool_calls=calls,
     )
-
-
-def marks(chunk: Chunk) -> s.DraftMarks | None:
-    if not chunk.tokens:
-        return None
-    return s.DraftMarks(from_draft=list(chunk.from_draft), all_draft=all(chunk.from_draft))
 
 
 @dataclass
