@@ -194,7 +194,9 @@ class Server:
     """`localspec serve` on loopback. `model` is one GGUF (drafting for itself, --draft-max 4 unless
     args say otherwise) or a pair folder."""
 
-    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, model: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 90
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile(mode="w+")
@@ -207,7 +209,7 @@ class Server:
              "--port", str(self.port), "--n-ctx", str(SERVER_N_CTX), *args],
             cwd=ROOT, env=base | (env or {}), stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + start_timeout  # a pair's load and calibration take longer
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"server exited with {self.proc.returncode}:\n{self.output()}")

@@ -195,7 +195,8 @@ def test_logprobs_with_speculation_equal_plain_decodings(client, model_id):
               max_tokens=32, logprobs=True, top_logprobs=3)  # fmt: skip
     spec = client.chat.completions.create(**kw, extra_body={"spec": True})
     plain = client.chat.completions.create(**kw, extra_body={"spec": False})
-    assert spec.timings_drafted if False else spec.model_extra["timings"]["draft_n_accepted"] > 0  # noqa: SIM210
+    assert spec.model_extra["timings"]["draft_n_accepted"] > 0  # drafted tokens among them
+    assert plain.model_extra["timings"]["draft_n"] == 0
     a, b = spec.choices[0].logprobs.content, plain.choices[0].logprobs.content
     assert len(a) == spec.usage.completion_tokens - (spec.choices[0].finish_reason == "stop")
     for x, y in zip(a, b):
@@ -250,7 +251,7 @@ def test_n_choices_share_one_prompt(client, model_id):
         model=model_id, messages=ASK, n=2, temperature=0.9, seed=5, max_tokens=12
     )
     assert [c.index for c in r.choices] == [0, 1]
-    assert r.usage.completion_tokens == sum(1 for _ in r.choices) * 0 + r.usage.completion_tokens
+    assert r.choices[0].message.content != r.choices[1].message.content  # two samples, not one twice
     with pytest.raises(Exception, match="--parallel"):
         client.chat.completions.create(model=model_id, messages=ASK, n=3)
     seen = {0: "", 1: ""}

@@ -15,7 +15,7 @@ from localspec.chat import families
 from localspec.chat.deltas import Delta, assemble
 from localspec.chat.output import answer_parser, parse_answer
 
-TEMPLATES = Path(__file__).parents[1] / "data" / "templates"
+TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
 
 
 def template(name: str) -> str:
@@ -42,7 +42,7 @@ def test_family_is_detected_from_the_template(name, family):
 def test_the_smollm2_gguf_carries_the_template_the_fixture_has():
     from localspec.gguf.file import read_header
 
-    gguf = Path(__file__).parents[2] / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gguf = Path(__file__).parent.parent.parent / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if not gguf.exists():
         pytest.skip("models/ not built (make models)")
     text = read_header(gguf).metadata["tokenizer.chat_template"]
