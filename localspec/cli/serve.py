@@ -29,7 +29,6 @@ def serve(ctx: click.Context, **kwargs) -> None:
     import uvicorn  # noqa: PLC0415 - keep --help instant
 
     from localspec.engine import Engine  # noqa: PLC0415
-    from localspec.llama.rpc import parse_endpoints  # noqa: PLC0415
     from localspec.server import create_app, protocol, reload  # noqa: PLC0415
 
     def say(msg: str) -> None:
@@ -42,7 +41,7 @@ def serve(ctx: click.Context, **kwargs) -> None:
             f"warning: --api-key on the command line is visible to every user of this machine (ps); "
             f"set {API_KEY_ENV} in the environment instead"
         )
-    endpoints = parse_endpoints(settings.rpc)
+    endpoints = settings.rpc_endpoints
     if reload.reloads() and endpoints:  # re-executed after losing an rpc-server: wait for it (reload.py)
         reload.wait_for_servers(endpoints, say)
     engine = Engine(settings, log=say)  # loaded here, so a bad model is one `error:` line, not a traceback

@@ -2,14 +2,14 @@
 
 `TextStream.feed` takes steps as the decoding rounds make them and returns the text they complete;
 once the output is decided (EOG or a stop string) it takes no more, and the steps made after that
-are in `dropped` (the EOG that decided it is generated, not dropped). When a stop string ends the text, the tokens that only made up the stop string
-(or came after it) are dropped too, so text, tokens and counters agree. `run` drives it from a step
-generator and closes that as soon as the output is decided.
+are in `dropped` (the EOG that decided it is generated, not dropped). When a stop string ends the
+text, the tokens that only made up the stop string (or came after it) are dropped too, so text,
+tokens and counters agree.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 from localspec.decode.detok import Detokenizer, StopMatcher
 from localspec.decode.state import Step
@@ -88,14 +88,3 @@ class TextStream:
         tail += self._stops.flush()
         pending, self._pending = self._pending, []
         return [(tail, pending)] if tail or pending else []
-
-    def run(self, steps: Iterator[Step], clock: Callable[[], float]) -> Iterator[tuple[str, list[Step]]]:
-        """Yield (text, steps) deltas from a step generator, closing it once the output is decided."""
-        try:
-            for step in steps:
-                yield from self.feed([step], clock)
-                if self.done:
-                    break
-        finally:
-            steps.close()
-        yield from self.close()
