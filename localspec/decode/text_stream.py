@@ -2,9 +2,9 @@
 
 `TextStream.feed` takes steps as the decoding rounds make them and returns the text they complete;
 once the output is decided (EOG or a stop string) it takes no more, and the steps made after that
-are in `dropped` (the EOG that decided it is generated, not dropped). When a stop string ends the text, the tokens that only made up the stop string
-(or came after it) are dropped too, so text, tokens and counters agree. `run` drives it from a step
-generator and closes that as soon as the output is decided.
+are in `dropped` (the EOG that decided it is generated, not dropped). When a stop string ends the
+text, the tokens that only made up the stop string (or came after it) are dropped too, so text,
+tokens and counters agree.
 """
 
 from __future__ import annotations

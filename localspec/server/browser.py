@@ -62,8 +62,8 @@ class HostCheck:
         await self.app(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
+        if scope["type"] != "http":  # websockets (none today) get TrustedHostMiddleware's own answer
+            return await (self.check if scope["type"] == "websocket" else self.app)(scope, receive, send)
 
         async def checked(message: dict) -> None:
             if scope.get(_PASSED):
