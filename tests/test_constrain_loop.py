@@ -141,6 +141,35 @@ def test_forced_drafts_alone_speed_up_a_constrained_answer():
     assert len(got) / (c.rounds + c.plain_steps) > 1.0
 
 
+def test_what_the_grammar_forces_after_a_draft_token_rides_along_for_free():
+    """After the draft model picks a value, the grammar's next run (`","b":`) is drafted without a
+    draft step: one draft-model token per round (K=1) still yields longer accepted runs."""
+    t, _ = _tables(6)
+    target, draft = FakeContext(t, eog=frozenset({EOG})), FakeContext(t, eog=frozenset({EOG}))
+    c = Counters()
+    steps = list(
+        speculative_steps(
+            target,
+            draft,
+            [1],
+            GREEDY,
+            SpecConfig(),
+            np.random.default_rng(0),
+            c,
+            FixedK(1),
+            max_new=40,
+            matcher=GRAMMAR.matcher(),
+        )  # fmt: skip
+    )
+    assert [s.token for s in steps] == plain(t)
+    pairs = list(zip(steps, steps[1:]))
+    assert any(a.source == "draft" and b.source == "grammar" for a, b in pairs)
+    draft_evals = sum(1 for call in draft.calls if call[0] == "eval")
+    assert (
+        c.sources["draft"].drafted <= draft_evals < c.sources["draft"].drafted + c.sources["grammar"].drafted
+    )
+
+
 def test_a_complete_answer_ends_without_another_pass():
     t, d = _tables(5)
     c = Counters()

@@ -17,7 +17,6 @@ import numpy as np
 from .mask import apply_mask
 from .matcher import Matcher
 
-
 F = TypeVar("F", bound=Callable)
 
 

@@ -184,11 +184,12 @@ def decode_round(
     drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
     offered = {st: _offer_lookup(st) for st in drafting}
     wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
-    forced, ks, looked = {}, {}, {}
+    forced, ks, looked, cap = {}, {}, {}, {}
     for st in live:
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
         left = st.max_new - st.n_new - 1 if st.max_new is not None else room
-        forced[st] = _forced(st, min(room - 1, left, LOOKUP_MAX))
+        cap[st] = min(room - 1, left)  # drafts of every source this round, at most
+        forced[st] = _forced(st, min(cap[st], LOOKUP_MAX))
         nf = len(forced[st])
         k = wanted.get(st, 0)
         k = max(0, min(k, room - 1 - nf, left - nf))
@@ -204,8 +205,10 @@ def decode_round(
                 st.track.follow(x)
         ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
 
-    # -- draft: forced tokens, the lookup's, then one batched draft-model decode per position ----
+    # -- draft: forced tokens, the lookup's, then one batched draft-model decode per position, each
+    # token the draft model writes followed by what the grammar then forces (free: no draft step) --
     drafts = {st: forced[st] + looked[st] for st in live}
+    srcs = {st: ["grammar"] * len(forced[st]) + ["lookup"] * len(looked[st]) for st in live}
     total = {st: len(forced[st]) + ks[st] for st in live}  # drafts wanted, forced ones included
     qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in drafts[st]] for st in live}
     t0 = time.perf_counter()
@@ -236,9 +239,16 @@ def decode_round(
                     st.track.follow(x)
                 drafts[st].append(x)
                 qs[st].append(q)
-                if i + 1 < total[st] and not draft.is_eog(x):
+                srcs[st].append("draft")
+                run = _forced(st, cap[st] - len(drafts[st])) if aware and not draft.is_eog(x) else []
+                if run:  # free: they ride in the next draft step and do not count against K
+                    drafts[st] += run
+                    qs[st] += [_one_point_q(st, t) for t in run]
+                    srcs[st] += ["grammar"] * len(run)
+                    total[st] = min(total[st] + len(run), cap[st])
+                if len(drafts[st]) < total[st] and not draft.is_eog(drafts[st][-1]):
                     still.append(st)
-                    items.append((st.seq, [x], len(st.tokens) + i, 1))
+                    items.append((st.seq, [x, *run], len(st.tokens) + i, 1))
             active = still
     t1 = time.perf_counter()
 
@@ -255,12 +265,13 @@ def decode_round(
         new: list[Step] = []
         n_acc = 0
         d = drafts[st]
-        n_forced, n_look = len(forced[st]), len(looked[st])
+        src = srcs[st]
+        n_look = len(looked[st])
         shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
         for i, x in enumerate(d):
             shaped.append(_row(st, rows, i, d))
             ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i)
-            new.append(Step(tok, ok, i if ok else -1, _source(i, n_forced, n_look) if ok else ""))
+            new.append(Step(tok, ok, i if ok else -1, src[i] if ok else ""))
             if not ok:
                 break
             n_acc += 1
@@ -293,13 +304,13 @@ def decode_round(
         t3 = time.perf_counter()
 
         c = st.counters
-        c.record_round(ks[st], len(d), n_acc, n_look, n_grammar=n_forced)
+        c.record_round(ks[st], len(d), n_acc, sources=src)
         c.trace_round(
             k=ks[st],
             drafted=len(d),
             accepted=n_acc,
             lookup=n_look,
-            grammar=n_forced,
+            grammar=src.count("grammar"),
             draft_ms=(t1 - t0) * 1e3,
             verify_ms=(t2 - t1) * 1e3,
         )
@@ -311,12 +322,14 @@ def decode_round(
             c.constrain_s += st.track.take_spent()
         round_s = (t2 - t_round) + (t3 - ts)  # the shared decodes plus this sequence's own work
         c.loop_s += round_s
-        # the K controller plans the drafts after the forced run, and learns from those only
-        reached = n_acc >= n_forced
+        # the K controller plans the lookup's and the draft model's tokens, and learns from those only
+        own = [j for j, name in enumerate(src) if name != "grammar"]
+        n_own_acc = sum(j < n_acc for j in own)
+        reached = n_own_acc == len(own) or own[n_own_acc] <= n_acc  # not cut by a forced token's miss
         st.k_ctl.observe(
             k=ks[st],
-            n_drafted=len(d) - n_forced if reached else 0,
-            n_accepted=n_acc - n_forced if reached else 0,
+            n_drafted=len(own) if reached else 0,
+            n_accepted=n_own_acc if reached else 0,
             n_emitted=len(new),
             draft_s=t1 - t0 - t_catch,
             verify_s=t2 - t1,
@@ -329,11 +342,6 @@ def decode_round(
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
     return fill_done
-
-
-def _source(i: int, n_forced: int, n_lookup: int) -> str:
-    """Who drafted position i: the grammar's forced run, then the lookup, then the draft model."""
-    return "grammar" if i < n_forced else "lookup" if i < n_forced + n_lookup else "draft"
 
 
 def _row(st: SeqState, rows: np.ndarray, i: int, drafted: Sequence[int]) -> np.ndarray:

@@ -4,6 +4,7 @@ The CLI, logs, server and benchmarks only format these."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Sequence
 
 # who drafts: the draft model, the n-gram lookup (lookup.py), the grammar's forced tokens (constrain/)
 SOURCES = ("draft", "lookup", "grammar")
@@ -56,25 +57,27 @@ class Counters:
                 self.sources[step.source].accepted -= 1
 
     def record_round(
-        self, k: int, n_drafted: int, n_accepted: int, n_lookup: int = 0, *, n_grammar: int = 0
+        self,
+        k: int,
+        n_drafted: int,
+        n_accepted: int,
+        n_lookup: int = 0,
+        *,
+        sources: Sequence[str] | None = None,
     ) -> None:
-        """One round; its first n_grammar drafts were forced by the grammar, the next n_lookup came
-        from the lookup, the rest from the draft model."""
+        """One round; `sources` names who drafted each position ("grammar", "lookup", "draft"; by
+        default the first n_lookup came from the lookup, the rest from the draft model)."""
         self.k_history.append(k)
         if n_drafted == 0:
             self.plain_steps += 1
             return
-        n_lk = n_grammar + n_lookup  # drafts before the draft model's
-        for source, n, acc in (
-            ("grammar", n_grammar, min(n_accepted, n_grammar)),
-            ("lookup", n_lookup, min(max(n_accepted - n_grammar, 0), n_lookup)),
-            ("draft", n_drafted - n_lk, max(n_accepted - n_lk, 0)),
-        ):
-            if n:
-                counts = self.sources[source]
-                counts.rounds += 1
-                counts.drafted += n
-                counts.accepted += acc
+        if sources is None:
+            sources = ["lookup"] * n_lookup + ["draft"] * (n_drafted - n_lookup)
+        for name in set(sources):
+            self.sources[name].rounds += 1
+        for i, name in enumerate(sources):
+            self.sources[name].drafted += 1
+            self.sources[name].accepted += i < n_accepted
         self.rounds += 1
         self.n_drafted += n_drafted
         self.n_accepted += n_accepted

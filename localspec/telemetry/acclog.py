@@ -8,6 +8,7 @@ never interleave. Logging is a side job: a failing write warns once and generati
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -52,8 +53,16 @@ def _iso(t: float) -> str:
 
 
 def _settings_dict(s: Settings) -> dict[str, Any]:
-    skip = {"log", "no_log"}
-    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in skip}
+    skip = {"log", "no_log", "json_schema", "grammar"}  # a schema's text can be 64 KB: its digest instead
+    out = {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in skip}
+    for name in ("json_schema", "grammar"):
+        text = getattr(s, name)
+        if text is not None:
+            out[name] = {
+                "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
+                "bytes": len(text.encode()),
+            }
+    return out
 
 
 def record(response: Any, settings: Settings, *, source: str, started: float, ended: float) -> dict[str, Any]:
