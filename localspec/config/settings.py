@@ -455,6 +455,8 @@ def _logit_bias(v: Any) -> tuple[tuple[int, float], ...]:
             )
         out[tok] = bias
     return tuple(sorted(out.items()))
+
+
 def _host_pattern(h: str) -> bool:
     """'*', an IP address, a host name, or '*.' and a domain (what a Host allowlist can match)."""
     try:

@@ -49,7 +49,9 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
-    source: str = ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
+    source: str = (
+        ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
+    )
     # when asked: the target's log-probability of the token where it was emitted, after the sampling
     # transforms, and the most likely tokens there as (token, log-probability), best first
     logprob: float | None = None
