@@ -210,6 +210,16 @@ def render(r: dict[str, Any]) -> str:
                 f"{fmt_bytes(m['kv_bytes'])}, compute {fmt_bytes(m['compute_bytes'])}",
             )
         )
+        if m.get("state_cells"):  # recurrent layers: their state per slot (x (1 + n_rs_seq) with rs)
+            saved = (
+                f", {fmt_bytes(m['snapshot_bytes'])} of saved states in RAM" if m["snapshot_bytes"] else ""
+            )
+            rows.append(
+                (
+                    "",
+                    f"       recurrent state {fmt_bytes(m['state_bytes'])} ({m['state_cells']} copies){saved}",
+                )
+            )
     rows.append(
         (
             "",

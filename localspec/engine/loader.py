@@ -10,17 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from localspec import llama
-from localspec.config.settings import AUTO_K_MAX, Settings
+from localspec.config.settings import Settings
 from localspec.draft_len.memory import memory_key as key
 from localspec.engine import placement
 from localspec.errors import LocalspecError
+from localspec.gguf import memory_plan
 from localspec.gguf.compat import CompatReport, check_pair
 from localspec.gguf.memory_kind import memory_facts
 from localspec.llama.mtp import MtpDrafter
-
-# recurrent states an rs-capable target keeps per sequence (llama.cpp's n_rs_seq): the most drafts
-# one verify can roll back without a copy, each costing one more copy of the recurrent state in memory
-RS_KEEP = 8
 
 
 @dataclass
@@ -113,8 +110,7 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
             load_mtp=s.mtp_drafts,
         )
     )
-    drafts = s.speculative or s.mtp_drafts or s.uses_lookup
-    n_rs = min(s.draft_k or AUTO_K_MAX, s.n_batch - 1, RS_KEEP) if drafts else 0  # clamped to 0 if not rs
+    n_rs = memory_plan.rs_keep(s)  # llama.cpp clamps it to 0 on archs without rs rollback
     out.target_ctx = st.enter_context(llama.Context(out.target, **common, n_rs_seq=n_rs))
     if out.target_ctx.memory_kind != "attention":
         log(f"target memory: {out.target_ctx.memory_kind}, rollback by {out.target_ctx.rollback}")

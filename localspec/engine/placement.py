@@ -246,7 +246,10 @@ def _ram_warnings(plan: PairPlan, devices: Sequence[Any]) -> tuple[str, ...]:
 # ("CPU", "CPU_Mapped", "CPU_REPACK", "CUDA_Host", ...).
 _OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
 _LAYER_DEV = re.compile(r"layer\s+(\d+) assigned to device (\S+?),")
-_BUFFER = re.compile(r"^\w+:\s+(\S+)\s+(model|KV|compute|output) buffer size =\s+([\d.]+) MiB")
+_BUFFER = re.compile(r"^\w+:\s+(\S+)\s+(model|KV|RS|compute|output) buffer size =\s+([\d.]+) MiB")
+_RS_TOTAL = re.compile(
+    r"llama_memory_recurrent: size\s*=\s*([\d.]+) MiB \(\s*(\d+) cells,.*?(?:(\d+) rs_seq)?\)"
+)
 _KV_TOTAL = re.compile(r"(?:llama_kv_cache\w*: size|KV self size)\s*=\s*([\d.]+) MiB(?: \(\s*(\d+) cells)?")
 
 
@@ -261,10 +264,13 @@ class Observed:
     offloaded: tuple[int, int] | None = None  # (N, M) from "offloaded N/M layers to GPU"
     layer_devices: dict[int, str] = field(default_factory=dict)
     buffers: dict[str, dict[str, int]] = field(
-        default_factory=lambda: {"model": {}, "KV": {}, "compute": {}, "output": {}}
+        default_factory=lambda: {"model": {}, "KV": {}, "RS": {}, "compute": {}, "output": {}}
     )
     kv_total: int = 0
     kv_cells: list[int] = field(default_factory=list)
+    rs_total: int = 0  # recurrent state (llama_memory_recurrent), all cells
+    rs_cells: int = 0
+    rs_seq: int = 0  # states kept per cell beyond the current one (n_rs_seq)
 
     def device_sum(self, kind: str) -> int:
         return sum(b for name, b in self.buffers[kind].items() if not is_host_buffer(name))
@@ -302,6 +308,9 @@ class Observed:
             "buffers": self.buffers,
             "kv_total": self.kv_total,
             "kv_cells": self.kv_cells,
+            "rs_total": self.rs_total,
+            "rs_cells": self.rs_cells,
+            "rs_seq": self.rs_seq,
         }
 
 
@@ -315,6 +324,10 @@ def parse_log(lines: Iterable[str]) -> Observed:
         elif m := _BUFFER.search(line):
             kind = obs.buffers[m.group(2)]
             kind[m.group(1)] = kind.get(m.group(1), 0) + round(float(m.group(3)) * MiB)
+        elif m := _RS_TOTAL.search(line):
+            obs.rs_total += round(float(m.group(1)) * MiB)
+            obs.rs_cells += int(m.group(2))
+            obs.rs_seq = int(m.group(3) or 0)
         elif m := _KV_TOTAL.search(line):
             obs.kv_total += round(float(m.group(1)) * MiB)
             if m.group(2):
@@ -439,6 +452,8 @@ def _check(mp: ModelPlan, decision: Decision, asked: int, seen: Observed, cpu: b
             "KV": (mp.kv_bytes, seen.kv_total or seen.host_sum("KV")),
             "compute": (mp.compute_bytes, seen.host_sum("compute")),
         }
+        if mp.state_bytes:
+            sizes["recurrent state"] = (mp.state_bytes, seen.rs_total)
     else:
         first = mp.spec.n_layer - min(expected, mp.spec.n_layer)  # llama.cpp offloads the last layers
         full = expected == n
@@ -449,6 +464,9 @@ def _check(mp: ModelPlan, decision: Decision, asked: int, seen: Observed, cpu: b
             "KV": (device_kv, seen.device_sum("KV")),
             "compute": (mp.compute_bytes, seen.device_sum("compute")),
         }
+        if mp.state_bytes:
+            device_state = mp.state_bytes if full else sum(mp.state_layer_bytes[first:])
+            sizes["recurrent state"] = (device_state, seen.device_sum("RS"))
     problems = []
     if layers < expected:
         problems.append(

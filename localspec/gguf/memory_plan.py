@@ -3,8 +3,9 @@
 Pure functions: a `ModelSpec` is what the header says (hyper-parameters, tensor sizes by layer), a
 `ModelPlan` adds the runtime choices (n_ctx, KV type, batch sizes), and `verdict()` compares a
 `PairPlan` with free device memory and, when it does not fit, says what would - with numbers.
-The formulas follow llama.cpp 0.3.36's allocator; tests/test_memory_plan.py checks them against the
-sizes llama.cpp logs for the real models.
+The formulas follow llama.cpp 0.3.36's allocator; tests/models/test_memory_plan.py checks them against
+the sizes llama.cpp logs for the real models, tests/models/test_memory_plan_recurrent.py for the
+synthetic hybrid and recurrent ones (KV on the attention layers only; the recurrent state per slot).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from localspec.config.settings import AUTO_K_MAX
 from localspec.errors import LocalspecError
 from localspec.gguf.file import GGUFHeader, read_header
+from localspec.gguf.memory_kind import HYBRID, RECURRENT, RS_ROLLBACK
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -37,6 +40,12 @@ INPUT_TENSORS = frozenset(
 # Architectures whose SWA layer pattern is built into llama.cpp rather than stored in the GGUF:
 # a period n means n-1 sliding-window layers, then one full-attention layer.
 SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "exaone4": 4}
+# recurrent states an rs-capable target keeps per sequence (llama.cpp's n_rs_seq): the most drafts
+# one verify can roll back without a copy, each costing one more copy of the recurrent state
+RS_KEEP = 8
+STATE_BYTES = 4  # llama.cpp keeps recurrent state (R: conv / token shift, S: ssm / wkv) in f32
+# hybrids whose attention layers are every n-th (no per-layer KV head counts): llama.cpp's default n
+ATTN_INTERVAL = {"bailingmoe3": 8}
 
 
 def fmt_bytes(n: float) -> str:
@@ -74,6 +83,14 @@ class ModelSpec:
     file_weights_bytes: int  # every tensor once, as mapped from the file
     n_params: int
     notes: tuple[str, ...] = ()
+    recurrent_layers: tuple[bool, ...] = ()  # per layer: holds recurrent state (llama.cpp's is_recurrent)
+    state_dims: tuple[int, int] = (0, 0)  # per recurrent layer and cell: (R, S) f32 elements
+    rs_rollback: bool = False  # the arch keeps n_rs_seq states (llm_arch_supports_rs_rollback)
+
+    @property
+    def state_layer_bytes(self) -> int:
+        """One sequence's recurrent state in one recurrent layer."""
+        return sum(self.state_dims) * STATE_BYTES
 
 
 def read_spec(path: str | Path) -> ModelSpec:
@@ -97,8 +114,17 @@ def spec_from_header(h: GGUFHeader) -> ModelSpec:
     n_ff_raw = h.get("{arch}.feed_forward_length", 0)
     n_ff = max(n_ff_raw) if isinstance(n_ff_raw, list) else int(n_ff_raw or 0)
     notes: list[str] = []
-    if any(k.startswith(f"{arch}.ssm.") or k.startswith(f"{arch}.wkv") for k in h.metadata):
-        notes.append("recurrent layers: their state is not counted")
+    recurrent = _recurrent_layers(h, n_layer)
+    if any(k.startswith(f"{arch}.kda") for k in h.metadata):
+        notes.append("Kimi delta-attention layers: their state is not counted")
+    if not _has_attention(arch):  # llama.cpp gives a pure recurrent model no KV cache
+        n_head_kv_l = [0] * n_layer
+    elif arch != "falcon-h1":  # falcon-h1 runs attention and SSM side by side in every layer
+        n_head_kv_l = [0 if r else kv for kv, r in zip(n_head_kv_l, recurrent)]
+    nextn = int(h.get("{arch}.nextn_predict_layers", 0) or 0)
+    if nextn:  # MTP blocks: no cache in the target's memory (an MTP context has its own, one layer)
+        n_head_kv_l[n_layer - nextn :] = [0] * nextn
+        recurrent = recurrent[: n_layer - nextn] + (False,) * nextn
 
     layer_bytes = [0] * n_layer
     input_bytes = output_bytes = 0
@@ -143,7 +169,43 @@ def spec_from_header(h: GGUFHeader) -> ModelSpec:
         file_weights_bytes=h.weights_bytes,
         n_params=sum(t.n_elements for t in h.tensors),
         notes=tuple(notes),
+        recurrent_layers=recurrent,
+        state_dims=_state_dims(h, n_embd) if any(recurrent) else (0, 0),
+        rs_rollback=arch in RS_ROLLBACK,
     )
+
+
+def _has_attention(arch: str) -> bool:
+    return arch not in RECURRENT
+
+
+def _recurrent_layers(h: GGUFHeader, n_layer: int) -> tuple[bool, ...]:
+    """Which layers hold recurrent state, as llama.cpp's loader marks them (recurrent_layer_arr)."""
+    if h.arch in RECURRENT or h.arch == "falcon-h1":
+        return (True,) * n_layer
+    if h.arch not in HYBRID:
+        return (False,) * n_layer
+    kv = h.get("{arch}.attention.head_count_kv")
+    if isinstance(kv, list):  # granite-h, nemotron-h, lfm2, jamba: no KV heads = a recurrent layer
+        return tuple(int(x) == 0 for x in kv[:n_layer])
+    every = int(h.get("{arch}.full_attention_interval", ATTN_INTERVAL.get(h.arch, 4)) or 4)
+    return tuple((i + 1) % every != 0 for i in range(n_layer))  # qwen3next, qwen35: every 4th attends
+
+
+def _state_dims(h: GGUFHeader, n_embd: int) -> tuple[int, int]:
+    """(R, S) elements per layer and sequence: llama_hparams::n_embd_r() and n_embd_s()."""
+    wkv = int(h.get("{arch}.wkv.head_size", 0) or 0)
+    if wkv:  # RWKV: token shifts, and the wkv state
+        return int(h.get("{arch}.token_shift_count", 2) or 2) * n_embd, n_embd * wkv
+    d_state = int(h.get("{arch}.ssm.state_size", 0) or 0)
+    d_inner = int(h.get("{arch}.ssm.inner_size", 0) or 0)
+    l_cache = int(h.get("{arch}.shortconv.l_cache", 0) or 0)
+    if l_cache:  # LFM2's short convolutions
+        return n_embd * (l_cache - 1), d_state * d_inner
+    d_conv = int(h.get("{arch}.ssm.conv_kernel", 0) or 0)
+    n_group = int(h.get("{arch}.ssm.group_count", 0) or 0)
+    # the conv window minus the column shifted out; Mamba's (or the gated delta net's) ssm state
+    return max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state), d_state * d_inner
 
 
 def _int(h: GGUFHeader, key: str) -> int:
@@ -193,6 +255,7 @@ class Runtime:
     flash_attn: str = "auto"
     swa_full: bool = True
     n_seq: int = 1  # slots (--parallel): the unified KV cache holds n_ctx cells for each
+    n_rs_seq: int = 0  # the target's requested n_rs_seq (0 on archs without rs rollback; drafts 0)
 
     @classmethod
     def from_settings(cls, s: Any) -> "Runtime":
@@ -203,7 +266,14 @@ class Runtime:
             kv_type=s.kv_type,
             flash_attn=s.flash_attn,
             n_seq=getattr(s, "parallel", 1),
+            n_rs_seq=rs_keep(s),
         )
+
+
+def rs_keep(s: Any) -> int:
+    """The n_rs_seq the loader asks for the target: one state per draft a verify may roll back."""
+    drafts = s.speculative or s.mtp_drafts or s.uses_lookup
+    return min(s.draft_k or AUTO_K_MAX, s.n_batch - 1, RS_KEEP) if drafts else 0
 
 
 @dataclass(frozen=True)
@@ -215,10 +285,17 @@ class ModelPlan:
     swa_cells: int
     kv_layer_bytes: tuple[int, ...]  # per layer, K + V
     compute_bytes: int
+    state_cells: int = 0  # recurrent state copies llama.cpp allocates: slots x (1 + n_rs_seq)
+    state_layer_bytes: tuple[int, ...] = ()  # per layer, R + S of every cell (device memory)
+    snapshot_bytes: int = 0  # saved states a snapshot rollback keeps in RAM: one per slot
 
     @property
     def kv_bytes(self) -> int:
         return sum(self.kv_layer_bytes)
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(self.state_layer_bytes)
 
     @property
     def device_weights_bytes(self) -> int:
@@ -227,24 +304,29 @@ class ModelPlan:
 
     @property
     def device_bytes(self) -> int:
-        return self.device_weights_bytes + self.kv_bytes + self.compute_bytes
+        return self.device_weights_bytes + self.kv_bytes + self.state_bytes + self.compute_bytes
 
     @property
     def host_bytes(self) -> int:
-        """System memory when fully offloaded: the input layer (mapped from the file)."""
-        return self.spec.input_bytes
+        """System memory when fully offloaded: the input layer (mapped from the file), saved states."""
+        return self.spec.input_bytes + self.snapshot_bytes
 
     @property
     def cpu_bytes(self) -> int:
-        """Everything in system memory (CPU-only run): the mapped file, KV cache and compute."""
-        return self.spec.file_weights_bytes + self.kv_bytes + self.compute_bytes
+        """Everything in system memory (CPU-only run): the mapped file, KV cache, recurrent state
+        (and its saved copies) and compute."""
+        return (
+            self.spec.file_weights_bytes + self.kv_bytes + self.state_bytes + self.snapshot_bytes
+            + self.compute_bytes
+        )  # fmt: skip
 
     def partial_device_bytes(self, n_gpu_layers: int) -> int:
         """Device memory with only the last `n_gpu_layers` repeating layers offloaded (llama.cpp's
         order); the output head stays on the CPU then."""
         k = max(0, min(n_gpu_layers, self.spec.n_layer))
         first = self.spec.n_layer - k
-        return sum(self.spec.layer_bytes[first:]) + sum(self.kv_layer_bytes[first:]) + self.compute_bytes
+        cache = sum(self.kv_layer_bytes[first:]) + sum(self.state_layer_bytes[first:])
+        return sum(self.spec.layer_bytes[first:]) + cache + self.compute_bytes
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -260,6 +342,9 @@ class ModelPlan:
             "weights_device_bytes": self.device_weights_bytes,
             "weights_host_bytes": self.host_bytes,
             "kv_bytes": self.kv_bytes,
+            "state_bytes": self.state_bytes,
+            "state_cells": self.state_cells,
+            "snapshot_bytes": self.snapshot_bytes,
             "compute_bytes": self.compute_bytes,
             "device_bytes": self.device_bytes,
             "notes": list(self.spec.notes),
@@ -280,7 +365,16 @@ def plan_model(spec: ModelSpec, rt: Runtime, role: str = "target") -> ModelPlan:
         (swa_cells if swa else n_cells) * (_row_bytes(k, kv_t) + _row_bytes(v, kv_t))
         for (k, v), swa in zip(spec.kv_dims, spec.swa_layers)
     )
-    return ModelPlan(role, spec, rt, n_cells, swa_cells, kv, _compute_bytes(spec, rt, n_cells, n_ub))
+    # llama.cpp: one recurrent cell per slot, times 1 + n_rs_seq where the arch keeps them (targets)
+    n_rs = rt.n_rs_seq if role == "target" and spec.rs_rollback else 0
+    state_cells = rt.n_seq * (1 + n_rs) if any(spec.recurrent_layers) else 0
+    per_layer = spec.state_layer_bytes
+    state = tuple(state_cells * per_layer if r else 0 for r in spec.recurrent_layers) or (0,) * spec.n_layer
+    snapshots = rt.n_seq * per_layer * sum(spec.recurrent_layers) if state_cells and not n_rs else 0
+    return ModelPlan(
+        role, spec, rt, n_cells, swa_cells, kv, _compute_bytes(spec, rt, n_cells, n_ub),
+        state_cells, state, snapshots,
+    )  # fmt: skip
 
 
 def _compute_bytes(spec: ModelSpec, rt: Runtime, n_cells: int, n_ub: int) -> int:
@@ -403,8 +497,9 @@ class Verdict:
 
 def breakdown(plan: PairPlan) -> str:
     parts = [
-        f"{m.role}: weights {fmt_bytes(m.device_weights_bytes)} + KV {fmt_bytes(m.kv_bytes)} + compute "
-        f"{fmt_bytes(m.compute_bytes)}"
+        f"{m.role}: weights {fmt_bytes(m.device_weights_bytes)} + KV {fmt_bytes(m.kv_bytes)}"
+        + (f" + recurrent state {fmt_bytes(m.state_bytes)}" if m.state_bytes else "")
+        + f" + compute {fmt_bytes(m.compute_bytes)}"
         for m in plan.models
     ]
     return "; ".join(parts + [f"headroom {fmt_bytes(plan.headroom_bytes)}"])

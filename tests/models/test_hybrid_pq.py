@@ -12,7 +12,8 @@ import pytest
 from localspec.config.settings import Settings
 from localspec.convert.synthetic_arch import write_qwen35
 from localspec.decode.sampling import SamplingParams, process
-from localspec.engine import Engine, loader
+from localspec.engine import Engine
+from localspec.gguf import memory_plan
 from localspec.llama import Context
 
 from ..helpers import CHI2_999, chi2
@@ -51,7 +52,7 @@ def target_joint(eng: Engine, ids: list[int]) -> dict[tuple[int, ...], float]:
 @pytest.mark.parametrize("rollback", ["rs", "snapshot"])
 def test_pq_joint_distribution_is_the_hybrid_targets(pair, rollback, monkeypatch):
     if rollback == "snapshot":  # the same arch without n_rs_seq: llama.cpp's saved-state rollback
-        monkeypatch.setattr(loader, "RS_KEEP", 0)
+        monkeypatch.setattr(memory_plan, "RS_KEEP", 0)
     target, draft = pair
     s = Settings.load(
         target=target, draft=draft, n_ctx=256, lookup="off", tuner_cache=False, parallel=PARALLEL

@@ -39,6 +39,9 @@ def test_check_pair_and_doctor_say_memory_kind_and_mtp_layers(hybrid_dir, smollm
     assert memory["target"]["loaded_kind"] == "hybrid" and memory["target"]["rollback"] == "rs"
     assert memory["draft"]["rollback"] == "snapshot" and memory["draft"]["state_bytes"] > 0
     assert memory["target"]["rollback_ms"] >= 0 and memory["draft"]["snapshot_ms"] > 0
+    plan = {m["role"]: m for m in json.loads(out.stdout)["plan"]["models"]}
+    assert plan["target"]["state_cells"] > plan["draft"]["state_cells"] > 0  # rs keeps 1 + n_rs_seq
+    assert plan["draft"]["snapshot_bytes"] > 0 and plan["target"]["snapshot_bytes"] == 0
 
 
 def test_run_draft_mtp_needs_no_draft_file(hybrid_dir, smollm2_path):
