@@ -43,6 +43,10 @@ SWA_PERIOD = {"gemma2": 2, "gemma3": 6, "cohere2": 4, "gpt-oss": 2, "exaone4": 4
 # recurrent states an rs-capable target keeps per sequence (llama.cpp's n_rs_seq): the most drafts
 # one verify can roll back without a copy, each costing one more copy of the recurrent state
 RS_KEEP = 8
+# prompt checkpoints of a recurrent memory (llama/recurrent.py), in RAM: at most this many per slot,
+# and this many bytes per context (llama-server keeps 32 per slot; a 27B hybrid's state is ~150 MB)
+CHECKPOINTS_PER_SLOT = 8
+CHECKPOINT_CAP_BYTES = 2 * GiB
 STATE_BYTES = 4  # llama.cpp keeps recurrent state (R: conv / token shift, S: ssm / wkv) in f32
 # hybrids whose attention layers are every n-th (no per-layer KV head counts): llama.cpp's default n
 ATTN_INTERVAL = {"bailingmoe3": 8}
@@ -288,6 +292,7 @@ class ModelPlan:
     state_cells: int = 0  # recurrent state copies llama.cpp allocates: slots x (1 + n_rs_seq)
     state_layer_bytes: tuple[int, ...] = ()  # per layer, R + S of every cell (device memory)
     snapshot_bytes: int = 0  # saved states a snapshot rollback keeps in RAM: one per slot
+    checkpoint_bytes: int = 0  # prompt checkpoints in RAM at most (recurrent memories)
 
     @property
     def kv_bytes(self) -> int:
@@ -309,7 +314,7 @@ class ModelPlan:
     @property
     def host_bytes(self) -> int:
         """System memory when fully offloaded: the input layer (mapped from the file), saved states."""
-        return self.spec.input_bytes + self.snapshot_bytes
+        return self.spec.input_bytes + self.snapshot_bytes + self.checkpoint_bytes
 
     @property
     def cpu_bytes(self) -> int:
@@ -317,7 +322,7 @@ class ModelPlan:
         (and its saved copies) and compute."""
         return (
             self.spec.file_weights_bytes + self.kv_bytes + self.state_bytes + self.snapshot_bytes
-            + self.compute_bytes
+            + self.checkpoint_bytes + self.compute_bytes
         )  # fmt: skip
 
     def partial_device_bytes(self, n_gpu_layers: int) -> int:
@@ -345,6 +350,7 @@ class ModelPlan:
             "state_bytes": self.state_bytes,
             "state_cells": self.state_cells,
             "snapshot_bytes": self.snapshot_bytes,
+            "checkpoint_bytes": self.checkpoint_bytes,
             "compute_bytes": self.compute_bytes,
             "device_bytes": self.device_bytes,
             "notes": list(self.spec.notes),
@@ -370,10 +376,12 @@ def plan_model(spec: ModelSpec, rt: Runtime, role: str = "target") -> ModelPlan:
     state_cells = rt.n_seq * (1 + n_rs) if any(spec.recurrent_layers) else 0
     per_layer = spec.state_layer_bytes
     state = tuple(state_cells * per_layer if r else 0 for r in spec.recurrent_layers) or (0,) * spec.n_layer
-    snapshots = rt.n_seq * per_layer * sum(spec.recurrent_layers) if state_cells and not n_rs else 0
+    per_seq = per_layer * sum(spec.recurrent_layers)
+    snapshots = rt.n_seq * per_seq if state_cells and not n_rs else 0
+    checkpoints = min(rt.n_seq * CHECKPOINTS_PER_SLOT * per_seq, CHECKPOINT_CAP_BYTES)
     return ModelPlan(
         role, spec, rt, n_cells, swa_cells, kv, _compute_bytes(spec, rt, n_cells, n_ub),
-        state_cells, state, snapshots,
+        state_cells, state, snapshots, checkpoints,
     )  # fmt: skip
 
 

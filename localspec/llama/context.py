@@ -243,6 +243,11 @@ class Context:
         pos (`past(seq)` says): the caller re-evaluates the difference (llama/recurrent.py)."""
         self._past[seq] = self._rollback.truncate(seq, pos, self._past[seq])
 
+    def checkpoint(self, seq: int = 0) -> None:
+        """Keep sequence seq's state here for a later prompt sharing this prefix (recurrent memories;
+        a KV cache keeps every prefix anyway)."""
+        self._rollback.checkpoint(seq, self._past[seq])
+
     @property
     def rollback_stats(self) -> recurrent.RollbackStats:
         return self._rollback.stats

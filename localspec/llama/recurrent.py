@@ -13,6 +13,12 @@ holds one state per sequence - the sum of everything it has read - so llama.cpp 
 
 A truncate settles: positions before it are final, so a snapshot context saves a sequence at the
 first decode after each truncate of it (the start of a round's tentative tokens) and nowhere else.
+
+Prompt checkpoints (both kinds): the scheduler asks for one when a prompt's prefill completes, so a
+later request sharing that prompt but not all of what the slot holds since (a regenerated answer, a
+chat turn whose previous answer re-renders differently) restores it and prefills only the rest, as
+llama-server's context checkpoints do. A bounded number per slot, and a byte cap per context; a
+truncate below a checkpoint's position forgets it (the tokens it summarised changed).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 import llama_cpp as C
 
 from localspec.errors import LocalspecError
+from localspec.gguf.memory_plan import CHECKPOINT_CAP_BYTES, CHECKPOINTS_PER_SLOT
 
 ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
 # what truncate does on each: cut the KV cache | rs rollback within the last decode | saved state
@@ -51,6 +58,9 @@ class RollbackStats:
     restore_s: float = 0.0
     rs_rollbacks: int = 0  # rollbacks llama.cpp's n_rs_seq served (no copy at all)
     drops: int = 0  # rollbacks nothing could serve: the sequence was emptied (re-evaluated later)
+    checkpoints: int = 0  # prompt checkpoints saved ...
+    checkpoint_restores: int = 0  # ... and restored (a prefill shortened to what follows them)
+    checkpoint_bytes: int = 0  # held now, all slots
 
 
 class KvTruncate:
@@ -73,8 +83,18 @@ class KvTruncate:
             raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
         return min(pos, past)
 
+    def checkpoint(self, seq: int, past: int) -> None:
+        pass  # a KV cache keeps every prefix anyway
+
     def reset(self) -> None:
         pass
+
+
+@dataclass
+class _Checkpoint:
+    pos: int  # the state of the tokens before this position
+    buf: ctypes.Array
+    order: int  # when it was saved (the oldest goes first)
 
 
 @dataclass
@@ -85,6 +105,7 @@ class _Seq:
     snap_live: bool = False  # the state still equals the snapshot (just restored, nothing decoded)
     last_len: int = 0  # tokens of this sequence in its last llama_decode (what rs can reach back)
     rs_pending: bool = False  # rs rollback used since that decode (llama.cpp allows one)
+    checkpoints: list[_Checkpoint] | None = None  # prompt checkpoints, oldest first
 
 
 class LlamaState:
@@ -97,9 +118,12 @@ class LlamaState:
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
         return bool(C.llama_memory_seq_rm(self._mem, seq, p0, p1))
 
+    def size(self, seq: int) -> int:
+        return int(C.llama_state_seq_get_size_ext(self._ctx, seq, PARTIAL))
+
     def save(self, seq: int, buf: ctypes.Array | None) -> ctypes.Array:
         """The sequence's recurrent state, into buf when it has the size (else a new buffer)."""
-        size = int(C.llama_state_seq_get_size_ext(self._ctx, seq, PARTIAL))
+        size = self.size(seq)
         if buf is None or len(buf) != size:
             buf = (ctypes.c_uint8 * size)()
         n = C.llama_state_seq_get_data_ext(self._ctx, buf, size, seq, PARTIAL)
@@ -124,6 +148,7 @@ class RecurrentRollback:
         self.kind = RS if self.n_rs > 0 else SNAPSHOT
         self._seqs = [_Seq() for _ in range(n_seq)]
         self.stats = RollbackStats()
+        self._saved = 0  # checkpoints taken so far (their order)
 
     def before_decode(self, seq: int, past: int) -> None:
         s = self._seqs[seq]
@@ -147,13 +172,41 @@ class RecurrentRollback:
             if self._state.seq_rm(seq, pos, -1):
                 s.rs_pending = True
                 self.stats.rs_rollbacks += 1
-                return pos
-        if s.snap is not None and s.snap_pos <= pos:
-            return self._restore(seq, s)
+                return self._forget_after(s, pos)
+        cp = max((c for c in s.checkpoints or () if 0 < c.pos <= pos), key=lambda c: c.pos, default=None)
+        if s.snap is not None and s.snap_pos <= pos and (cp is None or s.snap_pos >= cp.pos):
+            return self._forget_after(s, self._restore(seq, s))
+        if cp is not None:
+            return self._forget_after(s, self._restore_checkpoint(seq, s, cp))
         return self._drop(seq, s)
+
+    def checkpoint(self, seq: int, past: int) -> None:
+        """Save sequence seq's state at `past` (a prompt's prefill just ended there)."""
+        s = self._seqs[seq]
+        if past <= 0 or any(c.pos == past for c in s.checkpoints or ()):
+            return
+        size = self._state.size(seq)
+        if size > CHECKPOINT_CAP_BYTES:
+            return
+        s.checkpoints = s.checkpoints or []
+        while len(s.checkpoints) >= CHECKPOINTS_PER_SLOT:
+            self._evict(s, s.checkpoints[0])
+        while self.stats.checkpoint_bytes + size > CHECKPOINT_CAP_BYTES:  # the oldest of any slot
+            owner, oldest = min(
+                ((o, c) for o in self._seqs for c in o.checkpoints or ()), key=lambda oc: oc[1].order
+            )
+            self._evict(owner, oldest)
+        t0 = time.perf_counter()
+        buf = self._state.save(seq, None)
+        self.stats.snapshot_s += time.perf_counter() - t0
+        self._saved += 1
+        s.checkpoints.append(_Checkpoint(past, buf, self._saved))
+        self.stats.checkpoints += 1
+        self.stats.checkpoint_bytes += len(buf)
 
     def reset(self) -> None:
         self._seqs = [_Seq() for _ in self._seqs]
+        self.stats.checkpoint_bytes = 0
 
     # -- the state copies -------------------------------------------------------------------------
     def _save(self, seq: int, s: _Seq, past: int) -> None:
@@ -175,9 +228,34 @@ class RecurrentRollback:
         self.stats.restore_s += time.perf_counter() - t0
         return s.snap_pos
 
+    def _restore_checkpoint(self, seq: int, s: _Seq, cp: _Checkpoint) -> int:
+        t0 = time.perf_counter()
+        if not self._state.load(seq, cp.buf):
+            return self._drop(seq, s)
+        self._state.seq_rm(seq, cp.pos, -1)
+        s.snap_live, s.rs_pending, s.last_len = False, False, 0
+        self.stats.checkpoint_restores += 1
+        self.stats.restore_s += time.perf_counter() - t0
+        return cp.pos
+
+    def _forget_after(self, s: _Seq, past: int) -> int:
+        """What summarises positions >= past is stale now: the tokens there will change."""
+        if s.snap is not None and s.snap_pos > past:
+            s.snap, s.snap_pos, s.snap_live = None, -1, False
+        for c in [c for c in s.checkpoints or () if c.pos > past]:
+            self._evict(s, c)
+        return past
+
+    def _evict(self, s: _Seq, c: _Checkpoint) -> None:
+        assert s.checkpoints is not None
+        s.checkpoints.remove(c)
+        self.stats.checkpoint_bytes -= len(c.buf)
+
     def _drop(self, seq: int, s: _Seq, *, count: bool = True) -> int:
         self._state.seq_rm(seq, -1, -1)  # removing a whole sequence never fails
         s.snap, s.snap_pos, s.snap_live, s.rs_pending, s.last_len = None, -1, False, False, 0
+        for c in list(s.checkpoints or ()):
+            self._evict(s, c)
         self.stats.drops += count
         return 0
 
