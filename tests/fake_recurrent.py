@@ -42,6 +42,9 @@ class FakeRecurrentMemory:
         self.pending[seq] = True
         return True
 
+    def size(self, seq: int) -> int:
+        return len(self.tokens[seq])
+
     def save(self, seq: int, buf):  # noqa: ANN001, ANN201
         self.saves += 1
         return list(self.tokens[seq])
@@ -114,6 +117,9 @@ class FakeRecurrentContext:
         for t in history:
             h = (h * 31 + t + 1) % 1000003
         return h % M
+
+    def checkpoint(self, seq: int = 0) -> None:
+        self._rb.checkpoint(seq, self._past[seq])
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         self._past[seq] = self._rb.truncate(seq, pos, self._past[seq])

@@ -211,3 +211,43 @@ def test_pq_joint_distribution_is_the_targets(target_kind):
         joint[seq] = p
     assert chi2(counts.ravel(), joint.ravel()) < 54.05  # 26 degrees of freedom
     assert 0.2 < counters.n_accepted / counters.n_drafted < 0.95  # rejections and bonus tokens both
+
+
+@pytest.mark.parametrize("kind", ["rs", "snapshot"])
+def test_prompt_checkpoints_restore_the_nearest_state_still_valid(kind, monkeypatch):
+    """A checkpoint restores exactly the tokens it summarised; a truncate below it forgets it; at
+    most CHECKPOINTS_PER_SLOT per slot (the oldest goes) and CHECKPOINT_CAP_BYTES per context."""
+    from localspec.llama import recurrent
+
+    ctx = target_ctx(kind, n_seq=2)
+    ctx.eval(list(range(1, 7)), 0)
+    ctx.checkpoint(0)  # at 6
+    ctx.eval([7, 1, 2], 6)
+    ctx.checkpoint(0)  # at 9
+    ctx.eval([3, 4, 5, 6, 7], 9)
+    ctx.truncate(8)  # beyond one decode's reach: the checkpoint at 6 serves
+    assert ctx.past(0) == 6 and ctx.mem.tokens[0] == list(range(1, 7))
+    assert ctx.rollback_stats.checkpoint_restores == 1
+    ctx.eval([7, 0], 6)  # the tokens after 6 changed: the checkpoint at 9 was forgotten
+    ctx.eval([1, 2, 3], 8)
+    ctx.eval([4, 5, 6], 11)
+    ctx.truncate(10)  # before the last decode (out of rs's reach); 9 would serve if it were kept
+    assert ctx.past(0) == 6
+    ctx.truncate(0)  # emptied: no checkpoint left
+    assert ctx.rollback_stats.checkpoint_bytes == 0
+
+    monkeypatch.setattr(recurrent, "CHECKPOINTS_PER_SLOT", 2)
+    monkeypatch.setattr(recurrent, "CHECKPOINT_CAP_BYTES", 7)  # bytes: tokens in the fake
+    ctx.eval([1, 2], 0)
+    ctx.checkpoint(0)  # at 2
+    ctx.eval([3], 2)
+    ctx.checkpoint(0)  # at 3
+    ctx.eval([4], 3)
+    ctx.checkpoint(0)  # at 4: the one at 2 goes (2 per slot)
+    assert ctx.rollback_stats.checkpoint_bytes == 3 + 4
+    ctx.eval([5, 6], 0, seq=1)
+    ctx.checkpoint(1)  # 2 bytes over the cap: the oldest of any slot (3) goes
+    assert ctx.rollback_stats.checkpoint_bytes == 4 + 2
+    ctx.eval([5, 6, 7, 1, 2, 3], 4)
+    ctx.truncate(3)
+    assert ctx.past(0) == 0  # the checkpoint at 3 was evicted, 4 is past the cut: re-evaluated
