@@ -6,7 +6,9 @@ On synthetic qwen35 (hybrid) and mamba GGUFs with SmolLM2's vocabulary, per sequ
 - snapshot: saving the recurrent state before the verify, restoring it after a rejection, and the
   replay (the accepted tokens decoded again in the next round);
 - MTP: ms per drafted token of the qwen35 MTP head, and per fed target token, against SmolLM2's
-  ms per drafted token as a draft model.
+  ms per drafted token as a draft model;
+- prompt checkpoints: saving the state where a ~400-token prompt's prefill ended, and going back
+  there (a regenerated answer) by restoring it, against re-prefilling the prompt.
 `--wide` adds a qwen35 whose recurrent layers have Qwen3.5-27B's state shape (48 value heads of
 128x128), so the copy cost per MB can be scaled to a real model's state.
 
@@ -81,6 +83,33 @@ def verify_costs(model: Model, n_rs: int, threads: int | None, ks=(1, 2, 4, 8)) 
     return out
 
 
+def checkpoint_costs(model: Model, threads: int | None) -> tuple[float, float, float, int]:
+    """ms to save a prompt checkpoint, to go back to it after 16 generated tokens, and to
+    re-prefill the prompt instead; and the prompt's length."""
+    prompt = model.tokenize(" ".join([PROMPT] * 20))[:400]
+    n = len(prompt)
+    with Context(model, n_ctx=1024, n_threads=threads) as ctx:
+        ctx.eval(prompt[:-1], 0, 1)
+        t0 = time.perf_counter()
+        ctx.checkpoint(0)
+        save = time.perf_counter() - t0
+
+        restore = float("inf")
+        for _ in range(TRIES):
+            ctx.eval(prompt[-1:] * 16, n - 1, 1)  # an answer, then a regenerate: back to the checkpoint
+            t0 = CLOCK[0]()
+            ctx.truncate(n - 1)
+            restore = min(restore, CLOCK[0]() - t0)
+            assert ctx.past(0) == n - 1
+
+        def again() -> None:
+            ctx.truncate(0)
+            ctx.eval(prompt[:-1], 0, 1)
+
+        reprefill = floor(again, 3)
+    return save * 1e3, restore * 1e3, reprefill * 1e3, n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -111,6 +140,13 @@ def main() -> None:
                 for k in (1, 2, 4, 8):
                     v, r, p = c[k]
                     print(f"    K={k}: verify {v:7.3f}  rollback {r:6.3f}  replay {p:7.3f}")
+    print("prompt checkpoints: save / go back to it / re-prefill instead, ms")
+    for name, path in models.items():
+        with Model(path) as m:
+            save, restore, reprefill, n = checkpoint_costs(m, args.threads)
+            print(
+                f"{name:<12} {n} tokens: save {save:.3f}  restore {restore:.3f}  re-prefill {reprefill:.1f}"
+            )
     with Model(models["qwen35"], load_mtp=True) as m, Context(m, n_ctx=512, n_threads=args.threads) as tgt:
         mtp = MtpDrafter(tgt)
         prompt = m.tokenize(PROMPT)

@@ -214,6 +214,7 @@ def render(r: dict[str, Any]) -> str:
             saved = (
                 f", {fmt_bytes(m['snapshot_bytes'])} of saved states in RAM" if m["snapshot_bytes"] else ""
             )
+            saved += f", prompt checkpoints up to {fmt_bytes(m['checkpoint_bytes'])} in RAM"
             rows.append(
                 (
                     "",

@@ -313,7 +313,8 @@ class ModelPlan:
 
     @property
     def host_bytes(self) -> int:
-        """System memory when fully offloaded: the input layer (mapped from the file), saved states."""
+        """System memory when fully offloaded: the input layer (mapped from the file), and the
+        recurrent states saved in RAM (rollback snapshots, prompt checkpoints at most)."""
         return self.spec.input_bytes + self.snapshot_bytes + self.checkpoint_bytes
 
     @property
@@ -345,7 +346,8 @@ class ModelPlan:
             "swa_cells": self.swa_cells if any(self.spec.swa_layers) else None,
             "weights_file_bytes": self.spec.file_weights_bytes,
             "weights_device_bytes": self.device_weights_bytes,
-            "weights_host_bytes": self.host_bytes,
+            "weights_host_bytes": self.spec.input_bytes,
+            "host_bytes": self.host_bytes,
             "kv_bytes": self.kv_bytes,
             "state_bytes": self.state_bytes,
             "state_cells": self.state_cells,

@@ -11,7 +11,7 @@ from localspec.config.settings import Settings
 from localspec.convert.synthetic_arch import Qwen35Shape, write_mamba, write_qwen35
 from localspec.engine.loader import load_pair
 from localspec.engine.placement import parse_log
-from localspec.gguf.memory_plan import MiB, Runtime, plan_model, read_spec
+from localspec.gguf.memory_plan import CHECKPOINTS_PER_SLOT, MiB, Runtime, plan_model, read_spec
 from localspec.llama import Context, Model
 
 LOG_ROUNDING = 0.006 * MiB  # llama.cpp logs MiB with two decimals
@@ -61,6 +61,7 @@ def test_plan_matches_what_llama_cpp_allocates(models, which, n_seq, n_rs):
         ctx.eval(prompt[-1:], len(prompt), 1)
         saved = ctx.rollback_stats.snapshot_bytes
         assert 0 <= saved - plan.snapshot_bytes / n_seq <= 1024, (saved, plan.snapshot_bytes / n_seq)
+        assert plan.checkpoint_bytes == CHECKPOINTS_PER_SLOT * plan.snapshot_bytes  # as many per slot at most
 
 
 def test_the_loaded_pair_reports_its_recurrent_state(models):
