@@ -118,8 +118,8 @@ class FakeRecurrentContext:
             h = (h * 31 + t + 1) % 1000003
         return h % M
 
-    def checkpoint(self, seq: int = 0) -> None:
-        self._rb.checkpoint(seq, self._past[seq])
+    def checkpoint(self, seq: int = 0, at: int | None = None) -> None:
+        self._rb.checkpoint(seq, self._past[seq], at)
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         self._past[seq] = self._rb.truncate(seq, pos, self._past[seq])

@@ -159,10 +159,10 @@ class Scheduler:
         budget = self.prefill_chunk if decoding else None
         done = decode_round(self.target, self.draft, decoding, states, budget)
         filled = {st for st, d in zip(states, done) if d}
-        for st in filled:  # a recurrent memory keeps the prompt's state for the next request (the
-            for ctx in self._contexts():  # fake backends have no checkpoints)
-                if hasattr(ctx, "checkpoint"):
-                    ctx.checkpoint(st.seq)
+        for st in filled:  # a recurrent memory keeps the prompt's state for the next request; a
+            for ctx in self._contexts():  # draft still catching up, once it gets there
+                if hasattr(ctx, "checkpoint"):  # (fake backends have none)
+                    ctx.checkpoint(st.seq, at=len(st.tokens) - 1)
         self.running = [(j, st, pre and st not in filled) for j, st, pre in self.running]
 
     def _isolate(self, runs: list[tuple[Job, SeqState]], error: Exception) -> None:

@@ -243,10 +243,10 @@ class Context:
         pos (`past(seq)` says): the caller re-evaluates the difference (llama/recurrent.py)."""
         self._past[seq] = self._rollback.truncate(seq, pos, self._past[seq])
 
-    def checkpoint(self, seq: int = 0) -> None:
-        """Keep sequence seq's state here for a later prompt sharing this prefix (recurrent memories;
-        a KV cache keeps every prefix anyway)."""
-        self._rollback.checkpoint(seq, self._past[seq])
+    def checkpoint(self, seq: int = 0, at: int | None = None) -> None:
+        """Keep sequence seq's state here (or where a later decode ends at `at`) for a later prompt
+        sharing this prefix (recurrent memories; a KV cache keeps every prefix anyway)."""
+        self._rollback.checkpoint(seq, self._past[seq], at)
 
     @property
     def rollback_stats(self) -> recurrent.RollbackStats:

@@ -83,7 +83,7 @@ class KvTruncate:
             raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
         return min(pos, past)
 
-    def checkpoint(self, seq: int, past: int) -> None:
+    def checkpoint(self, seq: int, past: int, at: int | None = None) -> None:
         pass  # a KV cache keeps every prefix anyway
 
     def reset(self) -> None:
@@ -106,6 +106,8 @@ class _Seq:
     last_len: int = 0  # tokens of this sequence in its last llama_decode (what rs can reach back)
     rs_pending: bool = False  # rs rollback used since that decode (llama.cpp allows one)
     checkpoints: list[_Checkpoint] | None = None  # prompt checkpoints, oldest first
+    want: int = -1  # a checkpoint asked for here, taken when a decode ends at this position
+    start: int = 0  # where the decode now running began
 
 
 class LlamaState:
@@ -154,11 +156,15 @@ class RecurrentRollback:
         s = self._seqs[seq]
         if self.kind == SNAPSHOT and s.settled and not (s.snap_live and s.snap_pos == past):
             self._save(seq, s, past)
-        s.settled = False
+        s.settled, s.start = False, past
 
     def after_decode(self, seq: int, n_tokens: int) -> None:
         s = self._seqs[seq]
         s.last_len, s.rs_pending, s.snap_live = n_tokens, False, False
+        if n_tokens and s.want >= 0 and s.start + n_tokens >= s.want:  # n_tokens 0: a failed decode
+            if s.start + n_tokens == s.want:
+                self.checkpoint(seq, s.want)
+            s.want = -1
 
     def truncate(self, seq: int, pos: int, past: int) -> int:
         s = self._seqs[seq]
@@ -180,9 +186,13 @@ class RecurrentRollback:
             return self._forget_after(s, self._restore_checkpoint(seq, s, cp))
         return self._drop(seq, s)
 
-    def checkpoint(self, seq: int, past: int) -> None:
-        """Save sequence seq's state at `past` (a prompt's prefill just ended there)."""
+    def checkpoint(self, seq: int, past: int, at: int | None = None) -> None:
+        """Save sequence seq's state at `past` (a prompt's prefill just ended there) - or, with `at`
+        beyond past, when a later decode ends exactly there (a draft still catching up)."""
         s = self._seqs[seq]
+        if at is not None and at != past:
+            s.want = at if at > past else -1
+            return
         if past <= 0 or any(c.pos == past for c in s.checkpoints or ()):
             return
         size = self._state.size(seq)
@@ -254,6 +264,7 @@ class RecurrentRollback:
     def _drop(self, seq: int, s: _Seq, *, count: bool = True) -> int:
         self._state.seq_rm(seq, -1, -1)  # removing a whole sequence never fails
         s.snap, s.snap_pos, s.snap_live, s.rs_pending, s.last_len = None, -1, False, False, 0
+        s.want = -1
         for c in list(s.checkpoints or ()):
             self._evict(s, c)
         self.stats.drops += count

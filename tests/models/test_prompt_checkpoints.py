@@ -61,6 +61,8 @@ def test_a_shorter_shared_prompt_restores_a_checkpoint(models, target, draft, ro
         again = eng.generate(ids, temperature=0, max_tokens=24, **spec)
         assert again.stats.n_prefilled == 1, again.stats.n_prefilled  # only the first verify's token
         assert stats.checkpoint_restores >= 1
+        if draft:  # the draft took its checkpoint where its own catch-up reached the prompt's end
+            assert eng.draft_ctx.rollback_stats.checkpoint_restores >= 1
         lossless(eng, first, again)
 
         # a follow-up that keeps part of the answer and goes on differently (a chat turn whose answer

@@ -251,3 +251,19 @@ def test_prompt_checkpoints_restore_the_nearest_state_still_valid(kind, monkeypa
     ctx.eval([5, 6, 7, 1, 2, 3], 4)
     ctx.truncate(3)
     assert ctx.past(0) == 0  # the checkpoint at 3 was evicted, 4 is past the cut: re-evaluated
+
+
+def test_a_checkpoint_asked_ahead_is_taken_where_a_decode_ends_there():
+    """A draft behind the target gets its checkpoint when its catch-up decode ends at the prompt's
+    end; a decode that runs past that position takes none (its state is not the prompt's)."""
+    ctx = target_ctx("snapshot")
+    ctx.eval([1, 2], 0)
+    ctx.checkpoint(0, at=5)
+    ctx.eval([3, 4, 5], 2)
+    assert ctx.rollback_stats.checkpoints == 1
+    ctx.eval([6, 7], 5)
+    ctx.truncate(6)  # back to the checkpoint at 5 (the snapshot there is the same state)
+    assert ctx.past(0) == 5 and ctx.mem.tokens[0] == [1, 2, 3, 4, 5]
+    ctx.checkpoint(0, at=7)
+    ctx.eval([6, 7, 1], 5)  # ends at 8, not 7
+    assert ctx.rollback_stats.checkpoints == 1
