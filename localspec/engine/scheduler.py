@@ -19,6 +19,20 @@ from localspec.decode.round import decode_round
 from localspec.decode.state import Evaluator, SeqState
 from localspec.errors import LocalspecError
 
+# a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
+# where it ends): a later prompt sharing a long prefix (a system prompt) reuses at least half of it
+CHECKPOINT_FIRST = 256
+
+
+def checkpoint_marks(n_prompt: int, have: int) -> list[int]:
+    """Where a prefill from `have` to the end of an n_prompt-token prompt stops for a checkpoint."""
+    marks, p = [], CHECKPOINT_FIRST
+    while p < n_prompt - 1:
+        if p > have:
+            marks.append(p)
+        p *= 2
+    return marks
+
 
 class Job:
     """One request as the scheduler sees it; the engine fills in what the steps mean."""
@@ -64,6 +78,10 @@ class Scheduler:
         self.free: list[int] = list(range(n_slots))
         self.waiting: deque[Job] = deque()
         self.running: list[tuple[Job, SeqState, bool]] = []  # (job, state, still prefilling)
+        self.marks: dict[int, list[int]] = {}  # slot -> checkpoint positions its prefill stops at
+        self._recurrent = getattr(target, "rollback", "truncate") != "truncate" and hasattr(
+            target, "checkpoint"
+        )
 
     @property
     def busy(self) -> bool:
@@ -130,6 +148,9 @@ class Scheduler:
         try:
             self._reuse_prefix(slot, job.prompt)
             st = job.start(slot)
+            self.marks[slot] = (
+                checkpoint_marks(len(job.prompt), self.target.past(slot)) if self._recurrent else []
+            )
         except Exception as e:  # noqa: BLE001
             self._forget(slot)
             self.free.append(slot)
@@ -157,7 +178,14 @@ class Scheduler:
         states = [st for _, st in runs if st in filling]
         # alone, whole prompts at once; beside running streams, a chunk per round in their decode
         budget = self.prefill_chunk if decoding else None
+        for st in states:  # stop where a checkpoint goes (every filling sequence: one budget)
+            past = self.target.past(st.seq)
+            gap = next((m - past for m in self.marks.get(st.seq, ()) if m > past), None)
+            budget = gap if budget is None or (gap is not None and gap < budget) else budget
         done = decode_round(self.target, self.draft, decoding, states, budget)
+        for st in states:
+            if self.target.past(st.seq) in self.marks.get(st.seq, ()):
+                self.target.checkpoint(st.seq)  # type: ignore[attr-defined] - a recurrent llama.Context
         filled = {st for st, d in zip(states, done) if d}
         for st in filled:  # a recurrent memory keeps the prompt's state for the next request; a
             for ctx in self._contexts():  # draft still catching up, once it gets there

@@ -83,3 +83,21 @@ def test_a_shorter_shared_prompt_restores_a_checkpoint(models, target, draft, ro
         assert short.stats.n_prefilled == len(other)
         eng.clear_cache()
         lossless(eng, eng.generate(other, temperature=0, max_tokens=12, **spec), short)
+
+
+@pytest.mark.parametrize("target", ["qwen35", "mamba"])
+def test_a_shared_long_prefix_restores_a_checkpoint_inside_the_prompt(models, target):
+    """Two prompts sharing a 300-token prefix (a system prompt) but not their ends: the second
+    restores the checkpoint the first one's prefill kept at 256 tokens (CHECKPOINT_FIRST)."""
+    s = Settings.load(target=models[target], n_ctx=512, lookup="off", tuner_cache=False)
+    with Engine(s) as eng:
+        shared = eng.tokenize(" ".join([PROMPT] * 10))[:300]
+        a = shared + eng.tokenize(" What came first?")[1:]
+        b = shared + eng.tokenize(" Who kept them lit?")[1:]
+        first = eng.generate(a, temperature=0, max_tokens=8, spec=False)
+        assert first.stats.n_prefilled == len(a)
+        assert eng.target_ctx.rollback_stats.checkpoints == 2  # at 256, and where the prefill ended
+        second = eng.generate(b, temperature=0, max_tokens=8, spec=False)
+        assert second.stats.n_prefilled == len(b) - 256
+        eng.clear_cache()
+        lossless(eng, eng.generate(b, temperature=0, max_tokens=8, spec=False), second)

@@ -267,3 +267,12 @@ def test_a_checkpoint_asked_ahead_is_taken_where_a_decode_ends_there():
     ctx.checkpoint(0, at=7)
     ctx.eval([6, 7, 1], 5)  # ends at 8, not 7
     assert ctx.rollback_stats.checkpoints == 1
+
+
+def test_checkpoint_marks_double_from_the_first_and_skip_what_is_cached():
+    from localspec.engine.scheduler import checkpoint_marks
+
+    assert checkpoint_marks(1000, 0) == [256, 512]
+    assert checkpoint_marks(1000, 300) == [512]  # the reused prefix already holds 256
+    assert checkpoint_marks(257, 0) == []  # 256 is where the prefill ends: that checkpoint comes anyway
+    assert checkpoint_marks(5000, 0) == [256, 512, 1024, 2048, 4096]
