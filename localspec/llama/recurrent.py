@@ -61,6 +61,7 @@ class RollbackStats:
     checkpoints: int = 0  # prompt checkpoints saved ...
     checkpoint_restores: int = 0  # ... and restored (a prefill shortened to what follows them)
     checkpoint_bytes: int = 0  # held now, all slots
+    checkpoint_s: float = 0.0  # saving and restoring them
 
 
 class KvTruncate:
@@ -208,7 +209,7 @@ class RecurrentRollback:
             self._evict(owner, oldest)
         t0 = time.perf_counter()
         buf = self._state.save(seq, None)
-        self.stats.snapshot_s += time.perf_counter() - t0
+        self.stats.checkpoint_s += time.perf_counter() - t0
         self._saved += 1
         s.checkpoints.append(_Checkpoint(past, buf, self._saved))
         self.stats.checkpoints += 1
@@ -245,7 +246,7 @@ class RecurrentRollback:
         self._state.seq_rm(seq, cp.pos, -1)
         s.snap_live, s.rs_pending, s.last_len = False, False, 0
         self.stats.checkpoint_restores += 1
-        self.stats.restore_s += time.perf_counter() - t0
+        self.stats.checkpoint_s += time.perf_counter() - t0
         return cp.pos
 
     def _forget_after(self, s: _Seq, past: int) -> int:
