@@ -22,16 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from localspec.errors import LocalspecError
+from localspec.gguf.memory_fit import Verdict, verdict
 from localspec.gguf.memory_plan import (
     ModelPlan,
     PairPlan,
     Runtime,
-    Verdict,
     fmt_bytes,
     gpu_layers_that_fit,
     plan_pair,
     read_spec,
-    verdict,
 )
 
 MiB = 1 << 20

@@ -20,7 +20,8 @@ from localspec import paths
 from localspec.config.pair_toml import PAIR_TOML, write_pair_toml
 from localspec.errors import LocalspecError
 from localspec.gguf.compat import check_pair, pair_facts
-from localspec.gguf.memory_plan import Runtime, fmt_bytes, plan_pair, read_spec, verdict
+from localspec.gguf.memory_fit import verdict
+from localspec.gguf.memory_plan import Runtime, fmt_bytes, plan_pair, read_spec
 from localspec.hub import fetch
 from localspec.hub.presets import ModelRef, Preset
 from localspec.hub.sizing import CTX_CAP, largest_fitting_ctx

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from localspec.engine.placement import parse_log
-from localspec.gguf.memory_plan import GiB, MiB, Runtime, plan_model, plan_pair, read_spec, verdict
+from localspec.gguf.memory_fit import verdict
+from localspec.gguf.memory_plan import GiB, MiB, Runtime, plan_model, plan_pair, read_spec
 
 from .. import sparse_gguf
 
