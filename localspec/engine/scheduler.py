@@ -85,7 +85,7 @@ class Scheduler:
         self._admit_waiting()
         runs = [(job, st) for job, st, _ in self.running]
         if runs:
-            self.sharing.top_up_drafts(self._held(), [st for _, st, pre in self.running if not pre])
+            self.sharing.top_up_drafts(self._held, [st for _, st, pre in self.running if not pre])
             try:
                 self._round(runs)
             except Exception as e:  # noqa: BLE001 - find whose rows caused it, fail only those

@@ -15,7 +15,7 @@ why a running sequence's lagging draft is topped up from another slot's draft be
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 from localspec.decode.state import Evaluator, SeqState
 
@@ -41,6 +41,8 @@ class Sharing:
     def __init__(self, target: Evaluator, draft: Evaluator | None) -> None:
         self.target, self.draft = target, draft
         ctxs = [c for c in (target, draft) if c is not None]
+        # a KV cache only (rollback "truncate"): a recurrent or hybrid memory's state is one per
+        # sequence and cannot be shared part-way, so those keep reusing their own slot's prefix
         self.on = all(
             getattr(c, "rollback", "truncate") == "truncate" and hasattr(c, "copy_prefix") for c in ctxs
         )
@@ -80,7 +82,7 @@ class Sharing:
             else:
                 self.draft.truncate(keep, dst)
 
-    def top_up_drafts(self, held: Held, decoding: Sequence[SeqState]) -> None:
+    def top_up_drafts(self, held: Callable[[], Held], decoding: Sequence[SeqState]) -> None:
         """Before a round: a drafting sequence whose draft lags by more than its first draft step
         carries takes the longest prefix of its tokens another slot's draft holds, instead of its
         catch-up evaluating it again (the second of n choices, while the first drafts already)."""
@@ -93,7 +95,7 @@ class Sharing:
         ]  # fmt: skip
         if not lagging:
             return
-        in_draft = {slot: toks[: draft.past(slot)] for slot, toks in held.items()}
+        in_draft = {slot: toks[: draft.past(slot)] for slot, toks in held().items()}
         for st in lagging:
             upto, have = len(st.tokens) - 1, draft.past(st.seq)
             best, n_best = None, have + CATCH_UP_RIDES
