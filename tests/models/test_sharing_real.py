@@ -56,14 +56,15 @@ def _same_or_tie(eng, prompt, a, b):
 def test_copied_cells_survive_the_source_truncation(smollm2):
     ids = smollm2.tokenize("The quick brown fox jumps over the lazy dog and runs far away", add_special=True)
     with Context(smollm2, n_ctx=256, n_seq=2) as ctx, Context(smollm2, n_ctx=256) as ref:
-        want = np.array(ref.eval(ids, 0)[0])
+        ref.eval(ids[:8], 0)  # the same split as below: the copied cells must be the very same values
+        want = np.array(ref.eval(ids[8:], 8)[0])
         ctx.eval(ids[:8], 0, seq=0)
         ctx.copy_prefix(0, 1, 8)
         assert ctx.past(1) == 8
         ctx.truncate(2, 0)  # the source forgets most of what it shared
         ctx.eval(ids[2:5], 2, seq=0)  # and writes other cells there
         got = np.array(ctx.eval(ids[8:], 8, seq=1)[0])
-        assert np.abs(got - want).max() < 0.5 and got.argmax() == want.argmax()
+        assert np.abs(got - want).max() < 1e-3 and got.argmax() == want.argmax()
         with pytest.raises(LocalspecError, match="holds 5 positions"):
             ctx.copy_prefix(0, 1, 6)
 
