@@ -69,6 +69,14 @@ class FakeContext:
         if self.hook:
             self.hook(self)
 
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """As llama.Context.copy_prefix: dst now holds src's first n positions (no decode)."""
+        assert src != dst and n <= len(self.caches[src]), (src, dst, n)
+        self.caches[dst] = self.caches[src][:n]
+        self._record(dst, ("copy", src, n))
+        if self.hook:
+            self.hook(self)
+
     def reset(self) -> None:
         self.caches = [[] for _ in range(self.n_seq)]
 

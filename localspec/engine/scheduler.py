@@ -2,7 +2,9 @@
 
 Requests (`Job`s) wait for a free slot (a backend sequence id in both models' contexts). A new job
 lands on the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
-turn finds its history), its prompt is prefilled in chunks that ride in the rounds' verify decodes (a
+turn finds its history); where another slot, free or running, holds a longer prefix, that prefix is
+copied into the new slot instead of evaluated again (a KV cache only: sharing.py). The rest of its
+prompt is prefilled in chunks that ride in the rounds' verify decodes (a
 long prompt never freezes the streams already running, and costs them no extra pass over the
 weights), and then it joins the rounds. A job leaves when it ends, when it wants no more tokens (a
 stop string) or when it is cancelled - at the latest one round later. A stage that raises (admit,
@@ -17,6 +19,7 @@ from typing import Sequence
 
 from localspec.decode.round import decode_round
 from localspec.decode.state import Evaluator, SeqState
+from localspec.engine.sharing import Sharing, common_prefix
 from localspec.errors import LocalspecError
 
 # a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
@@ -59,15 +62,6 @@ class Job:
         must not raise itself."""
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 class Scheduler:
     def __init__(
         self, target: Evaluator, draft: Evaluator | None, n_slots: int, *, prefill_chunk: int = 128
@@ -82,6 +76,7 @@ class Scheduler:
         self._recurrent = getattr(target, "rollback", "truncate") != "truncate" and hasattr(
             target, "checkpoint"
         )
+        self.sharing = Sharing(target, draft)
 
     @property
     def busy(self) -> bool:
@@ -105,10 +100,10 @@ class Scheduler:
             self._end(job, None, "cancelled")
         for job, st, _ in [r for r in self.running if r[0].cancelled]:
             self._leave(job, st, "cancelled")
-        while self.waiting and self.free:
-            self._admit(self.waiting.popleft())
+        self._admit_waiting()
         runs = [(job, st) for job, st, _ in self.running]
         if runs:
+            self.sharing.top_up_drafts(self._held, [st for _, st, pre in self.running if not pre])
             try:
                 self._round(runs)
             except Exception as e:  # noqa: BLE001 - find whose rows caused it, fail only those
@@ -142,11 +137,37 @@ class Scheduler:
             job.fail(error)
 
     # -- stages ------------------------------------------------------------------------------------
+    def _admit_waiting(self) -> None:
+        """Admit waiting jobs in order while slots are free. One whose prompt a running slot is still
+        prefilling (n choices of one prompt) waits until that prefill has passed their common prefix,
+        then copies it (llama-server's WAIT_OTHER); the jobs behind it take only the slots it leaves."""
+        held_back = 0
+        for job in list(self.waiting):
+            if len(self.free) <= held_back:
+                break
+            prefilling = [st for _, st, pre in self.running if pre]
+            if self.sharing.should_wait(self._held(), prefilling, job.prompt):
+                held_back += 1
+                continue
+            self.waiting.remove(job)
+            self._admit(job)
+
     def _admit(self, job: Job) -> None:
-        slot = max(self.free, key=lambda s: (common_prefix(self.cached[s], job.prompt), -len(self.cached[s])))
+        src, n_src = self.sharing.source(self._held(), job.prompt)
+        own = max(common_prefix(self.cached[s], job.prompt) for s in self.free)
+        if n_src > own:  # the prefix comes from elsewhere: take the slot whose own cache loses least
+            slot = min(self.free, key=lambda s: len(self.cached[s]))
+        else:
+            slot = max(
+                self.free, key=lambda s: (common_prefix(self.cached[s], job.prompt), -len(self.cached[s]))
+            )
         self.free.remove(slot)
         try:
-            self._reuse_prefix(slot, job.prompt)
+            if n_src > own:
+                self.sharing.copy(src, slot, n_src, common_prefix(self.cached[slot], job.prompt))
+                self.cached[slot] = list(job.prompt[:n_src])
+            else:
+                self._reuse_prefix(slot, job.prompt)
             st = job.start(slot)
             self.marks[slot] = (
                 checkpoint_marks(len(job.prompt), self.target.past(slot)) if self._recurrent else []
@@ -157,6 +178,13 @@ class Scheduler:
             job.fail(e)
             return
         self.running.append((job, st, True))
+
+    def _held(self) -> dict[int, Sequence[int]]:
+        """Each slot's tokens as its target cache holds them now (its draft holds a prefix of them)."""
+        held: dict[int, Sequence[int]] = {slot: self.cached[slot] for slot in self.free}
+        for _, st, _ in self.running:
+            held[st.seq] = st.tokens[: self.target.past(st.seq)]
+        return held
 
     def _reuse_prefix(self, slot: int, prompt: Sequence[int]) -> None:
         """Keep the slot's cached prefix of `prompt`. A cache that cannot be cut part-way (a

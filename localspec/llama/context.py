@@ -248,6 +248,23 @@ class Context:
         sharing this prefix (recurrent memories; a KV cache keeps every prefix anyway)."""
         self._rollback.checkpoint(seq, self._past[seq], at)
 
+    def copy_prefix(self, src: int, dst: int, n: int) -> None:
+        """Make sequence `dst` hold the first `n` cached positions of sequence `src` (what it held is
+        dropped). In the unified KV cache `llama_memory_seq_cp` only adds dst's id to those cells (no
+        data moves; a split cache would assert on a partial copy), and a later seq_rm of either
+        sequence takes only its own id off them, so each side truncates and reuses on its own. A
+        recurrent state cannot be shared this way (llama/recurrent.py): refused."""
+        if self.rollback != recurrent.TRUNCATE:
+            raise LocalspecError(f"a {self.memory_kind} memory cannot share a prefix between sequences")
+        if not (0 <= src < self.n_seq and 0 <= dst < self.n_seq and src != dst):
+            raise LocalspecError(f"copy_prefix({src}, {dst}): two different sequences of 0..{self.n_seq - 1}")
+        if not 0 <= n <= self._past[src]:
+            raise LocalspecError(f"sequence {src} holds {self._past[src]} positions, not {n}")
+        self.truncate(0, dst)
+        if n:
+            C.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+        self._past[dst] = n
+
     @property
     def rollback_stats(self) -> recurrent.RollbackStats:
         return self._rollback.stats

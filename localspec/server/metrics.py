@@ -32,6 +32,7 @@ class Totals:
     rejected: int = 0  # turned away with 503 (queue full)
     failed: int = 0  # ended with a server error (the generation failed, the engine was lost)
     prompt_tokens: int = 0
+    prompt_evaluated: int = 0  # of those, what the target evaluated (the rest came from a cached prefix)
     generated_tokens: int = 0
     prompt_s: float = 0.0
     decode_s: float = 0.0
@@ -56,6 +57,7 @@ class ServerMetrics:
             t = self.totals
             t.finished[finish_reason] += 1
             t.prompt_tokens += stats.n_prompt_tokens
+            t.prompt_evaluated += stats.n_prefilled
             t.generated_tokens += stats.n_generated
             t.prompt_s += stats.prefill_ms / 1e3
             t.decode_s += stats.decode_ms / 1e3
@@ -129,6 +131,12 @@ class ServerMetrics:
         yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", t.prompt_tokens)
         yield counter("vllm:generation_tokens", "Number of generation tokens processed.", t.generated_tokens)
         yield counter("llamacpp:prompt_tokens", "Number of prompt tokens processed.", t.prompt_tokens)
+        yield counter(
+            "localspec:prompt_tokens_evaluated",
+            "Prompt tokens the target evaluated; the rest came from a cached prefix (this slot's or "
+            "another's: n choices of one prompt evaluate it once).",
+            t.prompt_evaluated,
+        )
         yield counter("llamacpp:prompt_seconds", "Prompt process time.", t.prompt_s)
         yield counter(
             "llamacpp:tokens_predicted", "Number of generation tokens processed.", t.generated_tokens

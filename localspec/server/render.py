@@ -44,6 +44,7 @@ def timings(resp: Response) -> s.Timings:
         predicted_per_second=st.decode_tok_s,
         draft_n=st.n_drafted,
         draft_n_accepted=st.n_accepted,
+        cache_n=max(st.n_prompt_tokens - st.n_prefilled, 0),
         speculative=st.speculative,
         acceptance_rate=st.acceptance_rate,
         mean_accepted_len=st.mean_accepted_len,

@@ -247,6 +247,7 @@ class Timings(BaseModel):
     predicted_per_second: float
     draft_n: int
     draft_n_accepted: int
+    cache_n: int = 0  # prompt tokens taken from a cached prefix (this slot's or another slot's)
     # ours
     speculative: bool
     acceptance_rate: float

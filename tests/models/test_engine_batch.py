@@ -63,6 +63,9 @@ def _check_lossless(eng, resp):
 
 @pytest.mark.parametrize("k", ["3", "auto"])
 def test_four_concurrent_greedy_requests_are_lossless(eng4, k):
+    # from empty caches, so each K is tested on prompts it prefills (and shares) itself: reusing the
+    # KV another run's batches computed moves near-tie logits by kernel noise, not by a bug
+    eng4.clear_cache()
     resps = _concurrently(eng4, QUESTIONS, temperature=0, max_tokens=32, draft_max=k)
     for r in resps:
         assert r is not None and len(r.tokens) >= 5

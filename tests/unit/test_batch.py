@@ -15,10 +15,10 @@ from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.batch import choose_batch
 from localspec.draft_len.fixed import FixedK
-from localspec.engine.scheduler import Job, Scheduler
+from localspec.engine.scheduler import Scheduler
 
 from ..fake_backend import FakeContext, markov_tables
-from ..helpers import prefill, speculative_steps
+from ..helpers import FakeJob, drain, prefill, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -42,59 +42,6 @@ def serial(t, d, prompt, k=3, n=20, sp=GREEDY, seed=0, eog=frozenset(), n_ctx=51
     except Exception:  # ContextFull: what was made until then
         pass
     return out
-
-
-class FakeJob(Job):
-    def __init__(self, prompt, *, n=20, k=3, sp=GREEDY, seed=0, stop_token=None, mode="pq", ctl=None):
-        self.prompt = list(prompt)
-        self.n, self.k, self.sp, self.seed, self.mode = n, k, sp, seed, mode
-        self.ctl = ctl
-        self.stop_token = stop_token
-        self.got: list[int] = []
-        self.reason = None
-        self.cancel = False
-        self.counters = Counters()
-        self.rounds_with_output = 0
-
-    @property
-    def cancelled(self):
-        return self.cancel
-
-    def start(self, seq):
-        return SeqState.start(
-            seq,
-            self.prompt,
-            self.sp,
-            SpecConfig(mode=self.mode),
-            np.random.default_rng(self.seed),
-            self.counters,
-            self.ctl or FixedK(self.k),
-            max_new=self.n,
-            speculative=self.k > 0 or self.ctl is not None,
-        )
-
-    def deliver(self, steps):
-        self.rounds_with_output += bool(steps)
-        for s in steps:
-            self.got.append(s.token)
-            if s.token == self.stop_token:
-                return False
-        return True
-
-    def end(self, state, reason):
-        self.reason = reason
-
-    def fail(self, error):
-        raise error
-
-
-def drain(sched, limit=10_000):
-    n = 0
-    while sched.busy:
-        sched.step()
-        n += 1
-        assert n < limit
-    return n
 
 
 def test_concurrent_greedy_equals_serial_and_shares_one_target_decode_per_round():
