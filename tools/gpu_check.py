@@ -2,7 +2,7 @@
 
 Steps, each timed and recorded even when one fails: the machine; a synthetic pair generated here
 (localspec/convert/synthetic.py: ~7.4B Q4_K_M target, ~0.47B Q8_0 draft; tiny with --mode cpu);
-`doctor` with placement verified from llama.cpp's log; the pair tests (tests/test_gpu_pair.py);
+`doctor` with placement verified from llama.cpp's log; the pair tests (tests/models/test_gpu_pair.py);
 `bench` at K = 0..8 and auto, T = 0 and 0.8; the target's verify cost by batch size; the
 concurrency run when `bench --concurrency` exists. Writes OUT/report.md and OUT/gpu_check.json.
 """
@@ -196,7 +196,7 @@ def tests(pair: Path, out: Path, sizes: dict) -> dict:
         "-q",
         "-p",
         "no:cacheprovider",
-        "tests/test_gpu_pair.py",
+        "tests/models/test_gpu_pair.py",
         f"--junitxml={out / 'tests.xml'}",
     ]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=sizes["step_timeout"])
@@ -407,7 +407,7 @@ def render(r: dict) -> str:
         lines.append("")
     t = steps.get("tests", {})
     if t.get("ok"):
-        lines += ["## Pair tests", "", f"`tests/test_gpu_pair.py`: {t['summary']}", ""]
+        lines += ["## Pair tests", "", f"`tests/models/test_gpu_pair.py`: {t['summary']}", ""]
     b = steps.get("bench", {})
     if b.get("ok"):
         lines += ["## Bench (decode tok/s; K=0 is plain target decoding)", ""]

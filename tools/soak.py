@@ -9,7 +9,7 @@ scheduler runs them together — the script works with both). Each finished gene
 chunk texts add up to the response, no stop string in the text, no more tokens than max_tokens, and
 greedy runs of the same request are compared across K, plain decoding and batch company: they
 diverge only at near-ties (llama.cpp is not batch-invariant), so divergences are counted and shown,
-not failed on (tests/test_engine_batch.py checks losslessness tie-aware).
+not failed on (tests/models/test_engine_batch.py checks losslessness tie-aware).
 
 Contexts are allocated once, so RSS must stay flat: the run fails (exit 1) on any error, or if RSS at
 the end is more than --max-growth-pct above RSS after the warm-up.
@@ -153,7 +153,7 @@ def run_job(eng: Engine, job: Job, tally: Tally) -> int:
             if seen != resp.text:
                 # another K or other sequences in the batch change the verify batch, and llama.cpp
                 # is not batch-invariant: a near-tie can flip and the text go elsewhere from there.
-                # Counted, not an error: losslessness is checked tie-aware in tests/test_engine_batch.py
+                # Counted, not an error: losslessness is checked tie-aware in tests/models/test_engine_batch.py
                 tally.greedy_diverged += 1
                 tally.greedy_example = tally.greedy_example or (
                     f"job {job.i} ({mode}, prompt {job.prompt[:30]!r}, chat={job.chat}): "

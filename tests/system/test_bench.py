@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from localspec import paths
 from localspec.bench import aggregate as agg
 from localspec.bench import peer, report
 from localspec.bench.prompts import KINDS, BenchPrompt, fit, fit_prompts, load_prompts, select
@@ -345,7 +346,7 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
 @pytest.mark.slow
 def test_peer_runs_llama_cpp(smollm2_path):
     """The real llama-speculative-simple, when tools/build/build_peer.sh has built it."""
-    if not (peer.PEER_BIN / "llama-speculative-simple").exists():
+    if not (paths.peer_bin() / "llama-speculative-simple").exists():
         pytest.skip("llama.cpp peer not built (tools/build/build_peer.sh)")
     from localspec.bench.prompts import FittedPrompt
 
@@ -418,7 +419,7 @@ def test_peer_server_command(tmp_path):
 @pytest.mark.slow
 def test_peer_server_concurrency(smollm2_path):
     """The real llama-server -np 2, when tools/build/build_peer.sh has built it."""
-    if not (peer.PEER_BIN / "llama-server").exists():
+    if not (paths.peer_bin() / "llama-server").exists():
         pytest.skip("llama.cpp peer not built (tools/build/build_peer.sh)")
     from localspec.bench import concurrency as conc
     from localspec.bench.prompts import FittedPrompt
