@@ -21,11 +21,18 @@ from typing import Sequence
 import numpy as np
 
 from localspec.decode import accept
-from localspec.decode.sampling import Dist, argmax, process
+from localspec.decode.sampling import Dist, argmax, process, process_rows
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
 
 LOOKUP_MAX = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
+
+
+def _eval(ctx: Evaluator, items: Sequence[Item]) -> list[np.ndarray]:
+    """One decode of items; the rows without a copy where the evaluator can (the round is done
+    with them before its next decode of that evaluator)."""
+    views = getattr(ctx, "eval_views", None)
+    return views(items) if views is not None else ctx.eval_batch(items)
 
 
 def _prefill_items(
@@ -69,9 +76,20 @@ def _one_point_q(st: SeqState, x: int) -> Dist | None:
     return Dist(np.array([x], dtype=np.int64), np.ones(1))
 
 
-def _draft_token(row: np.ndarray, st: SeqState, i: int) -> tuple[int | None, Dist | None]:
-    """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q.
-    Draft position i is sequence position len(tokens) + i (the coupled rule's noise key)."""
+def _needs_q(st: SeqState, i: int) -> bool:
+    """Whether the draft's token at draft position i needs its distribution q (it is sampled from q,
+    the p/q rule weighs it, or draft_p_min checks its top probability)."""
+    if st.sp.greedy:
+        return False
+    return st.cfg.mode != "match" or (st.cfg.draft_p_min > 0 and i >= st.cfg.draft_min)
+
+
+def _draft_token(
+    row: np.ndarray, st: SeqState, i: int, q: Dist | None = None
+) -> tuple[int | None, Dist | None]:
+    """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q
+    (`q`: already processed from `row`). Draft position i is sequence position len(tokens) + i
+    (the coupled rule's noise key)."""
     sp, cfg = st.sp, st.cfg
     check = cfg.draft_p_min > 0 and i >= cfg.draft_min
     if sp.greedy:
@@ -80,7 +98,8 @@ def _draft_token(row: np.ndarray, st: SeqState, i: int) -> tuple[int | None, Dis
             if 1.0 / e.sum() < cfg.draft_p_min:
                 return None, None
         return argmax(row), None
-    q = process(row, sp) if check or cfg.mode != "match" else None
+    if q is None and _needs_q(st, i):
+        q = process(row, sp)
     if check and q.top_prob() < cfg.draft_p_min:
         return None, None
     if cfg.mode == "match":  # sample-and-match drafts greedily, as llama.cpp does
@@ -90,25 +109,64 @@ def _draft_token(row: np.ndarray, st: SeqState, i: int) -> tuple[int | None, Dis
     return q.sample(st.draft_rng), q
 
 
-def _verify_token(row: np.ndarray, st: SeqState, x: int, q: Dist | None, pos: int) -> tuple[bool, int]:
+def _verify_token(
+    row: np.ndarray, st: SeqState, x: int, q: Dist | None, pos: int, p: Dist | None = None
+) -> tuple[bool, int]:
     """The acceptance rule for one drafted token x at sequence position pos: (kept, the token
-    emitted at this position)."""
+    emitted at this position). `p`: the target's distribution, already processed from `row`."""
     if st.sp.greedy:
         return accept.greedy(row, x)
+    p = p or process(row, st.sp)
     if st.cfg.mode == "pq":
-        return accept.pq(process(row, st.sp), q, x, st.verify_rng)
+        return accept.pq(p, q, x, st.verify_rng)
     if st.cfg.mode == "coupled":
-        return accept.coupled(process(row, st.sp), x, st.noise, pos)
-    return accept.match(process(row, st.sp), x, st.verify_rng)
+        return accept.coupled(p, x, st.noise, pos)
+    return accept.match(p, x, st.verify_rng)
 
 
-def _sample(row: np.ndarray, st: SeqState, pos: int) -> int:
+def _sample(row: np.ndarray, st: SeqState, pos: int, p: Dist | None = None) -> int:
     """The target's own token at sequence position pos (plain decoding, the bonus token)."""
     if st.sp.greedy:
         return argmax(row)
+    p = p or process(row, st.sp)
     if st.noise is not None:
-        return st.noise.sample(process(row, st.sp), pos)
-    return process(row, st.sp).sample(st.verify_rng)
+        return st.noise.sample(p, pos)
+    return p.sample(st.verify_rng)
+
+
+def _distributions(pairs: Sequence[tuple[SeqState, np.ndarray]]) -> dict[SeqState, list[Dist]]:
+    """Every row's distribution, for each (sequence, its rows) that samples: one `process_rows` call
+    per set of sampling parameters, over the rows of all its sequences at once."""
+    by_sp: dict = {}
+    for st, rows in pairs:
+        if not st.sp.greedy and len(rows):
+            by_sp.setdefault(st.sp, []).append((st, rows))
+    out: dict[SeqState, list[Dist]] = {}
+    for sp, group in by_sp.items():
+        dists = process_rows(_block([rows for _, rows in group]), sp)
+        i = 0
+        for st, rows in group:
+            out[st] = dists[i : i + len(rows)]
+            i += len(rows)
+    return out
+
+
+def _block(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Several (n_i, n_vocab) arrays as one: a view when they lie back to back in memory (an
+    evaluator's rows of one decode do: they are slices of one logits buffer), else a copy."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    row_bytes = first.strides[0]
+    end = first.__array_interface__["data"][0] + len(first) * row_bytes
+    for part in parts[1:]:
+        if part.strides != first.strides or part.__array_interface__["data"][0] != end:
+            return np.concatenate(parts)
+        end += len(part) * row_bytes
+    if not first.flags.c_contiguous or first.dtype != parts[-1].dtype:
+        return np.concatenate(parts)
+    n = sum(len(part) for part in parts)
+    return np.lib.stride_tricks.as_strided(first, shape=(n, first.shape[1]), writeable=False)
 
 
 def decode_round(
@@ -134,7 +192,7 @@ def decode_round(
     fill_items, fill_done = _prefill_items(target, filling, budget)
     if not live:
         if fill_items:
-            target.eval_batch(fill_items)
+            _eval(target, fill_items)
         _charge_prefill(filling, time.perf_counter() - t_round)
         return fill_done
     # -- draft length per sequence, for the batch it is in ---------------------------------------
@@ -167,12 +225,13 @@ def decode_round(
             items.append((st.seq, st.tokens[have:n] + drafts[st], have, 1))
         while active:
             te = time.perf_counter()
-            rows = draft.eval_batch(items)
+            rows = _eval(draft, items)
             t_deval += time.perf_counter() - te
             still, items = [], []
+            dq = _distributions([(st, row) for st, row in zip(active, rows) if _needs_q(st, len(drafts[st]))])
             for st, row in zip(active, rows):
                 i = len(drafts[st])
-                x, q = _draft_token(row[0], st, i)
+                x, q = _draft_token(row[0], st, i, dq[st][0] if st in dq else None)
                 if x is None:
                     continue
                 drafts[st].append(x)
@@ -185,20 +244,24 @@ def decode_round(
 
     # -- verify: one target decode for every sequence --------------------------------------------
     items = [(st.seq, [st.tokens[-1], *drafts[st]], len(st.tokens) - 1, len(drafts[st]) + 1) for st in live]
-    all_rows = target.eval_batch(items + fill_items)[: len(items)]
+    all_rows = _eval(target, items + fill_items)[: len(items)]
     t2 = time.perf_counter()
     batch_tokens = sum(len(it[1]) for it in items + fill_items)
     _charge_prefill(filling, t2 - t1)
 
     # -- accept and roll back, per sequence -------------------------------------------------------
+    ts = time.perf_counter()
+    ps = _distributions(list(zip(live, all_rows)))  # the target's distributions, every row at once
+    t_dists = time.perf_counter() - ts  # shared: charged to each sequence's sampling time
     for st, rows in zip(live, all_rows):
-        ts = time.perf_counter()
+        ts = time.perf_counter() - t_dists
         new: list[Step] = []
         n_acc = 0
         d = drafts[st]
         n_look = len(looked[st])
+        p = ps.get(st) or [None] * len(rows)
         for i, x in enumerate(d):
-            ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i)
+            ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i, p[i])
             new.append(Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else "draft") if ok else ""))
             if not ok:
                 break
@@ -206,7 +269,7 @@ def decode_round(
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            new.append(Step(_sample(rows[len(d)], st, len(st.tokens) + len(d)), False))
+            new.append(Step(_sample(rows[len(d)], st, len(st.tokens) + len(d), p[len(d)]), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
         for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted
@@ -288,7 +351,7 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> floa
             items.append((st.seq, st.tokens[have:upto], have, 1))
             behind.append(st)
     if items:
-        draft.eval_batch(items)
+        _eval(draft, items)
     dt = time.perf_counter() - t0
     _charge_prefill(behind, dt)
     return dt

@@ -22,7 +22,9 @@ Item = tuple[int, Sequence[int], int, int]  # (sequence id, tokens, first positi
 
 
 class Evaluator(Protocol):
-    """What the round needs from a model context (llama.Context implements it; tests/fake_backend.py too)."""
+    """What the round needs from a model context (llama.Context implements it; tests/fake_backend.py too).
+    An evaluator may also have `eval_views(items)`: eval_batch's rows as views valid until its next
+    decode, no copy (llama.Context has it); the round uses it when present."""
 
     n_ctx: int  # per sequence
 
