@@ -22,7 +22,7 @@ export LOCALSPEC_MODELS ?= $(CURDIR)/models
 export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
 WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
-.PHONY: setup models rpc-server demo serve chat test test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models rpc-server demo serve chat test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -64,8 +64,13 @@ chat: setup
 test: models rpc-server
 	$(PY) -m pytest -q
 
-test-fast: setup
-	$(PY) -m pytest -q -m "not slow"
+# the tiers: tests/unit (pure: the fake backend, no model), tests/models (the real small models in this
+# process), tests/system (processes: the CLI, servers, rpc-servers, a browser)
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
+
+test-fast: models
+	$(PY) -m pytest -q -m "not slow" tests/unit tests/models
 
 bench: models
 	$(PY) tools/make_bench.py

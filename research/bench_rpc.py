@@ -96,7 +96,7 @@ def run(settings: Settings, prompts: list[str], max_tokens: int, modes: list[str
     """Every mode on one engine, interleaved per prompt; auto's tuner is calibrated at load (never
     remembered: the relay's port changes every run) and warmed up by one request first."""
     with Engine(settings.replace(tuner_cache=False), log=lambda m: print(f"  {m}", file=sys.stderr)) as eng:
-        known = eng._known  # the calibration's verify curve: what the tuner starts from
+        known = eng.tuners.known  # the calibration's verify curve: what the tuner starts from
         eng.generate(
             prompts[0], chat=chat, max_tokens=16, **overrides("auto")
         )  # warm-up: the tuner's probe rounds

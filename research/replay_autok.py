@@ -104,8 +104,9 @@ def _noisy(x: float, rng: random.Random) -> float:
 
 
 def replay_request(ctl, m: list[int], n: int, verify: dict, draft: float, rng: random.Random):  # noqa: ANN001
-    """One request of n tokens under controller ctl; returns (tokens, seconds)."""
-    ctl.begin()
+    """One request of n tokens under controller ctl; returns (tokens, seconds). A tuner gives the
+    request its own fork and takes its evidence back at the end, as the engine's pool does."""
+    tuner, ctl = ctl, (ctl.fork() if ctl.costs is not None else ctl)
     t, secs = 0, 0.0
     while t < n:
         k = min(ctl.choose(), K_MAX, n - t - 1)
@@ -117,6 +118,8 @@ def replay_request(ctl, m: list[int], n: int, verify: dict, draft: float, rng: r
         r = v + d + OVERHEAD_S
         ctl.observe(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=d, verify_s=v, round_s=r)
         t, secs = t + run + 1, secs + r
+    if ctl is not tuner:
+        tuner.absorb(ctl)
     return t, secs
 
 
@@ -140,15 +143,15 @@ def fixed(k: int):  # noqa: ANN201
 
 
 def auto(fresh: bool, memory: bool, verify: dict, draft: float):  # noqa: ANN201
-    """The engine's tuner: long-lived (probing once), or per process primed like Engine._new_tuner."""
+    """The engine's tuner: long-lived (probing once), or per process primed as TunerPool does."""
 
     def make(prev, rng):  # noqa: ANN001, ANN202
         if not fresh:
             return prev or AutoK()
         ctl = AutoK()
         if memory and prev is not None:  # what the previous process saved, as tuner_memory does
-            v, d, acc, tried = prev.snapshot()
-            ctl.prime(v, d, acc, tried)
+            v, d = prev.costs.snapshot()
+            ctl.prime(v, d, prev.evidence.acc.tolist(), prev.evidence.tried.tolist())
         else:
             prime_as_loaded(ctl, verify, draft, rng)
         return ctl

@@ -122,7 +122,7 @@ def best_fixed(tr: dict, n: int, verify: dict, draft: float) -> float:
 def replay(tr: dict, n: int, make, verify: dict, draft: float, rng: random.Random) -> float:  # noqa: ANN001
     """The real AutoK over one request (fed what the engine feeds it); tokens per second."""
     ctl, lookup = make(rng)
-    ctl.begin()
+    ctl = ctl.fork()  # a request's own controller, as the engine's pool gives it
     t, secs = 0, 0.0
     while t < n:
         if lookup:

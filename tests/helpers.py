@@ -115,6 +115,18 @@ def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0
     return ctl
 
 
+def text_deltas(ts, steps, clock):  # noqa: ANN001, ANN201
+    """(text, steps) deltas of a TextStream fed one step at a time, closing the steps once decided."""
+    try:
+        for step in steps:
+            yield from ts.feed([step], clock)
+            if ts.done:
+                break
+    finally:
+        steps.close()
+    yield from ts.close()
+
+
 # -- statistics ----------------------------------------------------------------------------------------
 def chi2(counts: np.ndarray, probs: np.ndarray) -> float:
     expected = probs * counts.sum()

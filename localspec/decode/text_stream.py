@@ -9,7 +9,7 @@ generator and closes that as soon as the output is decided.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 from localspec.decode.detok import Detokenizer, StopMatcher
 from localspec.decode.state import Step
@@ -87,14 +87,3 @@ class TextStream:
         tail += self._stops.flush()
         pending, self._pending = self._pending, []
         return [(tail, pending)] if tail or pending else []
-
-    def run(self, steps: Iterator[Step], clock: Callable[[], float]) -> Iterator[tuple[str, list[Step]]]:
-        """Yield (text, steps) deltas from a step generator, closing it once the output is decided."""
-        try:
-            for step in steps:
-                yield from self.feed([step], clock)
-                if self.done:
-                    break
-        finally:
-            steps.close()
-        yield from self.close()

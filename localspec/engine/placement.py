@@ -33,7 +33,6 @@ from localspec.gguf.memory_plan import (
     read_spec,
     verdict,
 )
-from localspec.llama import rpc
 
 MiB = 1 << 20
 TOLERANCE = 0.10  # plan vs llama.cpp's own numbers
@@ -105,7 +104,7 @@ def enforce(plan: PairPlan, devices: Sequence[Any], settings: Any) -> Decision:
     Devices of rpc-servers count only when settings.rpc names them: then the target is split over
     them (and the local GPUs) while the draft stays local, where its many small steps pay no network
     round trips."""
-    wanted = set(rpc.parse_endpoints(getattr(settings, "rpc", None)))
+    wanted = set(settings.rpc_endpoints)
     local = [d for d in devices if not getattr(d, "remote", False)]
     remote = [d for d in devices if getattr(d, "remote", False) and d.description in wanted]
     if remote:

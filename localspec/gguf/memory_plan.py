@@ -380,10 +380,6 @@ class Verdict:
     fixes: tuple[Fix, ...] = ()
     breakdown: str = ""
 
-    @property
-    def short_bytes(self) -> int:
-        return max(0, self.need_bytes - self.free_bytes)
-
     def message(self) -> str:
         head = (
             f"the pair needs {fmt_bytes(self.need_bytes)} on {self.device}, "

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from localspec.errors import LocalspecError
+from localspec.gguf.file import read_header
 from localspec.gguf.memory_plan import fmt_bytes
 from localspec.hub.presets import ModelRef
 
@@ -220,8 +221,6 @@ def remote_header(f: RemoteFile, scratch: Path) -> Path | None:
     if f.cached is not None:
         return f.cached
     from huggingface_hub import hf_hub_url  # noqa: PLC0415
-
-    from localspec.gguf.file import read_header  # noqa: PLC0415
 
     url = hf_hub_url(f.repo, f.file, revision=f.revision)
     dst = Path(scratch) / f"{f.repo.replace('/', '--')}--{Path(f.file).name}"

@@ -12,6 +12,8 @@ from localspec.config.pair_toml import PAIR_TOML, read_pair
 from localspec.errors import LocalspecError
 from localspec.hub.presets import Preset, load_presets
 from localspec.paths import models_dir
+from localspec.telemetry.acclog import default_path
+from localspec.telemetry.logstats import read_log
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,6 @@ def presets() -> list[Preset]:
 
 # -- the acceptance log (written by localspec.acclog; a missing log just means nothing measured yet) ---
 def _acclog_records(path: Path | None = None) -> list[dict[str, Any]]:
-    from localspec.telemetry.acclog import default_path  # noqa: PLC0415
-    from localspec.telemetry.logstats import read_log  # noqa: PLC0415
 
     try:
         return read_log(path or default_path())[0]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec import paths
-from localspec.config import toml as tomllib
+from localspec.config import toml
 from localspec.errors import LocalspecError
 
 CARDS_GB = (12, 16, 24)
@@ -86,8 +86,8 @@ def _ref(d: dict[str, Any], where: Path, role: str) -> ModelRef:
 
 def read_preset(path: Path) -> Preset:
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
+        data = toml.loads(path.read_text())
+    except toml.TOMLDecodeError as e:
         raise LocalspecError(f"{path} is not valid TOML: {e}") from None
     for role in ("target", "draft"):
         if role not in data:

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from localspec import paths
-from localspec.config.pair_toml import PAIR_TOML
+from localspec.config.pair_toml import PAIR_TOML, write_pair_toml
 from localspec.errors import LocalspecError
-from localspec.gguf.compat import check_pair
-from localspec.gguf.memory_plan import fmt_bytes
+from localspec.gguf.compat import check_pair, pair_facts
+from localspec.gguf.memory_plan import Runtime, fmt_bytes, plan_pair, read_spec, verdict
 from localspec.hub import fetch
 from localspec.hub.presets import ModelRef, Preset
+from localspec.hub.sizing import CTX_CAP, largest_fitting_ctx
 
 Log = Callable[[str], None]
 # (stage, done, total): the converter reports its passes; the front end draws them (cli.progress)
@@ -121,8 +122,6 @@ def pull_pair(
         "draft_repo": plans[1].ref.repo,
         "draft_file": plans[1].ref.file or "(converted)",
     }
-    from localspec.config.pair_toml import write_pair_toml
-    from localspec.gguf.compat import pair_facts
 
     toml = write_pair_toml(
         out_dir,
@@ -188,8 +187,6 @@ def local_verdict(target: Path, draft: Path, preset: Preset | None) -> tuple[str
     """What this machine can do with the pair (doctor's plan), and the n_ctx to store for it: the
     largest that fits the GPU fully (None on a CPU-only machine, or when not even 1024 fits)."""
     from localspec import llama  # noqa: PLC0415 - llama.cpp only for the device list
-    from localspec.gguf.memory_plan import Runtime, plan_pair, read_spec, verdict  # noqa: PLC0415
-    from localspec.hub.sizing import CTX_CAP, largest_fitting_ctx  # noqa: PLC0415
 
     t, d = read_spec(target), read_spec(draft)
     devices = llama.devices()

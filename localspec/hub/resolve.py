@@ -6,7 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from localspec.config.pair_toml import read_pair
 from localspec.errors import LocalspecError
+from localspec.hub.presets import find_preset, unknown_preset
+from localspec.hub.pull import is_pulled, pull_preset
 
 
 def resolve_pair(pair: str | Path, yes: bool = False, *, log=None, progress=None) -> Path:  # noqa: ANN001
@@ -15,8 +18,6 @@ def resolve_pair(pair: str | Path, yes: bool = False, *, log=None, progress=None
     p = Path(pair)
     if p.exists() or len(p.parts) > 1 or p.suffix == ".toml":
         return p  # a path: read_pair says what is wrong with it if anything
-    from localspec.hub.presets import find_preset, unknown_preset  # noqa: PLC0415
-    from localspec.hub.pull import is_pulled, pull_preset  # noqa: PLC0415
 
     name = str(pair)
     local = is_pulled(name)
@@ -38,7 +39,6 @@ def resolve_pair(pair: str | Path, yes: bool = False, *, log=None, progress=None
 
 
 def _files_present(folder: Path) -> bool:
-    from localspec.config.pair_toml import read_pair  # noqa: PLC0415
 
     try:
         p = read_pair(folder)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.gguf.memory_plan import SWA_PERIOD, GiB, MiB, ModelSpec, Runtime, plan_pair
+from localspec.hub.presets import CARDS_GB
 
 # what a desktop's display server and driver already hold on the card before we start
 DESKTOP_RESERVE = 512 * MiB
@@ -78,7 +79,6 @@ def recommended_n_ctx(target: ModelSpec, draft: ModelSpec, card_bytes: int, *, m
 
 def preset_n_ctx(preset: Any) -> dict[str, int]:
     """{"gpu_12gb": n, "gpu_16gb": n, "gpu_24gb": n} for a Preset, from its arch facts and sizes."""
-    from localspec.hub.presets import CARDS_GB  # noqa: PLC0415
 
     specs = [
         spec_from_arch(m.arch, int(m.size_gb * 1e9), m.quant, m.label) for m in (preset.target, preset.draft)

@@ -23,7 +23,6 @@ from typing import Callable, Sequence
 
 import llama_cpp as C
 
-from localspec.config.endpoints import parse_endpoints  # noqa: F401 - re-exported for callers
 from localspec.errors import LocalspecError
 from localspec.llama.context import decode_busy_s
 from localspec.llama.devices import ABORT_CB, c_str, ggml_lib

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
-from localspec.engine import Chunk, Response
+from localspec.engine import Response
 from localspec.server import schemas as s
 
 # extras we leave out of a chunk when they are empty; OpenAI's own keys are always sent (null included)
@@ -58,12 +58,6 @@ def dump(obj: BaseModel, *, usage_null: bool = False) -> str:
         if key in data and data[key] is None and not (key == "usage" and usage_null):
             del data[key]
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-
-
-def marks(chunk: Chunk) -> s.DraftMarks | None:
-    if not chunk.tokens:
-        return None
-    return s.DraftMarks(from_draft=list(chunk.from_draft), all_draft=all(chunk.from_draft))
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Between HTTP and the engine: admission (slots + a bounded queue), the hop from the engine's
 threads onto the event loop, cancellation, and the one place a finished response is handled.
 
-The engine does the scheduling (today one request at a time under a lock; the batched scheduler
-runs `parallel` at once): the server only bounds how many requests may be in the engine at all.
+The engine does the scheduling (its scheduler runs up to `parallel` requests in every round): the
+server only bounds how many requests may be in the engine at all.
 """
 
 from __future__ import annotations

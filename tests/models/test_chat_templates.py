@@ -1,0 +1,157 @@
+"""Real chat templates (tests/data/templates: Qwen2.5, Qwen3, Llama 3.1/3.2, Gemma 3, SmolLM2,
+Command R7B; the texts of their tokenizer_config.json `chat_template`) render as Hugging Face's
+apply_chat_template does, and a template that writes the BOS itself never gets a second one."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from localspec.chat import template as chat
+from localspec.errors import LocalspecError
+
+TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Hi <b> & é"},
+    {"role": "assistant", "content": "Hello!"},
+    {"role": "user", "content": "2+2?"},
+]
+CHATML = (
+    "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi <b> & é<|im_end|>\n"
+    "<|im_start|>assistant\nHello!<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n"
+)
+LLAMA3_TURNS = (
+    "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi <b> & é<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|><|start_header_id|>user<|end_header_id|>"
+    "\n\n2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+)
+HEADER = (
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+)
+EXPECTED = {
+    "Qwen-Qwen2.5-7B-Instruct": CHATML,
+    "Qwen-Qwen3-0.6B": CHATML,
+    "HuggingFaceTB-SmolLM2-135M-Instruct": CHATML,
+    "meta-llama-Llama-3.1-8B-Instruct": HEADER + "Today Date: 26 Jul 2024\n\n" + LLAMA3_TURNS,
+    # 3.2 asks strftime_now for today's date
+    "meta-llama-Llama-3.2-3B-Instruct": HEADER + "Today Date: {today}\n\n" + LLAMA3_TURNS,
+    "google-gemma-3-it": (
+        "<bos><start_of_turn>user\nBe brief.\n\nHi <b> & é<end_of_turn>\n<start_of_turn>model\nHello!"
+        "<end_of_turn>\n<start_of_turn>user\n2+2?<end_of_turn>\n<start_of_turn>model\n"
+    ),
+}
+BOS = {
+    "meta-llama-Llama-3.1-8B-Instruct": "<|begin_of_text|>",
+    "meta-llama-Llama-3.2-3B-Instruct": "<|begin_of_text|>",
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather <now> & later",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def template(name: str) -> str:
+    return (TEMPLATES / f"{name}.jinja").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_real_template_renders_like_hugging_face(name):
+    bos = BOS.get(name, "<bos>")
+    out = chat.render(template(name), CONVERSATION, bos_token=bos, eos_token="</s>")
+    # compare the date Llama 3.2 writes with the date now, on either side of midnight
+    assert out in {EXPECTED[name].format(today=datetime.now().strftime("%d %b %Y")), EXPECTED[name]}, out
+
+
+@pytest.mark.parametrize("name", ["Qwen-Qwen2.5-7B-Instruct", "Qwen-Qwen3-0.6B"])
+def test_tools_use_hugging_faces_tojson(name):
+    # jinja2's own tojson would write \u003cnow\u003e and sort the keys
+    out = chat.render(template(name), CONVERSATION[1:2], tools=TOOLS)
+    assert json.dumps(TOOLS[0], ensure_ascii=False) in out
+
+
+def test_tojson_indent_as_llama_31_asks():
+    out = chat.render(
+        template("meta-llama-Llama-3.1-8B-Instruct"),
+        CONVERSATION[1:2],
+        bos_token="<|begin_of_text|>",
+        tools=TOOLS,
+    )
+    assert json.dumps(TOOLS[0], indent=4, ensure_ascii=False) in out
+
+
+def test_loopcontrols_template_parses():
+    # Command R7B uses {% break %}, which needs jinja2's loopcontrols extension (as HF enables)
+    out = chat.render(template("CohereForAI-c4ai-command-r7b-12-2024-tool_use"), CONVERSATION[1:2])
+    assert out.endswith(
+        "<|USER_TOKEN|>Hi <b> & é<|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|><|END_THINKING|>"
+    )
+
+
+def test_generation_block_renders_its_body():
+    tmpl = "{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}{% endfor %}"
+    assert chat.render(tmpl, CONVERSATION[1:3]) == "[Hi <b> & é][Hello!]"
+
+
+def test_raise_exception_is_one_clear_error():
+    bad_order = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    with pytest.raises(LocalspecError, match="Conversation roles must alternate"):
+        chat.render(template("google-gemma-3-it"), bad_order, bos_token="<bos>")
+
+
+@pytest.mark.parametrize(
+    "messages, needle",
+    [
+        ([], "non-empty list"),
+        ([{"content": "x"}], "'role'"),
+        ([{"role": "user", "content": "a\udcffb"}], "not valid UTF-8"),
+        ([{"role": "user", "content": 5}], "content must be text"),
+    ],
+)
+def test_bad_messages(messages, needle):
+    with pytest.raises(LocalspecError, match=needle):
+        chat.render(template("Qwen-Qwen2.5-7B-Instruct"), messages)
+
+
+def test_template_that_does_not_parse():
+    with pytest.raises(LocalspecError, match="does not parse"):
+        chat.render("{% for m in messages %}", CONVERSATION)
+
+
+def test_template_runtime_error_is_one_line():
+    with pytest.raises(LocalspecError, match="chat template failed"):
+        chat.render("{{ messages[0].content / 0 }}", CONVERSATION)
+
+
+@pytest.fixture(scope="module")
+def gemma_vocab(gemma_path):
+    from localspec.llama import Model
+
+    with Model(gemma_path, vocab_only=True) as m:
+        yield m
+
+
+@pytest.mark.parametrize("name", ["google-gemma-3-it", "meta-llama-Llama-3.1-8B-Instruct"])
+def test_template_bos_is_not_doubled(gemma_vocab, name):
+    # Gemma's tokenizer adds BOS and these templates write bos_token too: exactly one must remain
+    assert gemma_vocab.vocab.add_bos
+    ids = chat.prompt_tokens(gemma_vocab, CONVERSATION, template=template(name))
+    assert ids[0] == gemma_vocab.vocab.bos and ids.count(gemma_vocab.vocab.bos) == 1
+
+
+def test_template_without_bos_gets_the_tokenizers(gemma_vocab):
+    ids = chat.prompt_tokens(gemma_vocab, CONVERSATION, template=template("Qwen-Qwen2.5-7B-Instruct"))
+    assert ids[0] == gemma_vocab.vocab.bos and ids.count(gemma_vocab.vocab.bos) == 1

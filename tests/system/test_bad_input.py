@@ -1,0 +1,230 @@
+"""Every entry point, fed the bad-input corpus (tests/bad_inputs.py), answers with one clear line and
+a non-zero exit: no traceback, no "internal error", no segfault, no hang. Cases run in one process
+per entry point (tests/corpus_runner.py) under a timeout; almost all fail before a model loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ..bad_inputs import (
+    ENTRY_POINTS,
+    OPTION_COMMANDS,
+    SETTINGS_COMMANDS,
+    make_bad_files,
+    numeric_option_cases,
+    numeric_setting_cases,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "models"
+SMOL = str(MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf")
+GEMMA = str(MODELS / "gemma-3-270m-q4_k_m.gguf")
+BAD_FILES = [
+    "missing",
+    "empty",
+    "random-bytes",
+    "wrong-magic",
+    "truncated-header",
+    "truncated-tensor-data",
+    "offset-past-eof",
+    "zero-alignment",
+    "directory",
+]
+SETTINGS_CASES = [(cmd, *case) for cmd in SETTINGS_COMMANDS for case in numeric_setting_cases(cmd)]
+OPTION_CASES = [(cmd, *case) for cmd in OPTION_COMMANDS for case in numeric_option_cases(cmd)]
+# (id, argv, stdin, needles): bad prompts, stop strings and a mismatched pair
+MISC = [
+    ("run/invalid-utf8-argv", ["run", "a\udcffb", "--target", SMOL], None, ("not valid UTF-8",)),
+    ("run/invalid-utf8-stdin", ["run", "-", "--target", SMOL], "a\udcffb", ("not valid UTF-8",)),
+    ("run/lone-surrogate", ["run", "a\ud800b", "--target", SMOL], None, ("not valid UTF-8",)),
+    ("run/empty-stop", ["run", "hi", "--target", SMOL, "--stop", ""], None, ("stop strings must have",)),
+    ("run/enormous-stop", ["run", "hi", "--target", SMOL, "--stop", "x" * 100_000], None, ("stop strings",)),
+    ("run/too-many-stops", ["run", "hi", "--target", SMOL, *["--stop", "s"] * 17], None, ("at most 16",)),
+    (
+        "run/prompt-longer-than-context",
+        ["run", "word " * 600, "--target", SMOL, "--n-ctx", "256"],
+        None,
+        ("n_ctx=256",),
+    ),
+    ("run/empty-prompt", ["run", "", "--target", SMOL], None, ("prompt is empty",)),
+    ("run/mismatched-pair", ["run", "hi", "--target", SMOL, "--draft", GEMMA], None, ("cannot be paired",)),
+    (
+        "bench/mismatched-pair",
+        ["bench", "--target", SMOL, "--draft", GEMMA, "-q"],
+        None,
+        ("cannot be paired",),
+    ),
+    ("check-pair/mismatched-pair", ["check-pair", SMOL, GEMMA], None, ("incompatible",)),
+    ("pair/mismatched-pair", ["pair", SMOL, GEMMA, "--out-dir", "{out}/p"], None, ("cannot be paired",)),
+    (
+        "bench/nan-temperature",
+        ["bench", "--target", SMOL, "--temperature", "nan", "-q"],
+        None,
+        ("temperature",),
+    ),
+    ("run/config-nan", ["run", "hi", "--target", SMOL, "--config", "{out}/nan.toml"], None, ("temperature",)),
+    (
+        "run/config-float-int",
+        ["run", "hi", "--target", SMOL, "--config", "{out}/half.toml"],
+        None,
+        ("max_tokens",),
+    ),
+    ("run/config-is-directory", ["run", "hi", "--target", SMOL, "--config", "{out}"], None, ("cannot read",)),
+]
+
+
+def run_cases(cases: list[dict], timeout: int = 120) -> dict[str, dict]:
+    """Results by case id. A case that hangs or kills the interpreter is recorded as such and the
+    cases after it run in a fresh process, so one failure fails one test."""
+    results: dict[str, dict] = {}
+    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_DEBUG"}
+    while cases:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(cases, f)
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "tests.corpus_runner", f.name],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+                env=env,
+                timeout=timeout,
+            )
+            stdout, failure = proc.stdout, f"crashed: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout or ""
+            stdout, failure = (
+                out.decode() if isinstance(out, bytes) else out,
+                f"hung: no answer in {timeout} s",
+            )
+        finally:
+            os.unlink(f.name)
+        done = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+        results.update((r["id"], r) for r in done)
+        if len(done) < len(cases):
+            bad = cases[len(done)]
+            results[bad["id"]] = {"id": bad["id"], "failure": failure}
+            done.append(bad)
+        cases = cases[len(done) :]
+    return results
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    bad = make_bad_files(d / "bad", Path(SMOL))
+    out = d / "out"
+    out.mkdir()
+    (out / "nan.toml").write_text("[sampling]\ntemperature = nan\n")
+    (out / "half.toml").write_text("max_tokens = 12.5\n")
+    groups: dict[str, list[dict]] = {}
+    for ep, argv in ENTRY_POINTS.items():
+        for name in BAD_FILES:
+            groups.setdefault(ep, []).append(
+                {
+                    "id": f"{ep}/{name}",
+                    "argv": argv(str(bad[name].path), SMOL, str(out / ep / name)),
+                    "stdin": "hello\n",  # for commands that read a conversation from a pipe (chat)
+                }
+            )
+    for cmd, cid, flags, _ in SETTINGS_CASES:
+        groups.setdefault("settings", []).append(
+            {"id": f"{cmd}/{cid}", "argv": SETTINGS_COMMANDS[cmd](SMOL) + flags}
+        )
+    for cmd, cid, flags, _ in OPTION_CASES:
+        argv = OPTION_COMMANDS[cmd](SMOL, str(out / "options" / cmd / cid)) + flags
+        groups.setdefault("options", []).append({"id": f"{cmd}/{cid}", "argv": argv})
+    for cid, argv, stdin, _ in MISC:
+        argv = [a.replace("{out}", str(out)) for a in argv]
+        groups.setdefault("misc", []).append({"id": cid, "argv": argv, "stdin": stdin})
+    res = {}
+    for cases in groups.values():
+        res.update(run_cases(cases))
+    res["_bad"] = bad
+    res["_out"] = out
+    return res
+
+
+def assert_clean_failure(r: dict, needles: tuple[str, ...]) -> None:
+    assert "failure" not in r, f"{r['id']} {r.get('failure')}"
+    text = r["out"] + r["err"]
+    assert r["rc"] != 0, f"{r['id']}: exit 0\n{text}"
+    assert "Traceback" not in text and "internal error" not in text, text
+    errors = [ln for ln in r["err"].splitlines() if ln.lower().startswith("error:")]
+    assert len(errors) <= 1, text
+    line = errors[0] if errors else text
+    assert any(n.lower() in line.lower() for n in needles), f"{r['id']}: none of {needles} in:\n{text}"
+
+
+@pytest.mark.parametrize("entry_point", sorted(ENTRY_POINTS))
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_bad_model_file(results, entry_point, name):
+    r = results[f"{entry_point}/{name}"]
+    assert_clean_failure(r, results["_bad"][name].needles)
+    left = [p for p in (results["_out"] / entry_point / name).rglob("*") if p.is_file()]
+    assert not left, f"outputs left behind: {left}"
+
+
+@pytest.mark.parametrize("command, case_id, needles", [(c, i, n) for c, i, _, n in SETTINGS_CASES])
+def test_bad_numeric_setting(results, command, case_id, needles):
+    assert_clean_failure(results[f"{command}/{case_id}"], needles)
+
+
+@pytest.mark.parametrize("command, case_id, needles", [(c, i, n) for c, i, _, n in OPTION_CASES])
+def test_bad_numeric_option(results, command, case_id, needles):
+    assert_clean_failure(results[f"{command}/{case_id}"], needles)
+    assert not (results["_out"] / "options" / command / case_id).exists()  # refused before any work
+
+
+@pytest.mark.parametrize("case_id, needles", [(c[0], c[3]) for c in MISC])
+def test_bad_prompt_stop_pair_config(results, case_id, needles):
+    assert_clean_failure(results[case_id], needles)
+
+
+def test_unreadable_file(tmp_path, smollm2_path):
+    # tests run as root, which reads a chmod-000 file anyway: drop the capabilities that let it
+    prefix = []
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            pytest.skip("running as root without setpriv: a chmod-000 file stays readable")
+        caps = "-dac_override,-dac_read_search"
+        prefix = ["setpriv", f"--inh-caps={caps}", f"--bounding-set={caps}"]
+    f = tmp_path / "locked.gguf"
+    shutil.copyfile(smollm2_path, f)
+    f.chmod(0)
+    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_DEBUG"}
+    for argv in (
+        ["check-pair", str(smollm2_path), str(f)],
+        ["run", "hi", "--target", str(f)],
+        ["doctor", "--target", str(f)],
+    ):
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-m", "localspec", *argv],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=120,
+        )
+        assert_clean_failure(
+            {"id": argv[0], "rc": proc.returncode, "out": proc.stdout, "err": proc.stderr},
+            ("permission denied", "not readable"),
+        )
+
+
+def test_doctor_reports_a_mismatched_pair():
+    # doctor diagnoses rather than runs: it shows the plan and says that `run` would refuse the pair
+    from ..helpers import localspec
+
+    proc = localspec("doctor", "--target", SMOL, "--draft", GEMMA, "--no-load")
+    assert proc.returncode == 0 and "REFUSED by run: target and draft cannot be paired" in proc.stdout, (
+        proc.stderr
+    )

@@ -1,0 +1,140 @@
+"""The package's layout stays true without anyone watching: read every module's imports (function-
+local ones too) and fail on an import cycle, on an import against the layer order documented in
+docs/architecture.md, and on `llama_cpp` imported outside the llama.cpp boundary."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "localspec"
+
+# bottom to top; a module may import its own room and any room below it, never one above or beside it
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "paths", "text_input", "files", "data"),
+    ("config",),
+    ("gguf",),
+    ("llama",),
+    ("constrain", "draft_len"),
+    ("decode",),
+    ("chat",),
+    ("telemetry",),
+    ("engine",),
+    ("convert",),
+    ("hub",),
+    ("bench", "server"),
+    ("cli",),
+    ("__main__",),
+]
+LEAVES = set(LAYERS[0])  # leaves import no other room (other leaves aside)
+RANK = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        parts = p.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = p
+    return out
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level:
+                mod = ".".join(base[: len(base) - node.level + 1] + ([mod] if mod else []))
+            found.add(mod)
+            found |= {f"{mod}.{a.name}" for a in node.names}  # `from pkg import module`
+    return found
+
+
+MODULES = _modules()
+
+
+def _ancestors(name: str) -> set[str]:
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+# a module's own packages are always imported before it: not an edge
+GRAPH = {
+    name: {m for m in _imports(name, path) if m in MODULES and m != name and m not in _ancestors(name)}
+    for name, path in MODULES.items()
+}
+
+
+def _room(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+def test_every_room_is_placed_in_a_layer():
+    rooms = {_room(m) for m in MODULES} - {None}
+    assert rooms <= set(RANK), f"rooms with no layer: {sorted(rooms - set(RANK))}"
+
+
+def test_no_import_points_up_or_sideways():
+    bad = []
+    for name, deps in GRAPH.items():
+        room = _room(name)
+        if room is None:
+            continue
+        for dep in deps:
+            other = _room(dep)
+            if other is None or other == room:
+                continue
+            if room in LEAVES and other in LEAVES:
+                continue
+            if RANK[other] >= RANK[room]:
+                bad.append(f"{name} -> {dep}")
+    assert not bad, "imports against the layer order:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycle():
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for d in sorted(GRAPH[m]):
+            if state.get(d) == 1:
+                return stack[stack.index(d) :] + [d]
+            if d not in state and (cycle := visit(d)):
+                return cycle
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(GRAPH):
+        if m not in state and (cycle := visit(m)):
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+def test_llama_cpp_is_imported_only_in_the_boundary():
+    outside = [
+        name
+        for name, path in MODULES.items()
+        if _room(name) != "llama" and any(m.split(".")[0] == "llama_cpp" for m in _imports(name, path))
+    ]
+    assert not outside, f"llama_cpp imported outside localspec/llama: {outside}"
+
+
+def test_settings_reach_no_front_end():
+    seen, todo = set(), ["localspec.config.settings"]
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += GRAPH[m]
+    reached = sorted(m for m in seen if _room(m) in ("hub", "convert", "cli", "server", "bench"))
+    assert not reached, f"Settings imports {reached}"
