@@ -20,8 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.decode import accept
-from localspec.decode.sampling import Dist, argmax, process, process_rows
+from localspec.decode import accept, noise
+from localspec.decode.sampling import Dist, Dists, argmax, process, process_rows
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
 
@@ -85,11 +85,11 @@ def _needs_q(st: SeqState, i: int) -> bool:
 
 
 def _draft_token(
-    row: np.ndarray, st: SeqState, i: int, q: Dist | None = None
+    row: np.ndarray, st: SeqState, i: int, q: Dist | None = None, y: int | None = None
 ) -> tuple[int | None, Dist | None]:
     """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q
-    (`q`: already processed from `row`). Draft position i is sequence position len(tokens) + i
-    (the coupled rule's noise key)."""
+    (`q`: already processed from `row`; `y`: the coupled rule's choice from it). Draft position i
+    is sequence position len(tokens) + i (the coupled rule's noise key)."""
     sp, cfg = st.sp, st.cfg
     check = cfg.draft_p_min > 0 and i >= cfg.draft_min
     if sp.greedy:
@@ -105,50 +105,70 @@ def _draft_token(
     if cfg.mode == "match":  # sample-and-match drafts greedily, as llama.cpp does
         return argmax(row), None
     if st.noise is not None:
-        return st.noise.sample(q, len(st.tokens) + i), q
+        return (st.noise.sample(q, len(st.tokens) + i) if y is None else y), q
     return q.sample(st.draft_rng), q
 
 
 def _verify_token(
-    row: np.ndarray, st: SeqState, x: int, q: Dist | None, pos: int, p: Dist | None = None
+    row: np.ndarray,
+    st: SeqState,
+    x: int,
+    q: Dist | None,
+    pos: int,
+    p: Dist | None = None,
+    y: int | None = None,
 ) -> tuple[bool, int]:
     """The acceptance rule for one drafted token x at sequence position pos: (kept, the token
-    emitted at this position). `p`: the target's distribution, already processed from `row`."""
+    emitted at this position). `p`: the target's distribution, already processed from `row`;
+    `y`: the coupled rule's choice from it."""
     if st.sp.greedy:
         return accept.greedy(row, x)
     p = p or process(row, st.sp)
     if st.cfg.mode == "pq":
         return accept.pq(p, q, x, st.verify_rng)
     if st.cfg.mode == "coupled":
-        return accept.coupled(p, x, st.noise, pos)
+        return accept.coupled(p, x, st.noise, pos, y)
     return accept.match(p, x, st.verify_rng)
 
 
-def _sample(row: np.ndarray, st: SeqState, pos: int, p: Dist | None = None) -> int:
+def _sample(row: np.ndarray, st: SeqState, pos: int, p: Dist | None = None, y: int | None = None) -> int:
     """The target's own token at sequence position pos (plain decoding, the bonus token)."""
     if st.sp.greedy:
         return argmax(row)
     p = p or process(row, st.sp)
     if st.noise is not None:
-        return st.noise.sample(p, pos)
+        return st.noise.sample(p, pos) if y is None else y
     return p.sample(st.verify_rng)
 
 
-def _distributions(pairs: Sequence[tuple[SeqState, np.ndarray]]) -> dict[SeqState, list[Dist]]:
-    """Every row's distribution, for each (sequence, its rows) that samples: one `process_rows` call
-    per set of sampling parameters, over the rows of all its sequences at once."""
+def _distributions(
+    pairs: Sequence[tuple[SeqState, np.ndarray, int]],
+) -> tuple[dict[SeqState, Dists], dict[SeqState, list[int]]]:
+    """Every row's distribution, for each (sequence, its rows, the position of the first) that
+    samples: one `process_rows` call per set of sampling parameters, over the rows of all its
+    sequences at once; and for the coupled rule each row's Gumbel-max choice, in one call too."""
     by_sp: dict = {}
-    for st, rows in pairs:
+    for st, rows, pos in pairs:
         if not st.sp.greedy and len(rows):
-            by_sp.setdefault(st.sp, []).append((st, rows))
-    out: dict[SeqState, list[Dist]] = {}
+            by_sp.setdefault(st.sp, []).append((st, rows, pos))
+    dists: dict[SeqState, Dists] = {}
+    choices: dict[SeqState, list[int]] = {}
     for sp, group in by_sp.items():
-        dists = process_rows(_block([rows for _, rows in group]), sp)
-        i = 0
-        for st, rows in group:
-            out[st] = dists[i : i + len(rows)]
+        batch = process_rows(_block([rows for _, rows, _ in group]), sp)
+        keys, at, i = [], [], 0
+        for st, rows, pos in group:
+            dists[st] = batch[i : i + len(rows)]
+            if st.noise is not None:
+                keys += [st.noise.pos_key(pos + j) for j in range(len(rows))]
+                at += range(i, i + len(rows))
             i += len(rows)
-    return out
+        if keys:
+            ys = noise.choose(keys, batch.ids[at], batch.probs[at]).tolist()
+            j = 0
+            for st, rows, _ in group:
+                if st.noise is not None:
+                    choices[st], j = ys[j : j + len(rows)], j + len(rows)
+    return dists, choices
 
 
 def _block(parts: Sequence[np.ndarray]) -> np.ndarray:
@@ -228,10 +248,15 @@ def decode_round(
             rows = _eval(draft, items)
             t_deval += time.perf_counter() - te
             still, items = [], []
-            dq = _distributions([(st, row) for st, row in zip(active, rows) if _needs_q(st, len(drafts[st]))])
+            dq, dy = _distributions(
+                [(st, row, len(st.tokens) + len(drafts[st])) for st, row in zip(active, rows)
+                 if _needs_q(st, len(drafts[st]))]
+            )  # fmt: skip
             for st, row in zip(active, rows):
                 i = len(drafts[st])
-                x, q = _draft_token(row[0], st, i, dq[st][0] if st in dq else None)
+                x, q = _draft_token(
+                    row[0], st, i, dq[st][0] if st in dq else None, dy[st][0] if st in dy else None
+                )
                 if x is None:
                     continue
                 drafts[st].append(x)
@@ -251,7 +276,8 @@ def decode_round(
 
     # -- accept and roll back, per sequence -------------------------------------------------------
     ts = time.perf_counter()
-    ps = _distributions(list(zip(live, all_rows)))  # the target's distributions, every row at once
+    # the target's distributions (and coupled choices), every row at once
+    ps, ys = _distributions([(st, rows, len(st.tokens)) for st, rows in zip(live, all_rows)])
     t_dists = time.perf_counter() - ts  # shared: charged to each sequence's sampling time
     for st, rows in zip(live, all_rows):
         ts = time.perf_counter() - t_dists
@@ -260,8 +286,9 @@ def decode_round(
         d = drafts[st]
         n_look = len(looked[st])
         p = ps.get(st) or [None] * len(rows)
+        y = ys.get(st) or [None] * len(rows)
         for i, x in enumerate(d):
-            ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i, p[i])
+            ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i, p[i], y[i])
             new.append(Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else "draft") if ok else ""))
             if not ok:
                 break
@@ -269,7 +296,7 @@ def decode_round(
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            new.append(Step(_sample(rows[len(d)], st, len(st.tokens) + len(d), p[len(d)]), False))
+            new.append(Step(_sample(rows[len(d)], st, len(st.tokens) + len(d), p[len(d)], y[len(d)]), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
         for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted

@@ -8,6 +8,7 @@ Order follows llama.cpp's default sampler chain: top-k -> top-p -> min-p -> temp
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -50,6 +51,32 @@ class Dist:
         return out
 
 
+class Dists(Sequence[Dist]):
+    """Several rows' distributions, padded into matrices: row i is ids[i, :keep[i]] with
+    probs[i, :keep[i]] (probability 0 after); indexing gives its `Dist`, slicing a `Dists`."""
+
+    def __init__(self, ids: np.ndarray, probs: np.ndarray, keep: np.ndarray) -> None:
+        self.ids, self.probs, self.keep = ids, probs, keep
+        self._keep = keep.tolist()
+
+    @classmethod
+    def of(cls, dists: Sequence[Dist]) -> "Dists":
+        width = max(len(d.ids) for d in dists)
+        ids, probs = np.zeros((len(dists), width), np.int64), np.zeros((len(dists), width))
+        for i, d in enumerate(dists):
+            ids[i, : len(d.ids)], probs[i, : len(d.ids)] = d.ids, d.probs
+        return cls(ids, probs, np.array([len(d.ids) for d in dists]))
+
+    def __len__(self) -> int:
+        return len(self._keep)
+
+    def __getitem__(self, i):  # noqa: ANN001, ANN204 - an int or a slice
+        if isinstance(i, slice):
+            return Dists(self.ids[i], self.probs[i], self.keep[i])
+        m = self._keep[i]
+        return Dist(self.ids[i, :m], self.probs[i, :m])
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
     return e / e.sum()
@@ -60,7 +87,7 @@ def process(logits: np.ndarray, params: SamplingParams) -> Dist:
     return process_rows(np.asarray(logits, dtype=np.float32)[None], params)[0]
 
 
-def process_rows(rows: np.ndarray, params: SamplingParams) -> list[Dist]:
+def process_rows(rows: np.ndarray, params: SamplingParams) -> Dists:
     """`process` for every row of an (n, n_vocab) array at once: one pass over each row finds its
     top-k (`top_k`), and the filters then run on the (n, k) survivors, sorted by logit.
     The kept set and probabilities are the definitions': top-k, then top-p's smallest prefix of
@@ -69,7 +96,7 @@ def process_rows(rows: np.ndarray, params: SamplingParams) -> list[Dist]:
     n, v = rows.shape
     k = params.top_k
     if not k or k >= v:  # no top-k: the nucleus needs the whole row (the rare setting)
-        return [_process_full(r, params) for r in rows]
+        return Dists.of([_process_full(r, params) for r in rows])
     ids, x = top_k(rows, k)
     order = np.argsort(-x, axis=1, kind="stable")
     at = np.arange(n)[:, None]
@@ -86,8 +113,7 @@ def process_rows(rows: np.ndarray, params: SamplingParams) -> list[Dist]:
     t = params.temperature if params.temperature > 0 else 1.0
     e = np.exp((x - top) / t)
     e[np.arange(k) >= keep[:, None]] = 0.0
-    probs = e / e.sum(axis=1, keepdims=True)
-    return [Dist(ids[i, :m], probs[i, :m]) for i, m in enumerate(keep.tolist())]
+    return Dists(ids, e / e.sum(axis=1, keepdims=True), keep)
 
 
 GROUP = 64  # top_k: tokens per stride group

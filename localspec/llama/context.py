@@ -203,9 +203,9 @@ class Context:
         try:
             rc = C.llama_decode(self.ptr, b.struct)
         finally:
-            self.decode_s += time.perf_counter() - t0
             if self.cpu_timing:  # a system call each: only when a benchmark asks
                 self.decode_cpu_s += time.thread_time() - c0
+            self.decode_s += time.perf_counter() - t0
             BUSY_SINCE[0] = 0.0
         ends = {int(s): int(p) + 1 for s, p in zip(seq.tolist(), pos.tolist())}  # last position per seq
         if rc != 0:
