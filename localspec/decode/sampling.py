@@ -7,6 +7,7 @@ Order follows llama.cpp's default sampler chain: top-k -> top-p -> min-p -> temp
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -98,21 +99,25 @@ def process_rows(rows: np.ndarray, params: SamplingParams) -> Dists:
     if not k or k >= v:  # no top-k: the nucleus needs the whole row (the rare setting)
         return Dists.of([_process_full(r, params) for r in rows])
     ids, x = top_k(rows, k)
-    order = np.argsort(-x, axis=1, kind="stable")
     at = np.arange(n)[:, None]
+    order = np.argsort(x, axis=1)[:, ::-1]  # by logit, largest first
     ids, x = ids[at, order], x[at, order].astype(np.float64)
-    keep = np.isfinite(x).sum(axis=1)  # a masked (-inf) token has probability 0: never kept
     top = x[:, :1]
+    keep = np.full(n, k)
+    if not np.isfinite(x[:, -1]).all():  # a masked (-inf) token has probability 0: never kept
+        keep = np.count_nonzero(np.isfinite(x), axis=1)
+    e = np.exp(x - top)
     if params.top_p < 1.0:
-        e = np.exp(x - top)
         csum = np.cumsum(e, axis=1)
-        keep = np.minimum(keep, (csum < params.top_p * csum[:, -1:]).sum(axis=1) + 1)
+        keep = np.minimum(keep, np.count_nonzero(csum < params.top_p * csum[:, -1:], axis=1) + 1)
     if params.min_p > 0.0:
         # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)  (before temperature)
-        keep = np.minimum(keep, (x >= top + np.log(params.min_p)).sum(axis=1))
+        keep = np.minimum(keep, np.count_nonzero(x >= top + math.log(params.min_p), axis=1))
     t = params.temperature if params.temperature > 0 else 1.0
-    e = np.exp((x - top) / t)
-    e[np.arange(k) >= keep[:, None]] = 0.0
+    if t != 1.0:
+        e = np.exp((x - top) / t)
+    if keep.min() < k:
+        e[np.arange(k) >= keep[:, None]] = 0.0
     return Dists(ids, e / e.sum(axis=1, keepdims=True), keep)
 
 
