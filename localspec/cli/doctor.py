@@ -150,7 +150,7 @@ def render(r: dict[str, Any]) -> str:
             + ("yes" if r["gpu_offload"] else "no (CPU-only build)"),
         ),
         ("features", r["system_info"]),
-        ("CPU kernels", _variant_line(r["cpu_variant"])),
+        ("kernels", _variant_line(r["cpu_variant"])),
     ]
     for i, d in enumerate(r["devices"]):
         rows.append(

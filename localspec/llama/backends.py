@@ -36,7 +36,7 @@ def cpu_variant() -> CpuVariant:
     """The CPU backend in use (after init_backend): the loaded variant, or the one built in."""
     if LOADED:
         return LOADED[0]
-    return CpuVariant("built in", None, 0, "this build links one CPU backend (no GGML_BACKEND_DL)")
+    return CpuVariant("built in", None, 0, "one CPU backend linked in, with the features above")
 
 
 def lib_dir() -> Path:

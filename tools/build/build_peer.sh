@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's own tools from the llama.cpp vendored in the pinned llama-cpp-python sdist, so
 # `localspec bench --peer` compares against the very same ggml/llama sources we link. Two builds:
-#   wheel   third_party/llama.cpp-build   as the Python wheel is built (the Makefile's CMAKE_ARGS and
-#           its hidden-table header): the kernels our process runs, so a gap is ours, not ggml's
+#   wheel   third_party/llama.cpp-build   as the Python wheel is built (the Makefile's CMAKE_ARGS,
+#           shared libraries, its CFLAGS): the kernels our process runs, so a gap is ours, not ggml's
 #   native  third_party/llama.cpp-native  as a user who compiles llama.cpp gets it: its defaults
-#           (-march=native, shared libraries), AMX left out (its matmul crashes on some Xeons)
-# PEER_BUILDS="wheel" (or "native") builds one. `localspec bench --peer` runs the first; pass
-# --peer-bin third_party/llama.cpp-native/bin (or LOCALSPEC_PEER_BIN) for the other.
+#           (-march=native, shared libraries, no header), AMX left out (its matmul crashes on some Xeons)
+# PEER_BUILDS="wheel" (or "native") builds one; `make peer` builds both with the Makefile's flags.
+# `localspec bench --peer` runs the first; LOCALSPEC_PEER_BIN=third_party/llama.cpp-native/bin the other.
 # Idempotent: the download, the unpack and each cmake build are skipped when already done.
 set -euo pipefail
 
 source "$(dirname "$0")/llama_source.sh"
-# the wheel's flags (Makefile); CMAKE_ARGS from the environment replaces them, as it does there
-WHEEL_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DGGML_RPC=ON}"
-HIDDEN="-include$ROOT/tools/build/ggml_hidden_tables.h"
-NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# the wheel's flags (the Makefile's default on x86-64 Linux; `make peer` passes its CMAKE_ARGS)
+WHEEL_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=ON -DGGML_RPC=ON}"
+NO_AMX="$(no_amx)"
+HIDDEN="-include$ROOT/tools/build/ggml_hidden_tables.h $NO_AMX"
 COMMON=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON)
 TARGETS=(llama-speculative-simple llama-server llama-bench llama-cli)
@@ -35,9 +35,11 @@ build_one() {  # NAME BUILD_DIR CFLAGS CMAKE_FLAGS...
 llama_source
 for b in ${PEER_BUILDS:-wheel native}; do
     case "$b" in
-        # a GGML_BACKEND_DL build needs shared libraries; the variants land beside the binaries
+        # shared, as the wheel's; a GGML_BACKEND_DL build's CPU variants land beside the binaries,
+        # where its AMX one is removed (the wheel skips it: localspec/llama/backends.py)
         wheel) read -r -a args <<< "$WHEEL_ARGS"
-               build_one wheel "$TP/llama.cpp-build" "$HIDDEN" -DBUILD_SHARED_LIBS=ON "${args[@]}" ;;
+               build_one wheel "$TP/llama.cpp-build" "$HIDDEN" -DBUILD_SHARED_LIBS=ON "${args[@]}"
+               rm -f "$TP/llama.cpp-build/bin/libggml-cpu-sapphirerapids.so" ;;
         native) build_one native "$TP/llama.cpp-native" "$NO_AMX" -DGGML_NATIVE=ON ;;
         *) echo "PEER_BUILDS takes wheel and native (got $b)" >&2; exit 2 ;;
     esac
