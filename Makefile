@@ -32,7 +32,7 @@ export LOCALSPEC_MODELS ?= $(CURDIR)/models
 export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
 WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS) $(NO_AMX) $(CPU_KEY)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
-.PHONY: setup models rpc-server peer demo serve chat test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models rpc-server peer demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -69,9 +69,15 @@ demo: models
 	$(VENV)/bin/localspec run --pair models/default --chat --temperature 0 --max-tokens 96 \
 		"Write a short poem about the sea."
 
-# the OpenAI-compatible server on the embedded pair: http://127.0.0.1:8080/v1 (SERVE_ARGS for more flags)
+# the OpenAI-compatible server on the embedded pair: http://127.0.0.1:8080/v1, the chat page at
+# http://127.0.0.1:8080/ (SERVE_ARGS for more flags)
 serve: models
 	$(VENV)/bin/localspec serve --pair models/default $(SERVE_ARGS)
+
+# the chat page's libraries (marked, DOMPurify, highlight.js) refreshed from npm: versions pinned in the script
+ui-vendor:
+	tools/vendor_ui.sh
+
 # a chat with the default pair (localspec chat builds models/default first if it is missing)
 chat: setup
 	$(VENV)/bin/localspec chat

@@ -12,3 +12,8 @@ class PromptTooLong(LocalspecError):
         super().__init__(message)
         self.n_prompt = n_prompt
         self.n_ctx = n_ctx
+
+
+class GenerationFailed(LocalspecError):
+    """The engine failed while a request ran (a decode llama.cpp refused, a bug): the server's
+    fault, not the request's - a 500, where bad input found before anything is queued is a 400."""

@@ -6,7 +6,8 @@ it over the name, fsync the folder (so after a power loss a finished name never 
 A killed writer leaves only a hidden `.NAME.PID.partial` (removed by the next writer of NAME), never a
 file that looks finished. A full disk, a read-only folder or a missing permission becomes one clear
 LocalspecError (`output_error`), and the partial file is removed. Reusable for any output: model files,
-pair.toml, downloads, logs (`output_error` alone for files that are appended to).
+pair.toml, downloads, logs (`output_error` alone for files that are appended to). What may hold
+a user's settings (the acceptance log, the tuner memory) is created private: 0600 in 0700 folders.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from localspec.errors import LocalspecError
 
 PARTIAL_SUFFIX = ".partial"
+PRIVATE_FILE, PRIVATE_DIR = 0o600, 0o700  # what may hold a user's settings: theirs alone
 LOW_SPACE = 1 << 20  # below this a failed write is taken to be a full disk, whatever the writer said
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _NO_WRITE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR)
@@ -108,9 +110,29 @@ def scratch_output(dst: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
-def write_text_atomic(dst: Path, text: str) -> None:
+def write_text_atomic(dst: Path, text: str, *, private: bool = False) -> None:
+    """`private`: the file is created 0600, in a folder created 0700 if missing (this user's alone)."""
+    if private:
+        private_dir(Path(dst).parent)
     with atomic_output(dst) as tmp:
-        tmp.write_text(text)
+        if private:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE), "w") as f:
+                f.write(text)
+        else:
+            tmp.write_text(text)
+
+
+def private_dir(folder: str | os.PathLike) -> None:
+    """Create each missing part of `folder` 0700 (what is already there is left as it is: a --log
+    in /tmp must not change /tmp)."""
+    missing = []
+    folder = Path(folder)
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            d.mkdir(mode=PRIVATE_DIR)
 
 
 def _remove_stale_partials(dst: Path) -> None:

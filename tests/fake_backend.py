@@ -2,12 +2,15 @@
 
 Logits at a position depend only on the token there, so exact distributions are known in closed
 form, and the fake is batch-invariant (unlike llama.cpp), so greedy results must match exactly.
-Every eval is recorded and each sequence's cache is checked the way llama.cpp's would be.
+Every eval is recorded and each sequence's cache is checked the way llama.cpp's would be; a batch
+holding an id beyond the vocabulary is refused whole, as llama.cpp refuses it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from localspec.errors import LocalspecError
 
 
 class FakeContext:
@@ -43,6 +46,9 @@ class FakeContext:
 
     def eval_batch(self, items) -> list[np.ndarray]:  # noqa: ANN001
         assert len({s for s, *_ in items}) == len(items), "a sequence twice in one decode"
+        if any(not 0 <= int(t) < self.n_vocab for _, tokens, *_ in items for t in tokens):
+            # llama.cpp checks every id of a batch first and refuses the whole batch for one
+            raise LocalspecError("llama_decode failed (code -1): invalid token in the batch")
         out = []
         for seq, tokens, pos, n_logits in items:
             cache = self.caches[seq]

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -55,12 +55,16 @@ def speculative_steps(
     max_new: int | None = None,
     seq: int = 0,
     lookup: bool = False,
+    matcher=None,  # noqa: ANN001 - a constrain.Matcher: the output's constraint
+    **state: Any,
 ) -> Iterator[Step]:
-    """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull): rounds over a list
-    of one sequence. Stopping early (closing the generator) unaccepts what was not yet emitted."""
+    """Tokens until EOG, `max_new` tokens or a full context (raises ContextFull) or a constraint that
+    cannot go on (raises its ConstraintStuck): rounds over a list of one sequence. Stopping early
+    (closing the generator) unaccepts what was not yet emitted. `state`: further SeqState.start
+    arguments (penalties, logprobs)."""
     st = SeqState.start(
         seq, prompt, sp, cfg, rng, c, k_ctl,
-        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup,
+        max_new=max_new, speculative=draft is not None or lookup, lookup=lookup, matcher=matcher, **state,
     )  # fmt: skip
     prefill(target, draft, st)
     while True:
@@ -75,6 +79,8 @@ def speculative_steps(
                 raise
         if st.finish == "context":
             raise ContextFull
+        if st.finish == "error":
+            raise st.error
         if st.finish is not None:
             return
 
@@ -87,9 +93,14 @@ def plain_steps(
     c: Counters,
     max_new: int | None = None,
     mode: str = "pq",
+    matcher=None,  # noqa: ANN001
+    **state: Any,
 ) -> Iterator[Step]:
     """Target-only decoding: the baseline (mode: whose noise it samples with)."""
-    yield from speculative_steps(target, None, prompt, sp, SpecConfig(mode=mode), rng, c, FixedK(0), max_new)
+    cfg = SpecConfig(mode=mode)
+    yield from speculative_steps(
+        target, None, prompt, sp, cfg, rng, c, FixedK(0), max_new, matcher=matcher, **state
+    )
 
 
 def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001
@@ -183,7 +194,9 @@ class Server:
     """`localspec serve` on loopback. `model` is one GGUF (drafting for itself, --draft-max 4 unless
     args say otherwise) or a pair folder."""
 
-    def __init__(self, model: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, model: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 90
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile(mode="w+")
@@ -196,7 +209,7 @@ class Server:
              "--port", str(self.port), "--n-ctx", str(SERVER_N_CTX), *args],
             cwd=ROOT, env=base | (env or {}), stdout=self.log, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + start_timeout  # a pair's load and calibration take longer
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"server exited with {self.proc.returncode}:\n{self.output()}")

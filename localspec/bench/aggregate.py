@@ -62,6 +62,10 @@ class Sample:
     rounds: int = 0
     lookup_drafted: int = 0  # of n_drafted / n_accepted: the lookup's share (the rest: the draft model)
     lookup_accepted: int = 0
+    grammar_drafted: int = 0  # ... and the grammar's forced tokens' (constrained prompts)
+    grammar_accepted: int = 0
+    constrain_ms: float = 0.0  # time in the constraint's work (masks, forced tokens, rollback)
+    valid: bool | None = None  # a constrained answer that finished: did it follow its schema
 
 
 def _rate(tokens: float, ms: float) -> float:
@@ -86,6 +90,13 @@ class ConfigSummary:
     early_stops: int  # generations that ended before the token budget (end of generation)
     lookup_accepted_share: float = 0.0  # of the accepted drafts, those the lookup proposed
     lookup_acceptance: float = 0.0  # the lookup's own acceptance rate
+    # of the generated tokens: the shares drafted (and kept) by the grammar, the lookup, the draft model
+    grammar_token_share: float = 0.0
+    lookup_token_share: float = 0.0
+    draft_token_share: float = 0.0
+    constrain_ms_per_round: float = 0.0  # the constraint's work per target pass
+    constrain_share: float = 0.0  # ... as a share of decode time
+    invalid: int = 0  # finished constrained answers that did not follow their schema (must be 0)
     by_kind: dict[str, float] = field(default_factory=dict)  # pooled decode tok/s per prompt kind
 
     def to_dict(self) -> dict:
@@ -118,6 +129,12 @@ def summarize(
     rounds = sum(s.rounds for s in samples)
     lk_drafted = sum(s.lookup_drafted for s in samples)
     lk_accepted = sum(s.lookup_accepted for s in samples)
+    gr_accepted = sum(s.grammar_accepted for s in samples)
+    generated = sum(s.n_generated for s in samples)
+    passes = sum(s.rounds for s in samples) + sum(
+        max(s.n_generated - s.n_accepted - s.rounds, 0) for s in samples
+    )  # verify rounds plus plain steps (one token each)
+    constrain_ms = sum(s.constrain_ms for s in samples)
     decode_ms = sum(s.decode_ms for s in samples)
     kinds: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
@@ -139,6 +156,12 @@ def summarize(
         early_stops=sum(1 for s in samples if s.n_generated < gen_tokens),
         lookup_accepted_share=lk_accepted / accepted if accepted else 0.0,
         lookup_acceptance=lk_accepted / lk_drafted if lk_drafted else 0.0,
+        grammar_token_share=gr_accepted / generated if generated else 0.0,
+        lookup_token_share=lk_accepted / generated if generated else 0.0,
+        draft_token_share=(accepted - lk_accepted - gr_accepted) / generated if generated else 0.0,
+        constrain_ms_per_round=constrain_ms / passes if passes else 0.0,
+        constrain_share=constrain_ms / decode_ms if decode_ms > 0 else 0.0,
+        invalid=sum(1 for s in samples if s.valid is False),
         by_kind={
             k: _rate(sum(s.decode_tokens for s in ss), sum(s.decode_ms for s in ss))
             for k, ss in kinds.items()

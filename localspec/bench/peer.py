@@ -110,7 +110,10 @@ def speculative_simple_cmd(
     seed: int,
     bin_dir: Path | None = None,
     variant: PeerVariant = PEER_VARIANTS["draft-simple"],
+    json_schema: str | None = None,
 ) -> list[str]:
+    # a schema constrains llama.cpp's target sampler (converted to its grammar); its draft stays blind
+    constraint = ["--json-schema", json_schema] if json_schema is not None else []
     t = str(ps.n_threads)
     draft = ["-md", str(ps.draft)] if variant.uses_draft else []
     return [
@@ -160,6 +163,7 @@ def speculative_simple_cmd(
         "-ctvd",
         ps.kv_type,
         *sampling_args(ps, temperature, seed),
+        *constraint,
     ]
 
 
@@ -261,6 +265,7 @@ class PeerSide:
             seed=seed,
             bin_dir=self.bin_dir,
             variant=PEER_VARIANTS[cfg.variant or "draft-simple"],
+            json_schema=prompt.schema,
         )
         r = parse_speculative_simple(_run(cmd, self.ps.timeout_s))
         return Sample(

@@ -22,7 +22,7 @@ from localspec.errors import LocalspecError
 if TYPE_CHECKING:
     from localspec.llama import VocabFacts
 
-KINDS = ("chat", "chinese", "code", "long", "copy")
+KINDS = ("chat", "chinese", "code", "long", "copy", "json")  # json: each prompt's answer follows its schema
 _SENTINEL = "\u0000LOCALSPEC-BENCH\u0000"
 
 
@@ -32,6 +32,7 @@ class BenchPrompt:
     kind: str
     text: str
     chat: bool = False
+    schema: str | None = None  # the JSON schema the answer must follow (JSON text)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class FittedPrompt:
     id: str
     kind: str
     tokens: tuple[int, ...]
+    schema: str | None = None
 
 
 class Tokenizer(Protocol):  # what backend.Model offers
@@ -74,6 +76,7 @@ def load_prompts(path: Path | None = None) -> list[BenchPrompt]:
                     kind=str(d.get("kind", "text")),
                     text=str(d["text"]),
                     chat=bool(d.get("chat", False)),
+                    schema=json.dumps(d["schema"]) if d.get("schema") is not None else None,
                 )
             )
         except (json.JSONDecodeError, KeyError, TypeError) as e:
@@ -85,8 +88,16 @@ def load_prompts(path: Path | None = None) -> list[BenchPrompt]:
     return prompts
 
 
-def select(prompts: Sequence[BenchPrompt], per_kind: int | None) -> list[BenchPrompt]:
-    """The first `per_kind` prompts of each kind (all when None), in file order."""
+def select(
+    prompts: Sequence[BenchPrompt], per_kind: int | None, kinds: Sequence[str] | None = None
+) -> list[BenchPrompt]:
+    """The first `per_kind` prompts of each kind (all when None) of the `kinds` asked for (all when
+    None), in file order."""
+    if kinds is not None:
+        missing = sorted(set(kinds) - {p.kind for p in prompts})
+        if missing:
+            raise LocalspecError(f"no prompts of kind {', '.join(missing)} in the prompt set")
+        prompts = [p for p in prompts if p.kind in kinds]
     if per_kind is None:
         return list(prompts)
     seen: dict[str, int] = {}
@@ -169,5 +180,5 @@ def fit_prompts(prompts: Sequence[BenchPrompt], model: Tokenizer, n_tokens: int)
             body = fit_end(text, room, model.tokenize("\n", add_special=False)[:1])
         else:
             body = _whole_characters(model, fit(text, room, sep), room)
-        out.append(FittedPrompt(p.id, p.kind, tuple(head + body + tail)))
+        out.append(FittedPrompt(p.id, p.kind, tuple(head + body + tail), p.schema))
     return out

@@ -10,6 +10,7 @@ from typing import Any
 
 from localspec.bench.aggregate import ConfigSummary, Spread, best
 from localspec.bench.runner import BenchTable
+from localspec.files import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def to_dict(rep: BenchReport, *, samples: bool = True) -> dict[str, Any]:
 
 
 def write_json(rep: BenchReport, path: Path) -> None:
-    Path(path).write_text(json.dumps(to_dict(rep), indent=2, default=str) + "\n")
+    write_text_atomic(Path(path), json.dumps(to_dict(rep), indent=2, default=str) + "\n")
 
 
 # -- text cells ----------------------------------------------------------------------------------
@@ -98,6 +99,8 @@ def _row(s: ConfigSummary) -> list[str]:
         _pct(s.acceptance_rate) if spec else "-",
         f"{s.mean_accepted_len:.2f}" if spec and s.mean_accepted_len else "-",
         _pct(s.lookup_accepted_share) if s.lookup_accepted_share else "-",
+        _pct(s.grammar_token_share) if s.grammar_token_share else "-",
+        f"{s.constrain_ms_per_round:.2f}" if s.constrain_ms_per_round else "-",
         _pct(s.draft_share) if spec else "-",
         _pct(s.verify_share),
         _pct(max(1.0 - s.draft_share - s.verify_share, 0.0)),
@@ -113,6 +116,8 @@ HEADERS = [
     "accept",
     "mean acc len",
     "from lookup",
+    "from grammar",
+    "mask ms/pass",
     "draft time",
     "verify time",
     "other",
@@ -192,7 +197,7 @@ def markdown(rep: BenchReport, *, plot: str | None = None) -> str:
 
 
 def write_markdown(rep: BenchReport, path: Path, *, plot: str | None = None) -> None:
-    Path(path).write_text(markdown(rep, plot=plot))
+    write_text_atomic(Path(path), markdown(rep, plot=plot))
 
 
 # -- terminal ------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ llama.cpp, when compared, is one more `Side` in the same interleaving.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
@@ -25,6 +26,7 @@ class BenchConfig:
     spec: bool
     draft_max: str  # "" for plain
     variant: str = ""  # ours: the lookup mode; llama.cpp's: its drafter (bench/peer_variants.py)
+    blind: bool = False  # ours, on constrained prompts: drafts that ignore the schema (llama.cpp's way)
 
     @property
     def key(self) -> tuple[str, bool, str]:
@@ -66,20 +68,29 @@ def parse_temperatures(value: str) -> list[float]:
 
 
 def configs_for(
-    draft_max: Sequence[str], *, has_draft: bool, lookups: Sequence[str] = ("on",)
+    draft_max: Sequence[str],
+    *,
+    has_draft: bool,
+    lookups: Sequence[str] = ("on",),
+    grammar_drafts: Sequence[str] = ("on",),
 ) -> list[BenchConfig]:
     """The plain baseline, then one speculative configuration per draft length and lookup mode
-    (named by the lookup mode only when several are compared; without a draft, only `only` runs)."""
+    (named by the lookup mode only when several are compared; without a draft, only `only` runs),
+    and per grammar-drafts mode (on: grammar-aware drafts; off, named "blind": drafts that ignore a
+    prompt's schema - which only changes prompts that have one, the json kind)."""
     modes = [m for m in lookups if has_draft or m == "only"]
     out = [PLAIN]
-    for mode in modes:
-        for k in draft_max:
-            name = "auto" if k == "auto" else f"K={k}"
-            if mode == "only":
-                name = f"lookup {name}"
-            elif len(modes) > 1:
-                name = f"{name} lookup={mode}"
-            out.append(BenchConfig(name, True, k, mode))
+    for blind in [g == "off" for g in grammar_drafts]:
+        for mode in modes:
+            for k in draft_max:
+                name = "auto" if k == "auto" else f"K={k}"
+                if mode == "only":
+                    name = f"lookup {name}"
+                elif len(modes) > 1:
+                    name = f"{name} lookup={mode}"
+                if blind:
+                    name = f"{name} blind"
+                out.append(BenchConfig(name, True, k, mode, blind))
     return out
 
 
@@ -117,7 +128,25 @@ def _sample(resp, wall_s: float, cfg: BenchConfig, run: int, prompt: FittedPromp
         rounds=st.rounds,
         lookup_drafted=st.sources.get("lookup", {}).get("drafted", 0),
         lookup_accepted=st.sources.get("lookup", {}).get("accepted", 0),
+        grammar_drafted=st.sources.get("grammar", {}).get("drafted", 0),
+        grammar_accepted=st.sources.get("grammar", {}).get("accepted", 0),
+        constrain_ms=st.constrain_ms_per_round * (st.rounds + st.plain_steps),
+        valid=_valid(resp, prompt),
     )
+
+
+def _valid(resp, prompt: FittedPrompt) -> bool | None:  # noqa: ANN001
+    """A constrained prompt's finished answer parses and follows its schema (None: unconstrained or
+    cut by the token budget)."""
+    if prompt.schema is None or resp.finish_reason != "stop":
+        return None
+    import jsonschema  # noqa: PLC0415 - the json kind only
+
+    try:
+        jsonschema.validate(json.loads(resp.text), json.loads(prompt.schema))
+    except (ValueError, jsonschema.ValidationError):
+        return False
+    return True
 
 
 class Side(Protocol):
@@ -159,6 +188,9 @@ class EngineSide:
         if cfg.spec:
             overrides["draft_max"] = cfg.draft_max
             overrides["lookup"] = cfg.variant or "on"
+            overrides["grammar_drafts"] = not cfg.blind
+        if prompt.schema is not None:
+            overrides["json_schema"] = prompt.schema
         t0 = time.perf_counter()
         resp = self.engine.generate(list(prompt.tokens), **overrides)
         return _sample(resp, time.perf_counter() - t0, cfg, run, prompt)

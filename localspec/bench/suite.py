@@ -22,6 +22,8 @@ class BenchPlan:
     temperatures: Sequence[float] = (0.0,)
     spec_modes: Sequence[str] = ("pq",)  # at T > 0, each rule gets its own table (side by side)
     lookups: Sequence[str] = ("on",)  # lookup modes to compare (settings.LOOKUP_MODES)
+    grammar_drafts: Sequence[str] = ("on",)  # on, off (drafts blind to a json prompt's schema), or both
+    kinds: Sequence[str] | None = None  # only prompts of these kinds; None: every kind
     peer_variants: Sequence[str] = ("draft-simple",)  # llama.cpp drafters (bench/peer_variants.py)
     prompts: Path | None = None  # None: the bundled set
     per_kind: int | None = None  # the first N prompts of each kind
@@ -53,7 +55,7 @@ def run_benchmark(
             raise LocalspecError("--peer needs at least one fixed draft length (llama.cpp has no 'auto')")
         for tool in ("llama-speculative-simple", "llama-bench"):
             peer_mod.peer_binary(tool)  # fail before minutes of localspec runs, not after
-    chosen = select(load_prompts(plan.prompts), plan.per_kind)
+    chosen = select(load_prompts(plan.prompts), plan.per_kind, plan.kinds)
     threads = settings.n_threads or default_threads()
     settings = settings.replace(n_threads=threads, spec=True)
     results: list[TempResult] = []
@@ -61,7 +63,12 @@ def run_benchmark(
     with Engine(settings) as eng:  # the peer runs while our models sit idle in memory
         fitted = fit_prompts(chosen, eng.target, plan.prompt_tokens)
         peer_texts = _peer_texts(eng.target, fitted)
-        configs = configs_for(plan.draft_max, has_draft=eng.draft is not None, lookups=plan.lookups)
+        configs = configs_for(
+            plan.draft_max,
+            has_draft=eng.draft is not None,
+            lookups=plan.lookups,
+            grammar_drafts=plan.grammar_drafts,
+        )
         for t, mode, first_mode in _passes(plan):
             sides: list[Side] = [
                 EngineSide(eng, configs, temperature=t, gen_tokens=plan.gen_tokens, spec_mode=mode)
@@ -111,6 +118,7 @@ def run_benchmark(
         "min_p": settings.min_p,
         "spec_modes": list(plan.spec_modes),
         "lookups": list(plan.lookups),
+        "grammar_drafts": list(plan.grammar_drafts),
         "peer_variants": list(plan.peer_variants) if plan.peer else [],
         "prompt_tokens": plan.prompt_tokens,
         "gen_tokens": plan.gen_tokens,
@@ -182,7 +190,7 @@ def run_concurrency_benchmark(
         )
     if plan.peer:
         peer_mod.peer_binary("llama-server")  # fail before minutes of localspec runs, not after
-    chosen = select(load_prompts(plan.prompts), plan.per_kind)
+    chosen = select(load_prompts(plan.prompts), plan.per_kind, plan.kinds)
     threads = settings.n_threads or default_threads()
     settings = settings.replace(n_threads=threads, spec=True, parallel=max(levels))
     ps = _peer_settings(settings) if plan.peer else None

@@ -2,7 +2,8 @@
 conventions of Hugging Face's `apply_chat_template` (transformers' chat_template_utils), so real
 templates parse and render as they do there: `trim_blocks`/`lstrip_blocks`, the `loopcontrols`
 extension (`{% break %}`), `{% generation %}` blocks, HF's `tojson` (no HTML escaping, keys in
-order, `indent`/`ensure_ascii` as given) and the `raise_exception` and `strftime_now` globals."""
+order, `indent`/`ensure_ascii` as given) and the `raise_exception` and `strftime_now` globals; within
+a time and a size bound (bounded.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
+from localspec.chat import bounded
 from localspec.errors import LocalspecError
 from localspec.text_input import require_text
 
@@ -26,7 +28,8 @@ def _tojson(
 def _compile(template: str):  # noqa: ANN202
     from jinja2 import TemplateError, nodes
     from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from localspec.chat.bounded import BoundedEnvironment
 
     class Generation(Extension):
         """`{% generation %}...{% endgeneration %}` marks assistant text for training masks in HF;
@@ -42,9 +45,7 @@ def _compile(template: str):  # noqa: ANN202
     def raise_exception(message: str) -> None:
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, Generation]
-    )
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, Generation])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
@@ -83,24 +84,28 @@ def render(
         raise LocalspecError("this model has no chat template (tokenizer.chat_template); run without --chat")
     check_messages(messages)
     tmpl = _compile(template)
+    variables = dict(
+        messages=messages,
+        add_generation_prompt=add_generation_prompt,
+        bos_token=bos_token,
+        eos_token=eos_token,
+        **extra,
+    )
     try:
-        return tmpl.render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=bos_token,
-            eos_token=eos_token,
-            **extra,
-        )
+        return bounded.render(tmpl, variables)
+    except LocalspecError:  # its time or size bound
+        raise
     except Exception as e:  # noqa: BLE001 - a template is a program: any failure is the template's
         raise LocalspecError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
 
-def render_for(model: Any, messages: list[dict], *, template: str | None = None) -> str:
-    """The prompt text for `messages` through the model's own template and special tokens."""
+def render_for(model: Any, messages: list[dict], *, template: str | None = None, **extra: Any) -> str:
+    """The prompt text for `messages` through the model's own template and special tokens; `extra`
+    are further template variables (tools, enable_thinking, ...)."""
     v = model.vocab
     bos = model.token_text(v.bos) if v.bos >= 0 else ""
     eos = model.token_text(v.eos) if v.eos >= 0 else ""
-    return render(template or model.chat_template(), messages, bos_token=bos, eos_token=eos)
+    return render(template or model.chat_template(), messages, bos_token=bos, eos_token=eos, **extra)
 
 
 def tokenize_rendered(model: Any, text: str, *, continuation: bool = False) -> list[int]:

@@ -11,10 +11,21 @@ from localspec.bench.runner import comma_list
 from localspec.cli.common import resolve_settings, settings_options
 from localspec.config.settings import LOOKUP_MODES, SPEC_MODES, Settings
 from localspec.errors import LocalspecError
+from localspec.files import write_text_atomic
 from localspec.paths import default_pair
 
 # the bench sets these itself: one value per configuration, or fixed by the method
-_OWN = ("max_tokens", "stop", "temperature", "seed", "draft_max", "spec", "spec_mode", "lookup")
+_OWN = (
+    "max_tokens",
+    "stop",
+    "temperature",
+    "seed",
+    "draft_max",
+    "spec",
+    "spec_mode",
+    "lookup",
+    "grammar_drafts",
+)
 
 
 def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
@@ -56,6 +67,22 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
     show_default=True,
     help="N-gram lookup drafts, comma-separated to compare: on (chained with the draft model), off, "
     "only (lookup alone, no draft model); each draft length runs once per mode.",
+)
+@click.option(
+    "--grammar-drafts",
+    "grammar_drafts",
+    default="on",
+    show_default=True,
+    help="On json prompts (each with its schema): on (grammar-aware drafts: forced tokens free, the "
+    "draft model masked), off (drafts ignore the schema, llama.cpp's way; configurations named "
+    "'blind'), or 'on,off' to compare.",
+)
+@click.option(
+    "--kinds",
+    "kinds",
+    default=None,
+    help="Only prompts of these kinds, comma-separated (chat, chinese, code, long, copy, json); "
+    "default: all.",
 )
 @click.option(
     "--peer-spec",
@@ -148,6 +175,8 @@ def bench(
     temperatures: str,
     spec_modes: str,
     lookups: str,
+    grammar_drafts: str,
+    kinds: str | None,
     peer_specs: str,
     seed: int,
     prompts_file: Path | None,
@@ -171,6 +200,7 @@ def bench(
         _round_overhead(kwargs, progress, json_out, md_out)
         return
     from localspec.bench import report  # noqa: PLC0415
+    from localspec.bench.prompts import KINDS  # noqa: PLC0415
     from localspec.bench.runner import parse_draft_max, parse_temperatures  # noqa: PLC0415
     from localspec.bench.suite import BenchPlan, run_benchmark  # noqa: PLC0415
 
@@ -193,6 +223,8 @@ def bench(
         temperatures=parse_temperatures(temperatures),
         spec_modes=_choices("--spec-mode", SPEC_MODES, spec_modes),
         lookups=_choices("--lookup", LOOKUP_MODES, lookups),
+        grammar_drafts=_choices("--grammar-drafts", ("on", "off"), grammar_drafts),
+        kinds=_choices("--kinds", KINDS, kinds) if kinds else None,
         peer_variants=parse_peer_specs(peer_specs),
         prompts=prompts_file,
         per_kind=per_kind,
@@ -261,9 +293,9 @@ def _concurrency(settings, plan, progress, json_out: Path | None, md_out: Path |
         click.echo(f"temperature {t:g}")
         conc.print_table(rows)
     if json_out:
-        json_out.write_text(json.dumps(rep, indent=2))
+        write_text_atomic(json_out, json.dumps(rep, indent=2))
     if md_out:
-        md_out.write_text(conc.markdown(rep))
+        write_text_atomic(md_out, conc.markdown(rep))
 
 
 def _relative(path: Path, base: Path) -> str:

@@ -72,9 +72,11 @@ def _repl(session: "ChatSession") -> None:
 
     try:
         from localspec import paths  # noqa: PLC0415
+        from localspec.files import PRIVATE_FILE, private_dir  # noqa: PLC0415
 
         path = paths.chat_history()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(path.parent)  # what the user typed: theirs alone, as the acceptance log
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE))
         history = FileHistory(str(path))
     except OSError:
         history = InMemoryHistory()

@@ -38,6 +38,16 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
             help_text = f.metadata["help"]
             if "flag" in f.metadata:  # a one-way switch such as --no-log
                 fn = click.option(f.metadata["flag"], f.name, is_flag=True, default=None, help=help_text)(fn)
+            elif f.metadata.get("file"):  # the setting is the text of the file named (--json-schema FILE)
+                fn = click.option(
+                    flag,
+                    f.name,
+                    type=click.Path(dir_okay=False, path_type=Path),
+                    default=None,
+                    callback=_read_file,
+                    metavar="FILE",
+                    help=help_text,
+                )(fn)
             elif f.type in ("bool", bool) or str(f.type) == "bool":
                 fn = click.option(
                     f"{flag}/--no-{f.name.replace('_', '-')}", f.name, default=None, help=help_text
@@ -61,6 +71,17 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
         )(fn)
 
     return deco
+
+
+def _read_file(ctx: click.Context, param: click.Parameter, path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise LocalspecError(
+            f"cannot read {param.opts[0]} {path}: {getattr(e, 'strerror', None) or e}"
+        ) from None
 
 
 def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:

@@ -44,6 +44,7 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
     if settings.target is None:
         return out
     planned = load_pair(settings, dry_run=True)  # `run` would refuse an incompatible pair; still shown
+    out["memory"] = _memory(settings)
     if planned.pair_report is not None:
         out["pair"] = {"ok": planned.pair_report.ok, "message": planned.pair_report.message}
     plan = planned.plan
@@ -64,6 +65,7 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
     with load_pair(tiny, strict=False, decision=decision) as loaded:
         verified, vplan = loaded.report, loaded.plan
         rpc_times = verify_times(loaded.target_ctx) if decision.mode == "rpc" else None
+        _measured_rollback(out["memory"], loaded)
     out["verified"] = verified.to_dict() | {"n_ctx": vplan.rt.n_ctx, "summary": verified.summary()}
     out["verified"]["accuracy"] = {
         m.role: {
@@ -85,6 +87,34 @@ def _variant_line(v: dict[str, Any]) -> str:
     if v["path"] is None:
         return f"{v['name']} ({v['reason']})"
     return f"{v['name']} ({v['reason']}; ggml score {v['score']}; {v['path']})"
+
+
+def _memory(settings: Any) -> dict[str, Any]:
+    """Each model's memory kind and MTP layers, from its header (what speculation will cost on it)."""
+    from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
+
+    roles = {"target": settings.target, "draft": settings.draft if settings.speculative else None}
+    out = {}
+    for role, path in roles.items():
+        if path is not None:
+            f = memory_facts(path)
+            out[role] = {
+                "kind": f.kind,
+                "rollback": f.rollback,
+                "mtp_layers": f.mtp_layers,
+                "line": f.describe(),
+            }
+    return out
+
+
+def _measured_rollback(memory: dict[str, Any], loaded: Any) -> None:
+    """The loaded contexts' own answer (llama.h), and what a rollback cost them, measured."""
+    from localspec.draft_len.calibrate import rollback_cost  # noqa: PLC0415
+
+    for role, ctx in (("target", loaded.target_ctx), ("draft", loaded.draft_ctx)):
+        if role in memory and getattr(ctx, "memory_kind", "attention") != "attention":
+            prefix = ctx.model.tokenize("The quick brown fox jumps over the lazy dog.", add_special=True)
+            memory[role] |= {"loaded_kind": ctx.memory_kind} | rollback_cost(ctx, prefix)
 
 
 def _remembered(settings: Any, decision: Any) -> dict[str, Any]:
@@ -167,6 +197,13 @@ def render(r: dict[str, Any]) -> str:
         return _table(rows)
     if "pair" in r:
         rows.append(("pair", ("" if r["pair"]["ok"] else "REFUSED by run: ") + r["pair"]["message"]))
+    for i, (role, m) in enumerate(r.get("memory", {}).items()):
+        rows.append(("memory" if i == 0 else "", f"{role:<6} {m['line']}"))
+        if "rollback_ms" in m:
+            cost = f"measured: rollback {m['rollback_ms']:.2f} ms, replay {m['replay_ms']:.2f} ms per round"
+            if "snapshot_ms" in m:
+                cost += f", snapshot {m['snapshot_ms']:.2f} ms of {fmt_bytes(m['state_bytes'])}"
+            rows.append(("", f"       {cost} (a verify of 4 drafts, 2 kept)"))
     rows.append(
         (
             "plan",

@@ -9,6 +9,7 @@ import click
 def list_pairs() -> None:
     """Pair presets (pull one with `localspec pull NAME`) and the pairs in models/ with their size and
     the acceptance last measured with them."""
+    from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
     from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
     from localspec.hub.listing import local_pairs, presets  # noqa: PLC0415
     from localspec.hub.pull import is_pulled  # noqa: PLC0415
@@ -28,3 +29,7 @@ def list_pairs() -> None:
         acc = f"{lp.acceptance:.0%}" if lp.acceptance is not None else "–"
         note = f"  ({lp.problem})" if lp.problem else ""
         click.echo(f"  {lp.name:<20} {size:>10}  last acceptance {acc:>4}  {lp.folder}{note}")
+        if not lp.problem:  # what speculation costs on its memory, and an MTP head to draft with
+            f = memory_facts(lp.target)
+            if f.kind != "attention" or f.mtp_layers:
+                click.echo(f"  {'':<20} target: {f.describe()}")

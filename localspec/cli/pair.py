@@ -89,10 +89,13 @@ def pair(
 def check_pair(target: Path, draft: Path) -> None:
     """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules). Exit 0 if so, 1 if not."""
     from localspec.gguf.compat import check_pair as check  # noqa: PLC0415
+    from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
 
     report = check(target, draft)
     if report.ok:
         click.echo(report.message)
+        for role, path in (("target", target), ("draft", draft)):
+            click.echo(f"{role}: {memory_facts(path).describe()}")
         return
     click.echo(f"incompatible: {draft} cannot draft for {target}")
     for p in report.problems:

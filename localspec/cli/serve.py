@@ -7,8 +7,10 @@ import signal
 from importlib.util import find_spec
 
 import click
+from click.core import ParameterSource
 
 from localspec.cli.common import resolve_settings, settings_options
+from localspec.config.settings import API_KEY_ENV
 from localspec.errors import LocalspecError
 
 SERVE_DEFAULTS = {"parallel": 4}  # below config files and flags
@@ -16,22 +18,29 @@ SHUTDOWN_GRACE_S = 10  # SIGTERM: in-flight requests get this long to finish, th
 
 
 @click.command()
-@settings_options("model", "sampling", "spec", "server")
-def serve(**kwargs) -> None:
+@settings_options("model", "sampling", "spec", "log", "server")
+@click.pass_context
+def serve(ctx: click.Context, **kwargs) -> None:
     """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
     /v1/models, /health, /metrics)."""
+    key_in_argv = ctx.get_parameter_source("api_key") is ParameterSource.COMMANDLINE
     settings = resolve_settings(kwargs, defaults=SERVE_DEFAULTS)
     _need_server_extras()
     import uvicorn  # noqa: PLC0415 - keep --help instant
 
     from localspec.engine import Engine  # noqa: PLC0415
-    from localspec.server import create_app, reload  # noqa: PLC0415
+    from localspec.server import create_app, protocol, reload  # noqa: PLC0415
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
 
     for line in exposure_warnings(settings.host, settings.api_key) if not reload.reloads() else ():
         say(line)
+    if key_in_argv:  # a re-executed server has it in its environment (reload.py)
+        say(
+            f"warning: --api-key on the command line is visible to every user of this machine (ps); "
+            f"set {API_KEY_ENV} in the environment instead"
+        )
     endpoints = settings.rpc_endpoints
     if reload.reloads() and endpoints:  # re-executed after losing an rpc-server: wait for it (reload.py)
         reload.wait_for_servers(endpoints, say)
@@ -43,6 +52,9 @@ def serve(**kwargs) -> None:
         port=settings.port,
         log_level="warning",
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        http=protocol.GuardedH11,  # a deadline for reading each request: slow clients let go of
+        timeout_keep_alive=protocol.KEEP_ALIVE_S,
+        h11_max_incomplete_event_size=protocol.HEADER_MAX_BYTES,
     )
     server = uvicorn.Server(config)
     lost = reload.EngineLost(say)
@@ -51,9 +63,9 @@ def serve(**kwargs) -> None:
     # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with 143; a handler
     # of our own is what it re-raises into, so a clean shutdown exits 0
     signal.signal(signal.SIGTERM, lambda *_: None)
-    say(
-        f"serving {app.state.model_id} on http://{_url_host(settings.host)}:{settings.port}/v1 (Ctrl-C to stop)"
-    )
+    base = f"http://{_url_host(settings.host)}:{settings.port}"
+    say(f"serving {app.state.model_id} on {base}/v1 (Ctrl-C to stop)")
+    say(f"open {base}/ in a browser for the chat page")
     server.run()
     if lost.line is not None:
         reload.reexec()
@@ -72,7 +84,9 @@ def exposure_warnings(host: str, api_key: str | None) -> list[str]:
     if not _is_loopback(host):
         lines.append(
             f"warning: listening on {host}, not loopback: anyone who can reach this machine on the network "
-            "can use the model" + ("" if api_key else " (and there is no API key)")
+            "can use the model"
+            + ("" if api_key else " (and there is no API key)")
+            + "; clients must name it by an address of this machine or a name in --allowed-hosts"
         )
     if not api_key:
         lines.append("no API key: requests are not authenticated (set --api-key or LOCALSPEC_API_KEY)")

@@ -48,6 +48,9 @@ def _summary_table(s):  # noqa: ANN001, ANN202
     if s.drafted:
         t.add_row("acceptance", f"{s.acceptance:.1%} ({s.accepted}/{s.drafted})")
         t.add_row("mean accepted length", f"{s.mean_accepted_len:.2f} per round")
+        for name, c in sorted(s.draft_sources.items()):  # the draft model, the lookup, the grammar
+            rate = c["accepted"] / c["drafted"] if c["drafted"] else 0.0
+            t.add_row(f"  drafted by {name}", f"{c['accepted']}/{c['drafted']} kept ({rate:.1%})")
         ratio = s.verify_draft_ratio
         hint = "" if ratio >= 1 else " (< 1: drafting costs more than verifying)"
         t.add_row("verify/draft time", f"{ratio:.2f}{hint}")

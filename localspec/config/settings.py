@@ -11,7 +11,9 @@ Settings only parses and checks: the one I/O it does is reading the TOML files i
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -44,13 +46,20 @@ UINT64_MAX = 2**64 - 1
 GGML_MAX_THREADS = 512
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text until the end
+MAX_LOGIT_BIAS = 300
+API_KEY_ENV = "LOCALSPEC_API_KEY"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     # -- models --------------------------------------------------------------------------------
     target: Path | None = _f(None, "Target model GGUF (the big model whose output you get).", group="model")
-    draft: Path | None = _f(None, "Draft model GGUF (small, same vocabulary).", group="model")
+    draft: Path | None = _f(
+        None,
+        "Draft model GGUF (small, same vocabulary), or `mtp`: the target drafts for itself with its MTP "
+        "(nextn) layers, no draft GGUF (a file named mtp: ./mtp).",
+        group="model",
+    )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
     )
@@ -103,6 +112,39 @@ class Settings:
     stop: tuple[str, ...] = _f(
         (), "Stop string (repeatable); never emitted.", group="sampling", multiple=True
     )
+    # penalties and biases change the logits before top-k, as llama.cpp's sampler chain does
+    repeat_penalty: float = _f(
+        1.0, "Divide the logit of every token in the last --repeat-last-n by this (1 = off).",
+        group="sampling", gt=0, le=MAX_TEMPERATURE,
+    )  # fmt: skip
+    presence_penalty: float = _f(
+        0.0, "Subtract this from the logit of every token in the last --repeat-last-n.",
+        group="sampling", ge=-2, le=2,
+    )  # fmt: skip
+    frequency_penalty: float = _f(
+        0.0, "Subtract this x its count from the logit of every token in the last --repeat-last-n.",
+        group="sampling", ge=-2, le=2,
+    )  # fmt: skip
+    repeat_last_n: int = _f(
+        64, "Tokens (prompt and output) the penalties look back over; 0 = none, -1 = all.",
+        group="sampling", ge=-1, le=INT32_MAX,
+    )  # fmt: skip
+    logit_bias: tuple[tuple[int, float], ...] = _f(
+        (), "Add BIAS to token ID's logit: ID=BIAS, repeatable (-100 all but bans it).",
+        group="sampling", multiple=True, ge=-MAX_LOGIT_BIAS, le=MAX_LOGIT_BIAS,
+    )  # fmt: skip
+    # -- output --------------------------------------------------------------------------------
+    logprobs: bool = _f(False, "Report each emitted token's log-probability.", group="output")
+    top_logprobs: int = _f(
+        0, "With logprobs, also the N most likely tokens at each position.", group="output", ge=0, le=20
+    )
+    reasoning_format: str = _f(
+        "auto",
+        "Chat answers: split <think> reasoning into reasoning_content (auto, deepseek) or keep it "
+        "inline (none).",
+        group="output",
+        choices=("auto", "deepseek", "none"),
+    )
     # -- speculation ---------------------------------------------------------------------------
     spec: bool = _f(True, "Use speculative decoding when a draft is given.", group="spec")
     draft_max: str = _f("auto", "Tokens drafted per round: a number, or auto (tuned online).", group="spec")
@@ -129,6 +171,30 @@ class Settings:
         group="spec",
         choices=LOOKUP_MODES,
     )
+    grammar_drafts: bool = _f(
+        True,
+        "With a JSON schema or grammar, draft under it: tokens it forces are free drafts and the draft "
+        "model proposes only what it allows (off: drafts ignore it, as llama.cpp's do; for comparison).",
+        group="spec",
+    )
+    # -- constrained output (localspec/constrain) ----------------------------------------------
+    json_schema: str | None = _f(
+        None,
+        'Make the output JSON that follows this schema (a file; one holding {"type": "object"} '
+        "gives any JSON object). Speculation stays on: what the schema fixes is drafted for free.",
+        group="constraint",
+        file=True,
+    )
+    json_strict: bool = _f(
+        True, "Refuse a JSON schema keyword that cannot be enforced (off: ignore it).", group="constraint"
+    )
+    grammar: str | None = _f(
+        None,
+        "Make the output follow this grammar (a file): GBNF, as llama.cpp writes it, or Lark, as "
+        "llguidance does.",
+        group="constraint",
+        file=True,
+    )
     # -- acceptance log (localspec/acclog.py) ----------------------------------------------------
     log: Path | None = _f(
         None, "Append one JSON line per generation to this file (default: the user state dir).", group="log"
@@ -145,10 +211,25 @@ class Settings:
         default=None,
         repr=False,
         metadata={
-            "help": "Require 'Authorization: Bearer KEY' on every request.",
+            "help": f"Require 'Authorization: Bearer KEY' on every request (set {API_KEY_ENV} rather "
+            "than the flag: a command line is visible to every user of the machine).",
             "group": "server",
-            "envvar": "LOCALSPEC_API_KEY",
+            "envvar": API_KEY_ENV,
         },
+    )
+    allowed_hosts: tuple[str, ...] = _f(
+        (),
+        "A host name clients reach this server by, beyond loopback and the listening address "
+        "(repeatable; '*.example.com' for a domain, '*' for any, which lets DNS rebinding through).",
+        group="server",
+        multiple=True,
+    )
+    cors_origins: tuple[str, ...] = _f(
+        (),
+        "A web origin (scheme://host[:port]) whose pages may call the API from a browser "
+        "(repeatable; none by default, '*' for any).",
+        group="server",
+        multiple=True,
     )
     max_queue: int = _f(
         64, "Requests that may wait for a slot; more get 503 + Retry-After.", group="server", ge=0, le=1 << 20
@@ -174,6 +255,20 @@ class Settings:
                 f"({min(AUTO_K_MAX, self.n_batch - 1)}); lower --draft-min or give a fixed --draft-max"
             )
         parse_endpoints(self.rpc)  # validates
+        if self.json_schema is not None and self.grammar is not None:
+            raise LocalspecError("give a JSON schema or a grammar, not both")
+        for h in self.allowed_hosts:
+            if not _host_pattern(h):
+                raise LocalspecError(
+                    f"--allowed-hosts takes host names such as 'box.local' or '*.example.com', "
+                    f"no port or scheme (got {h!r})"
+                )
+        for o in self.cors_origins:
+            if o != "*" and not re.fullmatch(r"https?://[^/\s]+", o):
+                raise LocalspecError(
+                    f"--cors-origins takes origins such as 'http://localhost:3000', with no path or "
+                    f"trailing slash (got {o!r})"
+                )
 
     @classmethod
     def _hints(cls) -> dict[str, Any]:
@@ -210,7 +305,17 @@ class Settings:
     @property
     def speculative(self) -> bool:
         """The draft model is loaded and drafts."""
-        return self.spec and self.draft is not None and self.lookup != "only"
+        return self.spec and self.draft is not None and not self.draft_mtp and self.lookup != "only"
+
+    @property
+    def draft_mtp(self) -> bool:
+        """`--draft mtp`: the target's own MTP head is the draft model."""
+        return self.draft is not None and str(self.draft) == "mtp"
+
+    @property
+    def mtp_drafts(self) -> bool:
+        """The target's MTP layers are loaded and draft."""
+        return self.spec and self.draft_mtp and self.lookup != "only"
 
     @property
     def uses_lookup(self) -> bool:
@@ -302,6 +407,8 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
         if not isinstance(v, (str, Path)) or not str(v) or "\0" in str(v):
             raise LocalspecError(f"{name} must be a file path (got {v!r})")
         return Path(v)  # not checked for UTF-8: file names on Linux may be any bytes
+    if name == "logit_bias":
+        return _logit_bias(v)
     if typing.get_origin(base) is tuple:  # stop strings
         items = (v,) if isinstance(v, str) else v
         if not isinstance(items, (list, tuple)) or not all(isinstance(s, str) for s in items):
@@ -323,6 +430,40 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
     if choices and v not in choices:
         raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
     return v
+
+
+def _logit_bias(v: Any) -> tuple[tuple[int, float], ...]:
+    """{id: bias} (a request, TOML), [(id, bias)], or ["ID=BIAS"] (flags) -> sorted (id, bias) pairs."""
+    if isinstance(v, dict):
+        items = list(v.items())
+    elif isinstance(v, (list, tuple)):
+        items = [tuple(x.split("=", 1)) if isinstance(x, str) and "=" in x else x for x in v]
+    else:
+        items = None
+    out: dict[int, float] = {}
+    for item in items if items is not None else [None]:
+        try:
+            tok, bias = item  # type: ignore[misc]
+            tok = int(tok) if not isinstance(tok, bool) else None
+            bias = float(bias) if not isinstance(bias, bool) else None
+        except (TypeError, ValueError):
+            tok = bias = None
+        if tok is None or bias is None or tok < 0 or not math.isfinite(bias) or abs(bias) > MAX_LOGIT_BIAS:
+            raise LocalspecError(
+                f"logit_bias maps token ids to biases within +-{MAX_LOGIT_BIAS} (ID=BIAS on the command "
+                f'line, {{"15043": -100}} in a request); got {item if items is not None else v!r}'
+            )
+        out[tok] = bias
+    return tuple(sorted(out.items()))
+
+
+def _host_pattern(h: str) -> bool:
+    """'*', an IP address, a host name, or '*.' and a domain (what a Host allowlist can match)."""
+    try:
+        ipaddress.ip_address(h.strip("[]"))
+        return True
+    except ValueError:
+        return h == "*" or not ("*" in h.removeprefix("*.") or "/" in h or ":" in h or not h.strip("*."))
 
 
 def _in_range(name: str, meta: Any, v: float) -> Any:

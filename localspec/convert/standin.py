@@ -71,6 +71,14 @@ def build_standin(
         log(f"ok       {toml_path} (stand-in pair already built)")
         return toml_path
 
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise LocalspecError(
+            f"{out_dir} is a broken link (to {out_dir.readlink()}): remove it, or point it at a folder"
+        )
+    if out_dir.exists() and not out_dir.is_dir():
+        raise LocalspecError(
+            f"{out_dir} is a file, not a folder: move it away so the pair can be built there"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     # an existing pair.toml stays until the new one replaces it: each model file is swapped in
     # atomically, so runs started meanwhile still load, and a crash leaves a recipe that won't match

@@ -29,7 +29,7 @@ from localspec.config import toml
 from localspec.config.pair_toml import write_pair_toml
 from localspec.convert.gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
 from localspec.errors import LocalspecError
-from localspec.files import atomic_output
+from localspec.files import atomic_output, write_text_atomic
 from localspec.gguf.compat import pair_facts
 
 HEAD_DIM = 64
@@ -155,7 +155,7 @@ def write_f16(
             write_gguf(tmp, "llama", _metadata(shape, n_vocab, role, tok_kvs), plan)
         n = sum(int(np.prod(p.shape)) for p in plan)
         log(f"{role:<7} {n / 1e9:.2f}B params {_fmt(shape)}: f16 in {time.perf_counter() - t:.0f} s")
-    marker.write_text(json.dumps(info))
+    write_text_atomic(marker, json.dumps(info))  # the marker says the f16 files are complete
 
 
 def quantize_pair(out_dir: Path, *, nthread: int | None = None, log: Callable[[str], None] = print) -> Path:

@@ -15,13 +15,15 @@ A prompt is prefilled in chunks that ride in the rounds' target decodes (`fillin
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Sequence
 
 import numpy as np
 
+from localspec.constrain import ConstraintStuck
 from localspec.decode import accept, noise
-from localspec.decode.sampling import Dist, Dists, argmax, process, process_rows
+from localspec.decode.sampling import Dist, Dists, argmax, logprobs, process, process_rows
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
 
@@ -47,11 +49,12 @@ def _prefill_items(
         if len(st.tokens) >= target.n_ctx:
             st.finish = "context"
             continue
+        if target.past(st.seq) >= upto:
+            target.truncate(upto, st.seq)  # a recurrent memory may land below upto: re-evaluate the rest
         have = target.past(st.seq)
         end = upto if budget is None else min(upto, have + budget)
         st.counters.n_prefilled += max(end - have, 0) + (end == upto)  # + the first verify's token
         if have >= upto:
-            target.truncate(upto, st.seq)
             continue
         items.append((st.seq, st.tokens[have:end], have, 1))
         done[i] = end == upto
@@ -66,6 +69,68 @@ def _offer_lookup(st: SeqState) -> list[int]:
     tokens, match_len = st.lookup.propose(LOOKUP_MAX)
     st.k_ctl.offer(len(tokens), match_len)
     return tokens
+
+
+def _shaped(st: SeqState, row: np.ndarray, drafted: Sequence[int], i: int) -> np.ndarray:
+    """The logits at draft position i as the sequence samples from them: logit_bias and penalties
+    from the tokens before it (`drafted[:i]` after the sequence's own) - the same for the draft's row
+    and the target's there, and for plain decoding."""
+    if st.penalties is None:
+        return row
+    return st.penalties.apply(row, _history(st, drafted, i))
+
+
+def _history(st: SeqState, drafted: Sequence[int], i: int) -> list[int]:
+    """The tokens the penalties look back over at draft position i."""
+    pen = st.penalties
+    if pen.last_n < 0:
+        return st.tokens + list(drafted[:i])
+    return (st.tokens[-pen.last_n :] + list(drafted[:i]))[-pen.last_n :] if pen.last_n else []
+
+
+def _shapes(st: SeqState) -> bool:
+    """Whether st's rows are edited before sampling (penalties, logit_bias, a constraint's mask)."""
+    return st.penalties is not None or st.track is not None
+
+
+def _shaped_rows(st: SeqState, rows: np.ndarray, drafted: Sequence[int], i0: int, masked: bool) -> np.ndarray:
+    """`rows` (draft positions i0, i0 + 1, ...) as the sequence samples from them: the rows
+    themselves when nothing shapes them, else one copy edited in place - the penalties' sparse
+    edits, then the constraint's mask (`masked`). The same values as `_shaped` and `_row`."""
+    if st.penalties is None and not masked:
+        return rows
+    out = np.array(rows, dtype=np.float32)
+    for j in range(len(out)):
+        if st.penalties is not None:
+            st.penalties.apply_(out[j], _history(st, drafted, i0 + j))
+        if masked:
+            st.track.mask_(out[j], i0 + j)
+    return out
+
+
+def _unbanned(st: SeqState, tokens: list[int]) -> list[int]:
+    """A lookup proposal up to the first token logit_bias bans (the target would never keep it)."""
+    if st.penalties is None or not st.penalties.bias:
+        return tokens
+    banned = st.penalties.banned()
+    for i, t in enumerate(tokens):
+        if t in banned:
+            return tokens[:i]
+    return tokens
+
+
+def _with_logprobs(
+    st: SeqState, new: list[Step], shaped: list[np.ndarray], ps: Sequence[Dist | None]
+) -> list[Step]:
+    """Each step's log-probability under the target's distribution where it was emitted (its row in
+    the verify pass, drafted or not), after the transforms plain decoding applies (`ps`: those
+    distributions where the round has them already)."""
+    out = []
+    for i, (step, row) in enumerate(zip(new, shaped)):
+        p = ps[i] if i < len(ps) and ps[i] is not None else process(row, st.sp)
+        lp, top = logprobs(p, step.token, st.logprobs)
+        out.append(dataclasses.replace(step, logprob=lp, top=top))
+    return out + new[len(out) :]
 
 
 def _one_point_q(st: SeqState, x: int) -> Dist | None:
@@ -146,14 +211,17 @@ def _distributions(
 ) -> tuple[dict[SeqState, Dists], dict[SeqState, list[int]]]:
     """Every row's distribution, for each (sequence, its rows, the position of the first) that
     samples: one `process_rows` call per set of sampling parameters, over the rows of all its
-    sequences at once; and for the coupled rule each row's Gumbel-max choice, in one call too."""
+    sequences at once (a sequence whose rows were shaped into their own copy gets its own call:
+    joining it to the others would copy them all); and for the coupled rule each row's Gumbel-max
+    choice, in one call too."""
     by_sp: dict = {}
     for st, rows, pos in pairs:
         if not st.sp.greedy and len(rows):
-            by_sp.setdefault(st.sp, []).append((st, rows, pos))
+            key = (st.sp, st if _shapes(st) else None)
+            by_sp.setdefault(key, []).append((st, rows, pos))
     dists: dict[SeqState, Dists] = {}
     choices: dict[SeqState, list[int]] = {}
-    for sp, group in by_sp.items():
+    for (sp, _), group in by_sp.items():
         batch = process_rows(_block([rows for _, rows, _ in group]), sp)
         keys, at, i = [], [], 0
         for st, rows, pos in group:
@@ -197,16 +265,22 @@ def decode_round(
     budget: int | None = None,
 ) -> list[bool]:
     """One round over every running sequence: new tokens go to each state's `out`, and a sequence
-    that ends (EOG, max_new, a full context) gets its `finish` set; the others go on.
+    that ends (EOG, max_new, a full context, a complete or stuck constraint) gets its `finish` set;
+    the others go on.
 
     `filling` are sequences still prefilling: their next prompt chunk (at most `budget` tokens each)
     rides in the same target decode as the verify batch - one pass over the weights per round, as
-    llama-server does. Returns, per filling sequence, whether its prompt is now in."""
+    llama-server does. Returns, per filling sequence, whether its prompt is now in.
+
+    A constrained sequence (`track`) has the tokens its grammar forces drafted first, for free; every
+    draft and target row it uses is masked to what the grammar allows at that position."""
     t_round = time.perf_counter()
     live = []
     for st in states:
         if st.finish is None and len(st.tokens) >= target.n_ctx:  # no position left for a verify batch
             st.finish = "context"
+        if st.finish is None and st.track is not None:
+            _constrained(st, st.track.begin)
         if st.finish is None:
             live.append(st)
     fill_items, fill_done = _prefill_items(target, filling, budget)
@@ -219,21 +293,41 @@ def decode_round(
     drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
     offered = {st: _offer_lookup(st) for st in drafting}
     wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
-    ks, looked = {}, {}
+    forced, ks, looked, cap = {}, {}, {}, {}
+    model_source = getattr(draft, "source", "draft")  # the draft model, or the target's MTP head
+    max_draft = getattr(target, "max_draft", None)  # what the target's rollback can take back
     for st in live:
-        k = wanted.get(st, 0)
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
-        left = st.max_new - st.n_new - 1 if st.max_new is not None else k
-        k = max(0, min(k, room - 1, left))
-        looked[st] = offered[st][:k] if k and st.k_ctl.lookup_first else []
-        ks[st] = k if draft is not None and st.k_ctl.has_model else len(looked[st])
+        left = st.max_new - st.n_new - 1 if st.max_new is not None else room
+        cap[st] = min(room - 1, left, max_draft if max_draft is not None else room)  # drafts, every source
+        if target.past(st.seq) < len(st.tokens) - 1:
+            cap[st] = 0  # a restored snapshot: this round replays the kept tokens (drafting on top of a
+            # replay would put them back under a snapshot a rejection returns to)
+        forced[st] = _forced(st, min(cap[st], LOOKUP_MAX))
+        nf = len(forced[st])
+        k = wanted.get(st, 0)
+        k = max(0, min(k, cap[st] - nf))
+        proposal = offered.get(st, [])
+        if nf:  # the lookup continues tokens; past the forced run only if it agrees with it
+            proposal = proposal[nf:] if proposal[:nf] == forced[st] else []
+        looked[st] = _unbanned(st, proposal[:k]) if k and st.k_ctl.lookup_first else []
+        if _aware(st):
+            looked[st] = st.track.valid(looked[st])
+            looked[st] = looked[st][: st.track.push(looked[st])]
+        elif st.track is not None:
+            for x in looked[st]:
+                st.track.follow(x)
+        ks[st] = k if draft is not None and st.k_ctl.has_model and st.draft_model else len(looked[st])
 
-    # -- draft: the lookup's tokens first, then one batched draft-model decode per position ------
-    drafts = {st: list(looked[st]) for st in live}
-    qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in looked[st]] for st in live}
+    # -- draft: forced tokens, the lookup's, then one batched draft-model decode per position, each
+    # token the draft model writes followed by what the grammar then forces (free: no draft step) --
+    drafts = {st: forced[st] + looked[st] for st in live}
+    srcs = {st: ["grammar"] * len(forced[st]) + ["lookup"] * len(looked[st]) for st in live}
+    total = {st: len(forced[st]) + ks[st] for st in live}  # drafts wanted, forced ones included
+    qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in drafts[st]] for st in live}
     t0 = time.perf_counter()
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
-    active = [st for st in live if ks[st] > len(drafts[st])]  # the draft model has tokens to make
+    active = [st for st in live if total[st] > len(drafts[st]) and not _ended(st, drafts[st], draft)]
     t_catch = _draft_catch_up(draft, active)  # the draft's prompt pass, late: prefill, not drafting
     if active:
         items = []
@@ -248,27 +342,47 @@ def decode_round(
             rows = _eval(draft, items)
             t_deval += time.perf_counter() - te
             still, items = [], []
+            # each row as sampled (penalties, the mask when drafting under the constraint), then the
+            # distributions of every row that needs one (and the coupled choices) in one call
+            shaped = [
+                _shaped_rows(st, row[:1], drafts[st], len(drafts[st]), _aware(st))
+                for st, row in zip(active, rows)
+            ]
             dq, dy = _distributions(
-                [(st, row, len(st.tokens) + len(drafts[st])) for st, row in zip(active, rows)
+                [(st, row, len(st.tokens) + len(drafts[st])) for st, row in zip(active, shaped)
                  if _needs_q(st, len(drafts[st]))]
             )  # fmt: skip
-            for st, row in zip(active, rows):
+            for st, row in zip(active, shaped):
                 i = len(drafts[st])
+                aware = _aware(st)
                 x, q = _draft_token(
                     row[0], st, i, dq[st][0] if st in dq else None, dy[st][0] if st in dy else None
                 )
-                if x is None:
+                if x is None or (aware and not st.track.push([x])):
                     continue
+                if st.track is not None and not aware:
+                    st.track.follow(x)
                 drafts[st].append(x)
                 qs[st].append(q)
-                if i + 1 < ks[st] and not draft.is_eog(x):
+                srcs[st].append(model_source)
+                run = _forced(st, cap[st] - len(drafts[st])) if aware and not draft.is_eog(x) else []
+                if run:  # free: they ride in the next draft step and do not count against K
+                    drafts[st] += run
+                    qs[st] += [_one_point_q(st, t) for t in run]
+                    srcs[st] += ["grammar"] * len(run)
+                    total[st] = min(total[st] + len(run), cap[st])
+                if len(drafts[st]) < total[st] and not draft.is_eog(drafts[st][-1]):
                     still.append(st)
-                    items.append((st.seq, [x], len(st.tokens) + i, 1))
+                    items.append((st.seq, [x, *run], len(st.tokens) + i, 1))
             active = still
     t1 = time.perf_counter()
 
     # -- verify: one target decode for every sequence --------------------------------------------
-    items = [(st.seq, [st.tokens[-1], *drafts[st]], len(st.tokens) - 1, len(drafts[st]) + 1) for st in live]
+    replaying = {st: target.past(st.seq) < len(st.tokens) - 1 for st in live}
+    items = [
+        (st.seq, st.tokens[target.past(st.seq) :] + drafts[st], target.past(st.seq), len(drafts[st]) + 1)
+        for st in live
+    ]
     all_rows = _eval(target, items + fill_items)[: len(items)]
     t2 = time.perf_counter()
     batch_tokens = sum(len(it[1]) for it in items + fill_items)
@@ -276,27 +390,38 @@ def decode_round(
 
     # -- accept and roll back, per sequence -------------------------------------------------------
     ts = time.perf_counter()
-    # the target's distributions (and coupled choices), every row at once
-    ps, ys = _distributions([(st, rows, len(st.tokens)) for st, rows in zip(live, all_rows)])
+    # a sampling sequence's rows as sampled (those that can be: a constraint has no mask past a lost
+    # blind draft or an EOG, where the round never samples), and their distributions and coupled
+    # choices, every row of the step at once
+    vrows = {st: _verify_rows(st, rows, drafts[st]) for st, rows in zip(live, all_rows) if not st.sp.greedy}
+    ps, ys = _distributions([(st, rows, len(st.tokens)) for st, rows in vrows.items()])
     t_dists = time.perf_counter() - ts  # shared: charged to each sequence's sampling time
     for st, rows in zip(live, all_rows):
         ts = time.perf_counter() - t_dists
         new: list[Step] = []
         n_acc = 0
         d = drafts[st]
+        src = srcs[st]
         n_look = len(looked[st])
-        p = ps.get(st) or [None] * len(rows)
-        y = ys.get(st) or [None] * len(rows)
+        p: Sequence[Dist | None] = ps.get(st, ())
+        y: Sequence[int | None] = ys.get(st, ())
+        have = len(p)
+        shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
         for i, x in enumerate(d):
-            ok, tok = _verify_token(rows[i], st, x, qs[st][i], len(st.tokens) + i, p[i], y[i])
-            new.append(Step(tok, ok, i if ok else -1, ("lookup" if i < n_look else "draft") if ok else ""))
+            shaped.append(vrows[st][i] if i < have else _row(st, rows, i, d))
+            pi, yi = (p[i], y[i] if y else None) if i < have else (None, None)
+            ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i, pi, yi)
+            new.append(Step(tok, ok, i if ok else -1, src[i] if ok else ""))
             if not ok:
                 break
             n_acc += 1
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            new.append(Step(_sample(rows[len(d)], st, len(st.tokens) + len(d), p[len(d)], y[len(d)]), False))
+            i = len(d)
+            shaped.append(vrows[st][i] if i < have else _row(st, rows, i, d))
+            pi, yi = (p[i], y[i] if y else None) if i < have else (None, None)
+            new.append(Step(_sample(shaped[-1], st, len(st.tokens) + i, pi, yi), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
         for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted
@@ -304,7 +429,13 @@ def decode_round(
                 new = new[: j + 1]
                 st.finish = "stop"
                 break
+        if st.logprobs >= 0:
+            new = _with_logprobs(st, new, shaped, [p[i] if i < have else None for i in range(len(shaped))])
+        if st.track is not None:
+            _settle(st, n_acc, new)
         st.tokens.extend(s.token for s in new)
+        if draft is not None and st.draft_model and any(s.token >= draft.n_vocab for s in new):
+            st.draft_model = False  # the target made an id the draft has not got: no more model drafts
         if st.lookup is not None:
             st.lookup.extend([s.token for s in new])
         st.n_new += len(new)
@@ -317,12 +448,13 @@ def decode_round(
         t3 = time.perf_counter()
 
         c = st.counters
-        c.record_round(ks[st], len(d), n_acc, n_look)
+        c.record_round(ks[st], len(d), n_acc, sources=src)
         c.trace_round(
             k=ks[st],
             drafted=len(d),
             accepted=n_acc,
             lookup=n_look,
+            grammar=src.count("grammar"),
             draft_ms=(t1 - t0) * 1e3,
             verify_ms=(t2 - t1) * 1e3,
         )
@@ -330,24 +462,83 @@ def decode_round(
         c.verify_s += t2 - t1
         c.sample_s += t3 - ts
         c.llama_s += (t2 - t1) + t_deval
+        if st.track is not None:
+            c.constrain_s += st.track.take_spent()
         round_s = (t2 - t_round) + (t3 - ts)  # the shared decodes plus this sequence's own work
         c.loop_s += round_s
+        # the K controller plans the lookup's and the draft model's tokens, and learns from those only
+        own = [j for j, name in enumerate(src) if name != "grammar"]
+        n_own_acc = sum(j < n_acc for j in own)
+        reached = n_own_acc == len(own) or own[n_own_acc] <= n_acc  # not cut by a forced token's miss
         st.k_ctl.observe(
             k=ks[st],
-            n_drafted=len(d),
-            n_accepted=n_acc,
+            n_drafted=len(own) if reached else 0,
+            n_accepted=n_own_acc if reached else 0,
             n_emitted=len(new),
             draft_s=t1 - t0 - t_catch,
             verify_s=t2 - t1,
             round_s=round_s - t_catch,
             batch_tokens=batch_tokens,
-            n_lookup=n_look,
+            n_lookup=n_look if reached else 0,
+            replay=replaying[st],
         )
         if offered.get(st) and not n_look:
             st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new))
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
     return fill_done
+
+
+def _verify_rows(st: SeqState, rows: np.ndarray, drafted: Sequence[int]) -> np.ndarray:
+    """A sampling sequence's verify rows as sampled, from the first on while each has its mask."""
+    n = len(rows)
+    if st.track is not None:
+        n = next((i for i in range(n) if not st.track.has_mask(i)), n)
+    return _shaped_rows(st, rows[:n], drafted, 0, st.track is not None)
+
+
+def _row(st: SeqState, rows: np.ndarray, i: int, drafted: Sequence[int]) -> np.ndarray:
+    """The target's logits at draft position i as sampled: penalties and biases, then masked by the
+    sequence's constraint there."""
+    row = _shaped(st, rows[i], drafted, i)
+    return row if st.track is None else st.track.masked(row, i)
+
+
+def _constrained(st: SeqState, fn, *args):  # noqa: ANN001, ANN202
+    """Run one constraint operation; a grammar that cannot go on ends this sequence, not the round."""
+    try:
+        return fn(*args)
+    except ConstraintStuck as e:
+        st.finish, st.error = "error", e
+        return None
+
+
+def _aware(st: SeqState) -> bool:
+    """st's drafts are made under its constraint (forced tokens first, the draft's rows masked)."""
+    return st.track is not None and st.cfg.grammar_drafts
+
+
+def _forced(st: SeqState, limit: int) -> list[int]:
+    """The tokens st's grammar forces next (free drafts), when it speculates."""
+    if not _aware(st) or not st.speculative or limit <= 0:
+        return []
+    return _constrained(st, st.track.forced, limit) or []
+
+
+def _ended(st: SeqState, drafts: list[int], draft: Evaluator | None) -> bool:
+    """The drafts so far end the output (EOG), so the draft model has nothing to add."""
+    return bool(drafts) and draft is not None and draft.is_eog(drafts[-1])
+
+
+def _settle(st: SeqState, n_acc: int, new: list[Step]) -> None:
+    """Move the matcher to where the sequence now ends: back to the kept drafts, on by the target's
+    token. A grammar now complete ends the output as the target would: only EOG is allowed next, so
+    it is emitted without a pass (any EOG; they all end the text the same way)."""
+    kept = min(n_acc, len(new))
+    _constrained(st, st.track.settle, kept, [s.token for s in new[kept:]])
+    if st.finish is None and st.track.done:
+        new.append(Step(st.track.matcher.vocab.eog[0], False))
+        st.finish = "stop"
 
 
 def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[int, int]:
@@ -369,16 +560,28 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> floa
     """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it lags
     by more than a round's worth (its prompt, or the tokens of plain rounds), counted as those
     sequences' prefill; returns the seconds. A short lag (the last draft and the bonus token) rides
-    in the first draft step."""
+    in the first draft step. A draft that rolls back through snapshots catches up whenever it lags
+    by more than one token and settles there: its snapshot is taken at the first draft step, and a
+    replay riding in that step would be undone with the drafts at every rejection. Such a replay
+    (no longer than a round) is drafting's cost, not prefill: it is charged to the draft's time."""
     t0 = time.perf_counter()
     items, behind = [], []
+    snapshots = getattr(draft, "rollback", "truncate") == "snapshot"
+    replay_only = True
     for st in active:
         have, upto = draft.past(st.seq), len(st.tokens) - 1
-        if upto - have > 2:
+        if upto - have > (1 if snapshots else 2):
             items.append((st.seq, st.tokens[have:upto], have, 1))
             behind.append(st)
-    if items:
-        _eval(draft, items)
+            replay_only &= snapshots and upto - have <= LOOKUP_MAX + 2
+    if not items:
+        return 0.0
+    _eval(draft, items)
+    if snapshots:
+        for st in behind:
+            draft.truncate(len(st.tokens) - 1, st.seq)
+    if replay_only:
+        return 0.0
     dt = time.perf_counter() - t0
     _charge_prefill(behind, dt)
     return dt

@@ -182,3 +182,59 @@ def _nucleus(ids: np.ndarray, x: np.ndarray, p: np.ndarray, top_p: float):
 
 def argmax(logits: np.ndarray) -> int:
     return int(np.argmax(logits))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Penalties:
+    """logit_bias and the repeat / presence / frequency penalties, as llama.cpp applies them first in
+    its sampler chain (before top-k). They depend only on the tokens before a position, so the draft
+    and the target apply the same transform at every position - the rules stay lossless and
+    `coupled` keeps its seed - and plain decoding applies it too."""
+
+    repeat: float = 1.0
+    presence: float = 0.0
+    frequency: float = 0.0
+    last_n: int = 64  # tokens looked back over (prompt included, as llama-server does); -1 = all
+    bias: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def active(self) -> bool:
+        return self.penalises or bool(self.bias)
+
+    @property
+    def penalises(self) -> bool:
+        return self.last_n != 0 and (self.repeat != 1.0 or self.presence != 0.0 or self.frequency != 0.0)
+
+    def banned(self) -> frozenset[int]:
+        """Tokens whose bias all but bans them (a lookup does not propose them)."""
+        return frozenset(t for t, b in self.bias if b <= -100)
+
+    def apply(self, logits: np.ndarray, history: Sequence[int]) -> np.ndarray:
+        """A transformed float32 copy of one logits row; `history` is every token before it."""
+        return self.apply_(np.array(logits, dtype=np.float32, copy=True), history)
+
+    def apply_(self, out: np.ndarray, history: Sequence[int]) -> np.ndarray:
+        """`apply` in place on a writable float32 row (sparse edits only); returns it."""
+        if self.bias:
+            ids = np.array([t for t, _ in self.bias if t < out.shape[0]], dtype=np.int64)
+            out[ids] += np.array([b for t, b in self.bias if t < out.shape[0]], dtype=np.float32)
+        if self.penalises and len(history):
+            window = history if self.last_n < 0 else history[-self.last_n :]
+            ids, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)
+            keep = ids < out.shape[0]
+            ids, counts = ids[keep], counts[keep]
+            x = out[ids]
+            # llama.cpp: once per distinct token, dividing a positive logit and multiplying a negative one
+            x = np.where(x > 0, x / self.repeat, x * self.repeat)
+            out[ids] = x - counts * self.frequency - self.presence
+        return out
+
+
+def logprobs(dist: Dist, token: int, top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """log p(token) under `dist`, and its `top` most likely tokens (ties: lower id first)."""
+    p = dist.prob(token)
+    lp = float(np.log(p)) if p > 0 else float("-inf")
+    if top <= 0:
+        return lp, ()
+    order = np.lexsort((dist.ids, -dist.probs))[:top]
+    return lp, tuple((int(dist.ids[i]), float(np.log(dist.probs[i]))) for i in order)

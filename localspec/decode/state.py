@@ -12,9 +12,11 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from localspec.constrain import Matcher
+from localspec.constrain.track import Track
 from localspec.decode.lookup import Lookup
 from localspec.decode.noise import KeyedGumbel
-from localspec.decode.sampling import SamplingParams
+from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.stats import Counters
 from localspec.draft_len.controller import KController
 
@@ -23,10 +25,17 @@ Item = tuple[int, Sequence[int], int, int]  # (sequence id, tokens, first positi
 
 class Evaluator(Protocol):
     """What the round needs from a model context (llama.Context implements it; tests/fake_backend.py too).
-    An evaluator may also have `eval_views(items)`: eval_batch's rows as views valid until its next
-    decode, no copy (llama.Context has it); the round uses it when present."""
+
+    `truncate` settles the positions before it; on a recurrent memory it may leave `past` below the
+    position asked (a restored snapshot): the round re-evaluates the difference. Optional attributes:
+    `rollback` ("truncate" | "rs" | "snapshot", llama/recurrent.py), `max_draft` (the most drafts
+    one verify may roll back: n_rs_seq on an rs context) and `source` (the stats' name for a draft
+    context's tokens: "draft" for a draft model, "mtp" for the target's own MTP head), and
+    `eval_views(items)`: eval_batch's rows as views valid until its next decode, no copy
+    (llama.Context has it); the round uses it when present."""
 
     n_ctx: int  # per sequence
+    n_vocab: int  # token ids 0..n_vocab-1; llama.cpp refuses a whole batch for one id beyond
 
     def past(self, seq: int = 0) -> int: ...
 
@@ -42,7 +51,13 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
-    source: str = ""  # who drafted it when from_draft: "draft" (the draft model) or "lookup"
+    source: str = (
+        ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
+    )
+    # when asked: the target's log-probability of the token where it was emitted, after the sampling
+    # transforms, and the most likely tokens there as (token, log-probability), best first
+    logprob: float | None = None
+    top: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +65,7 @@ class SpecConfig:
     mode: str = "pq"  # pq | match | coupled  (ignored when greedy)
     draft_min: int = 0
     draft_p_min: float = 0.0
+    grammar_drafts: bool = True  # drafts see the output's constraint (False: blind, as llama.cpp's)
 
 
 @dataclass(eq=False)
@@ -66,12 +82,19 @@ class SeqState:
     verify_rng: np.random.Generator
     max_new: int | None = None
     speculative: bool = True
+    # the draft model may see this sequence: it holds no id beyond the draft's vocabulary (a target's
+    # may be up to 128 ids larger); lookup drafts go on without it
+    draft_model: bool = True
     n_new: int = 0
-    finish: str | None = None  # None while running; stop (EOG) | length | context
+    finish: str | None = None  # None while running; stop (EOG) | length | context | error
     out: list[Step] = field(default_factory=list)  # steps made since the last take()
     # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
     noise: KeyedGumbel | None = None
     lookup: Lookup | None = None  # the n-gram index over tokens, when lookup drafts are on
+    track: Track | None = None  # the output's constraint (grammar, JSON schema), when it has one
+    error: Exception | None = None  # why it ended, when finish is "error" (a grammar that cannot go on)
+    penalties: Penalties | None = None  # logit_bias and repetition penalties, applied to both models' rows
+    logprobs: int = -1  # -1: none; else report each step's logprob and this many top alternatives
 
     @classmethod
     def start(
@@ -87,13 +110,18 @@ class SeqState:
         max_new: int | None = None,
         speculative: bool = True,
         lookup: bool = False,
+        matcher: Matcher | None = None,
+        penalties: Penalties | None = None,
+        logprobs: int = -1,
+        draft_model: bool = True,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
         index = Lookup(prompt) if lookup and speculative else None
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
-            noise=noise, lookup=index,
+            draft_model=draft_model, noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
+            penalties=penalties if penalties and penalties.active else None, logprobs=logprobs,
         )  # fmt: skip
 
     def take(self) -> list[Step]:

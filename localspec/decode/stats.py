@@ -4,8 +4,11 @@ The CLI, logs, server and benchmarks only format these."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import Sequence
 
-SOURCES = ("draft", "lookup")  # who drafts: the draft model, the n-gram lookup (lookup.py)
+# who drafts: the draft model, the target's MTP head, the n-gram lookup (lookup.py), the grammar's
+# forced tokens (constrain/)
+SOURCES = ("draft", "mtp", "lookup", "grammar")
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Counters:
     prefill_s: float = 0.0
     loop_s: float = 0.0  # wall time of decode rounds
     llama_s: float = 0.0  # of which inside llama.cpp (draft + target evals)
+    constrain_s: float = 0.0  # of which in the output's constraint (masks, forced tokens, rollback)
     k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
     fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
     started_plain: bool = False  # auto-K predicted from measured costs that plain decoding is faster
@@ -53,21 +57,30 @@ class Counters:
                 self.accepted_by_pos[step.draft_pos] -= 1
                 self.sources[step.source].accepted -= 1
 
-    def record_round(self, k: int, n_drafted: int, n_accepted: int, n_lookup: int = 0) -> None:
-        """One round; its first n_lookup drafts came from the lookup, the rest from the draft model."""
+    def record_round(
+        self,
+        k: int,
+        n_drafted: int,
+        n_accepted: int,
+        n_lookup: int = 0,
+        *,
+        sources: Sequence[str] | None = None,
+        model_source: str = "draft",
+    ) -> None:
+        """One round; `sources` names who drafted each position ("grammar", "lookup", "draft", "mtp"; by
+        default the first n_lookup came from the lookup, the rest from the draft context:
+        `model_source`, a draft model or the target's MTP head)."""
         self.k_history.append(k)
         if n_drafted == 0:
             self.plain_steps += 1
             return
-        for source, n, acc in (
-            ("lookup", n_lookup, min(n_accepted, n_lookup)),
-            ("draft", n_drafted - n_lookup, max(n_accepted - n_lookup, 0)),
-        ):
-            if n:
-                counts = self.sources[source]
-                counts.rounds += 1
-                counts.drafted += n
-                counts.accepted += acc
+        if sources is None:
+            sources = ["lookup"] * n_lookup + [model_source] * (n_drafted - n_lookup)
+        for name in set(sources):
+            self.sources[name].rounds += 1
+        for i, name in enumerate(sources):
+            self.sources[name].drafted += 1
+            self.sources[name].accepted += i < n_accepted
         self.rounds += 1
         self.n_drafted += n_drafted
         self.n_accepted += n_accepted
@@ -101,6 +114,7 @@ class Stats:
     prefill_ms: float
     decode_ms: float
     overhead_ms_per_round: float  # round wall time outside llama.cpp (Python, sampling), per target pass
+    constrain_ms_per_round: float  # of the round's time, the constraint's work (masks, ...), per target pass
     decode_tok_s: float  # from the first generated token on
     e2e_tok_s: float  # prompt processing included
     k_history: list[int]
@@ -149,6 +163,7 @@ class Stats:
             prefill_ms=c.prefill_s * 1e3,
             decode_ms=decode_s * 1e3,
             overhead_ms_per_round=(c.loop_s - c.llama_s) * 1e3 / passes if passes else 0.0,
+            constrain_ms_per_round=c.constrain_s * 1e3 / passes if passes else 0.0,
             decode_tok_s=tok_after_first / decode_s if decode_s > 0 and tok_after_first else 0.0,
             e2e_tok_s=n_generated / total_s if total_s > 0 else 0.0,
             k_history=list(c.k_history),

@@ -1,10 +1,10 @@
 """Tokens -> text deltas: UTF-8-safe detokenizing, stop strings and EOG, independent of any model.
 
 `TextStream.feed` takes steps as the decoding rounds make them and returns the text they complete;
-once the output is decided (EOG or a stop string) it takes no more, and the steps it did not emit
-are in `dropped`. When a stop string ends the text, the tokens that only made up the stop string
-(or came after it) are dropped too, so text, tokens and counters agree. `run` drives it from a step
-generator and closes that as soon as the output is decided.
+once the output is decided (EOG or a stop string) it takes no more, and the steps made after that
+are in `dropped` (the EOG that decided it is generated, not dropped). When a stop string ends the
+text, the tokens that only made up the stop string (or came after it) are dropped too, so text,
+tokens and counters agree.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ class TextStream:
         self._stops = StopMatcher(stop)
         self._is_eog = is_eog
         self.tokens: list[int] = []  # emitted tokens (EOG excluded)
-        self.dropped: list[Step] = []  # steps made but never emitted (after a stop string or EOG)
+        self.dropped: list[Step] = []  # steps made after the output was decided (stop string, EOG)
         self.finish = "length"
         self.saw_eog = False
         self.done = False  # the output is decided: feed() takes nothing more
@@ -45,8 +45,9 @@ class TextStream:
             if self.first_token_at is None and clock is not None:
                 self.first_token_at = clock()
             if self._is_eog(step.token):
+                # generated (n_generated counts it) though never shown: not dropped, so an accepted
+                # EOG draft stays accepted
                 self.finish, self.saw_eog, self.done = "stop", True, True
-                self.dropped.append(step)  # never emitted; its round still counts it as generated
                 continue
             self.tokens.append(step.token)
             self._starts.append(self._decoded)

@@ -151,7 +151,11 @@ class AutoK:
         if k == 0:
             return 1.0 / (self.verify_time(1) + o)
         draft_s = self.model_tokens(k, lookup_first) * (self.costs.t_draft.value or 0.0)
-        return self.expected_tokens(k, lookup_first) / (draft_s + self.verify_time(k + 1) + o)
+        replay = 0.0
+        if self.costs.replay:
+            reach = np.cumprod(self._plan_probs(self._plan(lookup_first)))[:k]
+            replay = float(self.costs.replay_cost(reach, self.costs.curve(self.k_max))[k - 1])
+        return self.expected_tokens(k, lookup_first) / (draft_s + self.verify_time(k + 1) + o + replay)
 
     def _plans(self, sources: str) -> list[tuple[int, bool]]:
         """(K, lookup first) candidates. sources: both; model (the draft model alone); lookup (the
@@ -175,9 +179,10 @@ class AutoK:
         """expected_rate for K = 1..k_max at once (this runs every round: no Python loop over K)."""
         k = np.arange(1, self.k_max + 1)
         model = np.maximum(k - self._n_lookup, 0) if lookup_first else k
-        tokens = 1.0 + np.cumsum(np.cumprod(self._plan_probs(lookup_first)))
+        reach = np.cumprod(self._plan_probs(lookup_first))
+        tokens = 1.0 + np.cumsum(reach)
         cost = model * (self.costs.t_draft.value or 0.0) + curve[k + 1] + (self.costs.t_overhead.value or 0.0)
-        return tokens / cost
+        return tokens / (cost + self.costs.replay_cost(reach, curve))
 
     def best_plan(self, sources: str = "both") -> tuple[int, bool]:
         """(K, lookup first) with the highest expected tokens per second; (0, False) when none."""
@@ -273,10 +278,14 @@ class AutoK:
         round_s: float,
         batch_tokens: int | None = None,
         n_lookup: int = 0,
+        replay: bool = False,
     ) -> None:
         """One round's outcome; `batch_tokens` is the verify batch's size over every sequence in it
         (None or n_drafted + 1 when this sequence was alone); the first `n_lookup` drafts came from
-        the lookup (at no draft time), the rest from the draft model."""
+        the lookup (at no draft time), the rest from the draft model. A `replay` round re-evaluated
+        what a snapshot rollback undid: speculation's cost, so it counts in the realised rate."""
+        if replay:
+            self._judge(n_emitted, round_s)
         alone = batch_tokens is None or batch_tokens == n_drafted + 1
         if not alone:
             self._observe_shared(n_drafted, n_accepted, verify_s, batch_tokens, n_lookup)
@@ -293,6 +302,10 @@ class AutoK:
         self._learn_acceptance(n_drafted, n_accepted, n_lookup)
         if n_lookup:  # a lookup plan is judged each round by its match's own evidence; the window
             return  # below is the draft model's verdict, and a few missed short matches must not sway it
+        self._judge(n_emitted, round_s)
+
+    def _judge(self, n_emitted: int, round_s: float) -> None:
+        """The realised-rate fallback: a window of drafted rounds against the plain rate."""
         self.recent.append((n_emitted, round_s))
         plain = self.costs.verify.get(1)
         if len(self.recent) == self.recent.maxlen and plain:

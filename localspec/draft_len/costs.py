@@ -1,7 +1,12 @@
 """What a round costs on this machine: the draft's time per token, the target's verify time per batch
 size (measured per size, not modelled: saw-toothed on a CPU, flat on a GPU) and the per-round
 overhead. One `Costs` per engine, held by its tuner pool and passed to every controller it makes:
-the costs belong to the machine, and concurrent requests measure the same batches."""
+the costs belong to the machine, and concurrent requests measure the same batches.
+
+A target whose memory rolls back through snapshots (`replay`, llama/recurrent.py) pays once more
+for every round with a rejection: the next round replays the kept tokens instead of drafting, a
+verify of (accepted + 2) tokens that emits one. `replay_cost` prices that; n_rs_seq rollback costs
+nothing outside the verify (its snapshots are written inside the decode, so T(n) holds them)."""
 
 from __future__ import annotations
 
@@ -53,12 +58,25 @@ class Costs:
     seen_at: dict[int, int] = field(default_factory=dict)  # batch size -> round last measured
     # the probe rounds still to run before the model is trusted: only the first request pays them
     probe: list[int] = field(default_factory=list)
+    replay: bool = False  # the target rolls back through snapshots: a rejection costs a replay round
     _line: tuple = ()  # (the measured points, b0, b1): the fit is redone only when they change
 
     @classmethod
-    def unmeasured(cls, k_min: int, k_max: int) -> "Costs":
+    def unmeasured(cls, k_min: int, k_max: int, *, replay: bool = False) -> "Costs":
         """Costs to be found by probe rounds (nothing calibrated or remembered)."""
-        return cls(probe=[k if k == 0 else min(max(k, k_min), k_max) for k in PROBE])
+        return cls(probe=[k if k == 0 else min(max(k, k_min), k_max) for k in PROBE], replay=replay)
+
+    def replay_cost(self, reach: np.ndarray, curve: np.ndarray) -> np.ndarray:
+        """Expected seconds a round of K drafts adds to the next round, for K = 1..len(reach), where
+        reach[j] is the chance drafts 1..j+1 are all accepted: with a rejection (1 - reach[K-1]),
+        the next round verifies the expected kept tokens + 2 instead of one token."""
+        if not self.replay:
+            return np.zeros(len(reach))
+        k = np.arange(1, len(reach) + 1)
+        p_rej = np.maximum(1.0 - reach, 1e-12)
+        kept = (np.cumsum(reach) - k * reach) / p_rej  # E[accepted | a rejection within K]
+        n = np.clip(np.rint(kept).astype(int) + 2, 2, len(curve) - 1)
+        return (1.0 - reach) * np.maximum(curve[n] - curve[1], 0.0)
 
     def prime(self, verify: dict[int, float], draft_s: float | None) -> None:
         """Start from known costs (calibrated at load, or remembered): no probe rounds."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import platform
 import time
 from dataclasses import asdict, dataclass, field
@@ -46,11 +47,13 @@ class TunerRecord:
         if d.get("key") != key:
             raise ValueError("written for another pair, build or device")
         verify = {int(n): float(t) for n, t in d["verify_s"].items()}
-        if not verify or any(not 0 < t < 3600 for t in verify.values()):
+        if not verify or any(not 0 < t < 3600 for t in verify.values()):  # NaN fails these too
             raise ValueError("verify timings out of range")
         draft = d.get("draft_s")
+        if draft is not None and not 0 < float(draft) < 3600:
+            raise ValueError("draft timing out of range")
         acc, tried = [float(x) for x in d.get("acc", [])], [float(x) for x in d.get("tried", [])]
-        if len(acc) != len(tried) or any(a < 0 or a > t + 1e-9 for a, t in zip(acc, tried)):
+        if len(acc) != len(tried) or not all(0 <= a <= t + 1e-9 < math.inf for a, t in zip(acc, tried)):
             raise ValueError("acceptance counts inconsistent")
         return cls(verify, None if draft is None else float(draft), acc, tried, float(d.get("saved_at", 0)))
 
@@ -92,7 +95,7 @@ class TunerMemory:
         never errors: remembering is an optimisation."""
         record.saved_at = time.time()
         try:
-            write_text_atomic(self.path, record.to_json(self.key))
+            write_text_atomic(self.path, record.to_json(self.key), private=True)
         except (OSError, LocalspecError) as e:
             self._note(
                 f"warning: could not save the tuner cache to {self.dir} ({getattr(e, 'strerror', None) or e})"
@@ -104,9 +107,10 @@ def memory_key(settings: Any, target_gpu_layers: int, draft_gpu_layers: int) -> 
     that change a decode's cost."""
     from localspec import llama  # noqa: PLC0415 - llama.cpp facts come only from the backend
 
+    draft = fingerprint(Path(settings.draft)) if settings.speculative else None  # --lookup only: None
     return {
         "target": fingerprint(Path(settings.target)),
-        "draft": fingerprint(Path(settings.draft)) if settings.speculative else None,  # --lookup only
+        "draft": "mtp" if settings.mtp_drafts else draft,  # the target's own head: not a lookup's costs
         "llama_cpp": llama.llama_cpp_version(),
         "build": hashlib.sha256(llama.system_info().encode()).hexdigest()[:16],
         "cpu": cpu_name(),

@@ -22,9 +22,15 @@ CALIBRATION_TEXT = "The quick brown fox jumps over the lazy dog. " * 3
 
 class TunerPool:
     def __init__(
-        self, *, n_batch: int, has_draft: bool, known: TunerRecord | None, memory: TunerMemory | None
+        self,
+        *,
+        n_batch: int,
+        has_draft: bool,
+        known: TunerRecord | None,
+        memory: TunerMemory | None,
+        replay: bool = False,
     ) -> None:
-        self.n_batch, self.has_draft = n_batch, has_draft
+        self.n_batch, self.has_draft, self.replay = n_batch, has_draft, replay
         self.known, self.memory = known, memory
         self.costs: Costs | None = None  # made with the first tuner (its K bounds clip the probes)
         self.by_kind: dict[tuple, AutoK] = {}
@@ -43,10 +49,15 @@ class TunerPool:
         process on this pair, build and device, measured now (a second or two on a CPU,
         milliseconds on a GPU), or none (a fixed K, or nothing to draft with)."""
         s = settings
+        replay = getattr(target_ctx, "rollback", "truncate") == "snapshot"  # its rejections cost a replay
         pool = lambda known, mem: cls(  # noqa: E731
-            n_batch=target_ctx.n_batch, has_draft=draft_ctx is not None, known=known, memory=mem
+            n_batch=target_ctx.n_batch,
+            has_draft=draft_ctx is not None,
+            known=known,
+            memory=mem,
+            replay=replay,
         )
-        if not ((s.speculative or s.uses_lookup) and s.draft_k is None):
+        if not ((s.speculative or s.mtp_drafts or s.uses_lookup) and s.draft_k is None):
             return pool(None, None), "none"
         memory = None
         if s.tuner_cache:
@@ -56,19 +67,20 @@ class TunerPool:
                 return pool(record, memory), "remembered"
         return pool(_calibrate(s, target_ctx, draft_ctx), memory), "measured"
 
-    def key(self, s: Any) -> tuple[int, int, bool, bool]:
+    def key(self, s: Any, draft_model: bool = True) -> tuple[int, int, bool, bool]:
         """Requests that share a tuner: same K bounds, same drafters (--lookup only, per request or
-        with no draft loaded, leaves the draft model out), and greedy or sampled (drafts are kept
-        less often when sampling: their evidence and priors are kept apart)."""
-        has_model = self.has_draft and s.lookup != "only"
+        with no draft loaded, leaves the draft model out, as does a prompt with ids the draft does
+        not know), and greedy or sampled (drafts are kept less often when sampling: their evidence
+        and priors are kept apart)."""
+        has_model = self.has_draft and s.lookup != "only" and draft_model
         return max(1, s.draft_min), min(AUTO_K_MAX, self.n_batch - 1), has_model, s.temperature > 0
 
-    def controller(self, s: Any, speculative: bool) -> KController:
+    def controller(self, s: Any, speculative: bool, *, draft_model: bool = True) -> KController:
         """One request's controller. One tuner per kind: what it measured of this machine's costs
         carries over to the next request, so only the first pays any probe rounds."""
         if not speculative:
             return FixedK(0)
-        key = self.key(s)
+        key = self.key(s, draft_model)
         if s.draft_k is not None:
             return FixedK(s.draft_k, has_model=key[2])
         if key not in self.by_kind:
@@ -79,7 +91,7 @@ class TunerPool:
         """A request ended: its evidence goes back to its tuner, and the pair's to the memory."""
         if ctl.costs is None:
             return
-        tuner = self.by_kind[self.key(s)]
+        tuner = self.by_kind[self.key(s, ctl.has_model)]
         tuner.absorb(ctl)
         if self.memory is not None and (ctl.has_model or not self.has_draft):  # the record is the pair's
             verify, draft_s = tuner.costs.snapshot()
@@ -88,7 +100,7 @@ class TunerPool:
 
     def _new_tuner(self, k_min: int, k_max: int, has_model: bool, sampled: bool) -> AutoK:
         if self.costs is None:
-            self.costs = Costs.unmeasured(min(max(1, k_min), k_max), k_max)
+            self.costs = Costs.unmeasured(min(max(1, k_min), k_max), k_max, replay=self.replay)
             if self.known is not None:
                 self.costs.prime(self.known.verify_s, self.known.draft_s)
         priors = LOOKUP_PRIORS_SAMPLED if sampled else LOOKUP_PRIORS
@@ -100,11 +112,13 @@ class TunerPool:
 
 def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
     cap = min(target_ctx.n_batch, target_ctx.n_ctx // 2)
-    max_batch = min(AUTO_K_MAX + 1, cap)
+    max_draft = getattr(target_ctx, "max_draft", None)  # an rs target: no more drafts than it rolls back
+    max_batch = min(AUTO_K_MAX + 1, cap, max_draft + 1 if max_draft is not None else cap)
     # a full round of slots: every sequence plain, and every one drafting one token
     also = [n for n in (s.parallel, 2 * s.parallel) if s.parallel > 1 and n <= cap]
     # the prefix and the largest verify batch must fit one slot, however small --n-ctx is
     prefix = target_ctx.model.tokenize(CALIBRATION_TEXT, add_special=True)
-    prefix = prefix[: target_ctx.n_ctx - max([max_batch, *also])]
+    creep = 64 if getattr(target_ctx, "rollback", "") == "rs" else 0  # rs timings run a position on each
+    prefix = prefix[: target_ctx.n_ctx - max([max_batch, *also]) - creep]
     verify, draft_s = calibrate.measure(target_ctx, draft_ctx, prefix, max_batch=max_batch, also=also)
     return TunerRecord(verify, draft_s)

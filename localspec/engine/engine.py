@@ -155,7 +155,7 @@ class Engine:
         """Token ids for a prompt: a string, a list of chat messages, or ids as they are."""
         self._check_open()
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
-            return list(prompt)
+            return self._checked_ids(prompt)
         if chat_mode or isinstance(prompt, list):
             messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
             ids = self.tokenize_chat(self.render_chat(messages))
@@ -165,9 +165,21 @@ class Engine:
             raise LocalspecError("the prompt is empty")
         return ids
 
-    def render_chat(self, messages: list[dict]) -> str:
-        """The conversation as text, through the model's own chat template (generation prompt added)."""
-        return chat.render_for(self.target, messages)
+    def _checked_ids(self, ids: Sequence[int]) -> list[int]:
+        """Ids as given, each one the target knows: llama.cpp would refuse the whole batch it rides
+        in, and with it every request sharing that decode."""
+        n_vocab = self.target.n_vocab
+        for i, t in enumerate(ids):
+            if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < n_vocab:
+                raise LocalspecError(
+                    f"prompt token {i} is {t!r}, not a token id of this model (0..{n_vocab - 1})"
+                )
+        return list(ids)
+
+    def render_chat(self, messages: list[dict], **extra: Any) -> str:
+        """The conversation as text, through the model's own chat template (generation prompt added);
+        `extra` are template variables (tools, enable_thinking, ...)."""
+        return chat.render_for(self.target, messages, **extra)
 
     def tokenize_chat(self, text: str, *, continuation: bool = False) -> list[int]:
         """Tokens of rendered chat text; a continuation of a conversation already tokenized gets no BOS."""
@@ -175,15 +187,27 @@ class Engine:
 
     # -- generation ------------------------------------------------------------------------------
     def submit(
-        self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
+        self,
+        prompt: str | Sequence[int] | list[dict],
+        *,
+        chat: bool = False,
+        keep_special: Sequence[int] = (),
+        **overrides: Any,
     ) -> Handle:
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
-        Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued."""
+        Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued.
+        `keep_special`: control tokens whose text the output keeps (a chat syntax's markers)."""
         self._check_open()
         s = self.settings.replace(**overrides) if overrides else self.settings
         ids = self.tokenize(prompt, chat_mode=chat)
         self._check_fits(ids, s)
-        req = Request(ids, s, self._pair, self.tuners)
+        n_vocab = self.target.n_vocab
+        for tok, _ in s.logit_bias:
+            if tok >= n_vocab:
+                raise LocalspecError(f"logit_bias: token {tok} is not in the vocabulary (0..{n_vocab - 1})")
+        # an id only the target knows (its vocabulary may be padded beyond the draft's): never drafts
+        draft_model = self.draft is None or max(ids) < self.draft.n_vocab
+        req = Request(ids, s, self._pair, self.tuners, frozenset(keep_special), draft_model=draft_model)
         self._inbox.put(req)
         if self._closed:  # closed meanwhile: the engine thread may be gone
             req.fail(LocalspecError("this engine is closed; create a new Engine"))

@@ -10,11 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from localspec import llama
-from localspec.config.settings import Settings
+from localspec.config.settings import AUTO_K_MAX, Settings
 from localspec.draft_len.memory import memory_key as key
 from localspec.engine import placement
 from localspec.errors import LocalspecError
 from localspec.gguf.compat import CompatReport, check_pair
+from localspec.gguf.memory_kind import memory_facts
+from localspec.llama.mtp import MtpDrafter
+
+# recurrent states an rs-capable target keeps per sequence (llama.cpp's n_rs_seq): the most drafts
+# one verify can roll back without a copy, each costing one more copy of the recurrent state in memory
+RS_KEEP = 8
 
 
 @dataclass
@@ -31,11 +37,12 @@ class LoadedPair:
     target: llama.Model | None = None
     target_ctx: llama.Context | None = None
     draft: llama.Model | None = None
-    draft_ctx: llama.Context | None = None
+    draft_ctx: llama.Context | MtpDrafter | None = None  # the target's MTP head with --draft mtp
     stack: ExitStack = field(default_factory=ExitStack)
 
     def contexts(self) -> list[llama.Context]:
-        return [c for c in (self.target_ctx, self.draft_ctx) if c is not None]
+        """The contexts with weights of their own (an MTP head is fed by its target's decodes)."""
+        return [c for c in (self.target_ctx, self.draft_ctx) if isinstance(c, llama.Context)]
 
     def close(self) -> None:
         self.stack.close()
@@ -69,6 +76,11 @@ def load_pair(
         out.pair_report = check_pair(s.target, s.draft)
         if not out.pair_report.ok and strict:
             raise LocalspecError(out.pair_report.message)
+    if s.mtp_drafts and memory_facts(s.target).mtp_layers == 0:
+        raise LocalspecError(
+            f"--draft mtp: {s.target.name} has no MTP layers (no nextn_predict_layers in its header); "
+            "give a draft GGUF instead, or --lookup only"
+        )
     out.plan = placement.plan_for(s)
     try:
         out.decision = decision or placement.enforce(out.plan, out.devices, s)
@@ -94,9 +106,20 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
         log(line)
     common = s.context_args()
     out.target = st.enter_context(
-        llama.Model(s.target, n_gpu_layers=dec.target_gpu_layers, devices=dec.model_devices("target"))
+        llama.Model(
+            s.target,
+            n_gpu_layers=dec.target_gpu_layers,
+            devices=dec.model_devices("target"),
+            load_mtp=s.mtp_drafts,
+        )
     )
-    out.target_ctx = st.enter_context(llama.Context(out.target, **common))
+    drafts = s.speculative or s.mtp_drafts or s.uses_lookup
+    n_rs = min(s.draft_k or AUTO_K_MAX, s.n_batch - 1, RS_KEEP) if drafts else 0  # clamped to 0 if not rs
+    out.target_ctx = st.enter_context(llama.Context(out.target, **common, n_rs_seq=n_rs))
+    if out.target_ctx.memory_kind != "attention":
+        log(f"target memory: {out.target_ctx.memory_kind}, rollback by {out.target_ctx.rollback}")
+    if s.mtp_drafts:
+        out.draft_ctx = st.enter_context(MtpDrafter(out.target_ctx))
     if s.speculative:
         out.draft = st.enter_context(
             llama.Model(s.draft, n_gpu_layers=dec.draft_gpu_layers, devices=dec.model_devices("draft"))
@@ -106,7 +129,7 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
         out.plan,
         dec,
         out.target.load_log + out.target_ctx.init_log,
-        out.draft.load_log + out.draft_ctx.init_log if out.draft_ctx else None,
+        out.draft.load_log + out.draft_ctx.init_log if out.draft is not None else None,
     )
     for problem in out.report.require_clean(s) if strict else ():  # raises unless --allow-partial-offload
         log(f"warning: {problem}")
@@ -114,6 +137,8 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
     for ctx in out.contexts():  # warm-up: reserve compute buffers now, not on the first request
         ctx.eval([ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0], 0, 1)
         ctx.reset()
+    if isinstance(out.draft_ctx, MtpDrafter):  # the target's warm-up fed it
+        out.draft_ctx.reset()
 
 
 def memory_key(out: LoadedPair) -> Callable[[], dict[str, Any]]:

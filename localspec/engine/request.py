@@ -11,7 +11,8 @@ from typing import Iterator
 import numpy as np
 
 from localspec.config.settings import Settings
-from localspec.decode.sampling import SamplingParams
+from localspec.constrain import Constraint, Grammar, compile_constraint, vocabulary_for
+from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.state import SeqState, SpecConfig, Step
 from localspec.decode.stats import Counters, Stats
 from localspec.decode.text_stream import TextStream
@@ -19,22 +20,44 @@ from localspec.draft_len.pool import TunerPool
 from localspec.engine.loader import LoadedPair
 from localspec.engine.scheduler import Job
 from localspec.engine.types import Chunk, Response
+from localspec.errors import GenerationFailed
 
 
 class Request(Job):
     """A submitted request: builds its sequence state, turns its steps into chunks on a queue."""
 
-    def __init__(self, ids: list[int], s: Settings, pair: LoadedPair, tuners: TunerPool) -> None:
+    def __init__(
+        self,
+        ids: list[int],
+        s: Settings,
+        pair: LoadedPair,
+        tuners: TunerPool,
+        keep_special: frozenset[int] = frozenset(),
+        *,
+        draft_model: bool = True,
+    ) -> None:
+        """`draft_model=False`: the prompt holds an id the draft model does not know; only the lookup
+        may draft for it."""
         self.prompt, self.settings, self.tuners = ids, s, tuners
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
-        self.speculative = s.spec and (pair.draft_ctx is not None or self.lookup)
+        self.draft_model = draft_model and pair.draft_ctx is not None
+        self.speculative = s.spec and (self.draft_model or self.lookup)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.cancel_event = threading.Event()
         self.counters = Counters(rounds_trace=[] if s.trace else None)
-        self.k_ctl = tuners.controller(s, self.speculative)
-        self.text = TextStream(pair.target.token_bytes, pair.target.is_eog, s.stop)
+        self.k_ctl = tuners.controller(s, self.speculative, draft_model=self.draft_model)
+        self.grammar = grammar_for(s, pair)  # compiled here: a bad schema is refused before queueing
+        target = pair.target
+        # control tokens a chat syntax is written with (Llama 3's <|python_tag|>) come out as text
+        token_bytes = (
+            (lambda t: target.token_bytes(t, special=t in keep_special))
+            if keep_special
+            else target.token_bytes
+        )
+        self.text = TextStream(token_bytes, target.is_eog, s.stop)
         self.parts: list[str] = []
+        self.logprobs: list | None = [] if s.logprobs else None
         self.t_start = time.perf_counter()
 
     @property
@@ -44,17 +67,34 @@ class Request(Job):
     def start(self, seq: int) -> SeqState:
         s = self.settings
         sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
-        cfg = SpecConfig(mode=s.spec_mode, draft_min=s.draft_min, draft_p_min=s.draft_p_min)
+        cfg = SpecConfig(
+            mode=s.spec_mode,
+            draft_min=s.draft_min,
+            draft_p_min=s.draft_p_min,
+            grammar_drafts=s.grammar_drafts,
+        )
         rng = np.random.default_rng(self.seed)
         return SeqState.start(
             seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
             max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
+            matcher=self.grammar.matcher() if self.grammar is not None else None,
+            penalties=Penalties(
+                repeat=s.repeat_penalty, presence=s.presence_penalty, frequency=s.frequency_penalty,
+                last_n=s.repeat_last_n, bias=s.logit_bias,
+            ),
+            logprobs=s.top_logprobs if s.logprobs else -1,
+            draft_model=self.draft_model,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
         for delta, steps in deltas:
             self.parts.append(delta)
-            self.queue.put(Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps]))
+            lps = [(st.logprob, st.top) for st in steps] if self.logprobs is not None else []
+            if self.logprobs is not None:
+                self.logprobs += lps
+            self.queue.put(
+                Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps], logprobs=lps)
+            )
 
     def deliver(self, steps: list[Step]) -> bool:
         self._put(self.text.feed(steps, time.perf_counter))
@@ -80,13 +120,36 @@ class Request(Job):
             decode_s=(t_end - t_first) if t_first else 0.0,
             total_s=t_end - self.t_start,
         )
-        resp = Response("".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed)
+        resp = Response(
+            "".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed, self.logprobs
+        )
         self.queue.put(Chunk("", [], [], resp))
         self.queue.put(None)
 
     def fail(self, error: BaseException) -> None:
+        if not isinstance(error, GenerationFailed):  # bad input raised in submit(); this is ours
+            cause, error = error, GenerationFailed(f"the generation failed: {error}")
+            error.__cause__ = cause
         self.queue.put(error)
         self.queue.put(None)
+
+
+def constraint_of(s: Settings) -> Constraint | None:
+    """The output constraint the settings ask for, if any."""
+    if s.json_schema is not None:
+        return Constraint(kind="json_schema", text=s.json_schema, strict=s.json_strict)
+    if s.grammar is not None:
+        return Constraint(kind="grammar", text=s.grammar)
+    return None
+
+
+def grammar_for(s: Settings, pair: LoadedPair) -> Grammar | None:
+    """The constraint compiled for the target's vocabulary (its llguidance tokenizer is built on the
+    first constrained request and kept with the model); raises ConstraintError on bad input."""
+    c = constraint_of(s)
+    if c is None:
+        return None
+    return compile_constraint(c, vocabulary_for(pair.target, pair.target_ctx.n_vocab))
 
 
 class Handle:

@@ -5,16 +5,19 @@ lands on the free slot whose cached tokens share the longest prefix with its pro
 turn finds its history), its prompt is prefilled in chunks that ride in the rounds' verify decodes (a
 long prompt never freezes the streams already running, and costs them no extra pass over the
 weights), and then it joins the rounds. A job leaves when it ends, when it wants no more tokens (a
-stop string) or when it is cancelled - at the latest one round later.
+stop string) or when it is cancelled - at the latest one round later. A stage that raises (admit,
+prefill, round, deliver, end) fails only the job it raised for, which gives its slot back.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from typing import Sequence
 
 from localspec.decode.round import decode_round
 from localspec.decode.state import Evaluator, SeqState
+from localspec.errors import LocalspecError
 
 
 class Job:
@@ -38,7 +41,8 @@ class Job:
         """The job left its slot: reason is its state's finish, 'done' (deliver said so) or 'cancelled'."""
 
     def fail(self, error: BaseException) -> None:
-        """The backend failed while this job ran."""
+        """The job ended with `error` (its decode, its start, its delivery or its end raised); it
+        must not raise itself."""
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -71,64 +75,153 @@ class Scheduler:
     def clear(self) -> None:
         """Forget every slot's cached prefix (only between jobs)."""
         assert not self.running
-        for ctx in (self.target, self.draft):
-            if ctx is not None:
-                ctx.reset()
+        for ctx in self._contexts():
+            ctx.reset()
         self.cached = [[] for _ in self.cached]
 
     def step(self) -> None:
-        """One round: drop cancelled jobs, admit waiting ones, prefill a chunk, decode, deliver."""
+        """One round: drop cancelled jobs, admit waiting ones, prefill a chunk, decode, deliver.
+        What raises in a stage fails only the job it raised for, and that job's slot is free again."""
         for job in [j for j in self.waiting if j.cancelled]:
             self.waiting.remove(job)
-            job.end(None, "cancelled")
+            self._end(job, None, "cancelled")
         for job, st, _ in [r for r in self.running if r[0].cancelled]:
             self._leave(job, st, "cancelled")
         while self.waiting and self.free:
             self._admit(self.waiting.popleft())
-        try:
-            decoding = [st for _, st, pre in self.running if not pre]
-            filling = [i for i, (_, _, pre) in enumerate(self.running) if pre]
-            # alone, whole prompts at once; beside running streams, a chunk per round in their decode
-            budget = self.prefill_chunk if decoding else None
-            states = [self.running[i][1] for i in filling]
-            done = decode_round(self.target, self.draft, decoding, states, budget)
-            for i, d in zip(filling, done):
-                job, st, _ = self.running[i]
-                self.running[i] = (job, st, not d)
-        except Exception as e:  # a backend failure: every running job gets it, their caches are dropped
-            for job, st, _ in list(self.running):
-                self._leave(job, st, "error", forget=True)
-                job.fail(e)
-            return
+        runs = [(job, st) for job, st, _ in self.running]
+        if runs:
+            try:
+                self._round(runs)
+            except Exception as e:  # noqa: BLE001 - find whose rows caused it, fail only those
+                self._isolate(runs, e)
         for job, st, pre in list(self.running):
             if pre and st.finish is None:
                 continue
-            steps = st.take()
-            if job.cancelled:
-                self._leave(job, st, "cancelled")
-            elif not job.deliver(steps):
-                self._leave(job, st, "done")
-            elif st.finish is not None:
-                self._leave(job, st, st.finish)
+            try:
+                steps = st.take()
+                if job.cancelled:
+                    self._leave(job, st, "cancelled")
+                elif not job.deliver(steps):
+                    self._leave(job, st, "done")
+                elif st.finish == "error":  # its constraint cannot go on: this request fails, no other
+                    self._leave(job, st, "error", error=st.error)
+                elif st.finish is not None:
+                    self._leave(job, st, st.finish)
+            except Exception as e:  # noqa: BLE001 - this job's own text or bookkeeping
+                self._leave(job, st, "error", error=e)
 
+    def abort(self, error: BaseException) -> None:
+        """Fail every job and free every slot, caches forgotten (a bug of ours, or the engine
+        closing): nothing stays busy and no job waits forever."""
+        jobs = list(self.waiting) + [r[0] for r in self.running]
+        self.waiting.clear()
+        self.running.clear()
+        for slot in range(len(self.cached)):
+            self._forget(slot)
+        self.free = list(range(len(self.cached)))
+        for job in jobs:
+            job.fail(error)
+
+    # -- stages ------------------------------------------------------------------------------------
     def _admit(self, job: Job) -> None:
         slot = max(self.free, key=lambda s: (common_prefix(self.cached[s], job.prompt), -len(self.cached[s])))
         self.free.remove(slot)
-        n = common_prefix(self.cached[slot], job.prompt)
-        for ctx in (self.target, self.draft):  # both caches hold prefixes of cached[slot]
-            if ctx is not None:
-                ctx.truncate(min(n, ctx.past(slot)), slot)
-        self.cached[slot] = list(job.prompt[:n])
-        st = job.start(slot)
+        try:
+            self._reuse_prefix(slot, job.prompt)
+            st = job.start(slot)
+        except Exception as e:  # noqa: BLE001
+            self._forget(slot)
+            self.free.append(slot)
+            job.fail(e)
+            return
         self.running.append((job, st, True))
 
-    def _leave(self, job: Job, st: SeqState, reason: str, forget: bool = False) -> None:
+    def _reuse_prefix(self, slot: int, prompt: Sequence[int]) -> None:
+        """Keep the slot's cached prefix of `prompt`. A cache that cannot be cut part-way (a
+        recurrent model's state) starts empty instead: a full prefill, not a failed request."""
+        n = common_prefix(self.cached[slot], prompt)
+        try:
+            for ctx in self._contexts():  # both caches hold prefixes of cached[slot]
+                ctx.truncate(min(n, ctx.past(slot)), slot)
+        except LocalspecError:
+            n = 0
+            for ctx in self._contexts():
+                ctx.truncate(0, slot)
+        self.cached[slot] = list(prompt[:n])
+
+    def _round(self, runs: list[tuple[Job, SeqState]]) -> None:
+        """One decode_round over `runs` (each either decoding or still prefilling)."""
+        filling = {st for _, st, pre in self.running if pre}
+        decoding = [st for _, st in runs if st not in filling]
+        states = [st for _, st in runs if st in filling]
+        # alone, whole prompts at once; beside running streams, a chunk per round in their decode
+        budget = self.prefill_chunk if decoding else None
+        done = decode_round(self.target, self.draft, decoding, states, budget)
+        filled = {st for st, d in zip(states, done) if d}
+        self.running = [(j, st, pre and st not in filled) for j, st, pre in self.running]
+
+    def _isolate(self, runs: list[tuple[Job, SeqState]], error: Exception) -> None:
+        """A round raised. llama.cpp refuses a whole batch for one bad row, so: the round again
+        without the newcomers (their prompt chunks are what changed), and if that passes, each
+        newcomer alone; else every sequence alone. Only a sequence that fails alone is failed."""
+        self._resync(runs)
+        filling = {st for _, st, pre in self.running if pre}
+        newcomers = [r for r in runs if r[1] in filling]
+        others = [r for r in runs if r[1] not in filling]
+        suspects = runs
+        if newcomers and others and self._passes(others):
+            suspects = newcomers
+        if len(suspects) == 1:  # the only one left to blame
+            self._leave(*suspects[0], "error", error=error)
+            return
+        for run in suspects:
+            try:
+                self._round([run])
+            except Exception as e:  # noqa: BLE001
+                self._leave(*run, "error", error=e)
+
+    def _passes(self, runs: list[tuple[Job, SeqState]]) -> bool:
+        try:
+            self._round(runs)
+            return True
+        except Exception:  # noqa: BLE001
+            self._resync(runs)
+            return False
+
+    def _resync(self, runs: list[tuple[Job, SeqState]]) -> None:
+        """After a failed decode, back to the round's invariant: the target holds tokens[:-1] (a
+        prompt being filled holds less, and llama.Context dropped the failed decode's entries), the
+        draft a prefix of that."""
+        for _, st in runs:
+            upto = len(st.tokens) - 1
+            for ctx in self._contexts():
+                if ctx.past(st.seq) > upto:
+                    ctx.truncate(upto, st.seq)
+
+    def _leave(self, job: Job, st: SeqState, reason: str, error: BaseException | None = None) -> None:
         self.running = [r for r in self.running if r[0] is not job]
-        if forget:
-            for ctx in (self.target, self.draft):
-                if ctx is not None:
-                    ctx.truncate(0, st.seq)
-        self.cached[st.seq] = st.tokens[: self.target.past(st.seq)]
+        if error is not None:  # what its caches hold is not known to be right: forget it
+            self._forget(st.seq)
+        else:
+            self.cached[st.seq] = st.tokens[: self.target.past(st.seq)]
         self.free.append(st.seq)
-        if reason != "error":
+        if error is not None:
+            job.fail(error)
+        else:
+            self._end(job, st, reason)
+
+    def _end(self, job: Job, st: SeqState | None, reason: str) -> None:
+        try:
             job.end(st, reason)
+        except Exception as e:  # noqa: BLE001 - its response could not be built: it fails alone
+            job.fail(e)
+
+    def _forget(self, slot: int) -> None:
+        for ctx in self._contexts():
+            with contextlib.suppress(Exception):
+                ctx.truncate(0, slot)
+        self.cached[slot] = []
+
+    def _contexts(self) -> list[Evaluator]:
+        return [ctx for ctx in (self.target, self.draft) if ctx is not None]

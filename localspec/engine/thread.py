@@ -33,7 +33,7 @@ def load_then_serve(box: list[Callable[[], Scheduler]], loaded: Future, inbox: q
 
 def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:
     """The engine thread: take new jobs and commands between rounds; run rounds while any job is
-    active; on None, fail whatever is left and end."""
+    active, else block on the inbox (never spin); on None, fail whatever is left and end."""
     stop = False
     while not stop:
         items = [inbox.get()] if not sched.busy else []
@@ -61,11 +61,6 @@ def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:
             break
         try:
             sched.step()
-        except BaseException as e:  # a bug: no job may wait forever on it
-            for job in list(sched.waiting) + [r[0] for r in sched.running]:
-                job.fail(e)
-            sched.waiting.clear()
-            sched.running.clear()
-    closed = LocalspecError("the engine was closed")
-    for job in list(sched.waiting) + [r[0] for r in sched.running]:
-        job.fail(closed)
+        except BaseException as e:  # a bug of the scheduler's own: no job may wait forever on it, no slot
+            sched.abort(e)  # stays taken (the loop would spin on a busy scheduler that cannot move)
+    sched.abort(LocalspecError("the engine was closed"))

@@ -16,6 +16,8 @@ class Response:
     stats: Stats
     prompt_tokens: list[int]
     seed: int
+    # with Settings.logprobs: per emitted token, (log-probability, ((token, log-probability), ...) best first)
+    logprobs: list[tuple[float, tuple[tuple[int, float], ...]]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,3 +39,6 @@ class Chunk:
     tokens: list[int] = field(default_factory=list)
     from_draft: list[bool] = field(default_factory=list)  # per token: a draft token the target accepted
     response: Response | None = None  # set on the last chunk only
+    logprobs: list[tuple[float, tuple[tuple[int, float], ...]]] = field(
+        default_factory=list
+    )  # per token, when asked

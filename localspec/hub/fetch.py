@@ -4,6 +4,7 @@ for every way that can fail."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ DISK_MARGIN = 256 << 20  # keep this much free beyond the files themselves
 HEADER_PROBE, HEADER_MAX = 8 << 20, 128 << 20  # a GGUF header (vocabulary included) is a few MB
 # a converted GGUF's size relative to its bf16/f16 safetensors, per output quant (bits per weight / 16)
 CONVERTED_RATIO = {"q8_0": 8.5 / 16, "q4_k_m": 4.85 / 16, "f16": 1.0, "bf16": 1.0}
-HF_FILES = ("*.json", "*.safetensors", "*.jinja", "*.txt")  # what the converter needs from a repo
+HF_SIDE_FILES = ("*.json", "*.jinja", "*.txt")  # config, tokenizer, template: what the converter reads
+INDEX_JSON = "model.safetensors.index.json"  # a sharded checkpoint's table of contents
 
 
 @dataclass(frozen=True)
@@ -183,16 +185,37 @@ def free_disk_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def check_disk(need: int, where: Path, what: str) -> None:
+def check_disk(need: int, where: Path, what: str, *, doing: str = "to download") -> None:
     """Refuse before downloading when `where` has less than `need` (+ a margin) free."""
     if need <= 0:
         return
     free = free_disk_bytes(where)
     if free < need + DISK_MARGIN:
         raise LocalspecError(
-            f"not enough disk space for {what}: {fmt_bytes(need)} to download (+{fmt_bytes(DISK_MARGIN)} "
+            f"not enough disk space for {what}: {fmt_bytes(need)} {doing} (+{fmt_bytes(DISK_MARGIN)} "
             f"margin), {fmt_bytes(free)} free on {where}; free some space or set HF_HOME to a bigger disk"
         )
+
+
+def weight_files(ref: ModelRef, files: dict[str, Any]) -> list[str]:
+    """The safetensors files the converter reads (convert.safetensors_io.Checkpoint): the shards
+    the index lists when there is one - a repo may also hold consolidated.safetensors, the same
+    weights in another layout, which would double the download - else every *.safetensors."""
+    if INDEX_JSON not in files:
+        return sorted(f for f in files if f.endswith(".safetensors"))
+    from huggingface_hub import hf_hub_download  # noqa: PLC0415
+
+    path = hub_call(
+        f"{ref.repo}:{INDEX_JSON}", lambda: hf_hub_download(ref.repo, INDEX_JSON, revision=ref.revision)
+    )
+    try:
+        shards = sorted(set(json.loads(Path(path).read_text())["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise LocalspecError(f"{ref.repo}: its {INDEX_JSON} is corrupt (no weight_map)") from None
+    missing = [f for f in shards if f not in files]
+    if missing or not shards:
+        raise LocalspecError(f"{ref.repo}: {INDEX_JSON} lists {missing or 'no files'}, not in the repo")
+    return shards
 
 
 def download(f: RemoteFile) -> Path:
@@ -204,12 +227,14 @@ def download(f: RemoteFile) -> Path:
     return Path(got)
 
 
-def snapshot(ref: ModelRef) -> Path:
-    """A safetensors repo's files (config, tokenizer, weights) in the cache, for the converter."""
+def snapshot(ref: ModelRef, weights: list[str] | tuple[str, ...]) -> Path:
+    """A safetensors repo's files (config, tokenizer, the `weights` files) in the cache, for the
+    converter."""
     from huggingface_hub import snapshot_download  # noqa: PLC0415
 
+    patterns = [*HF_SIDE_FILES, *weights]
     got = hub_call(
-        ref.repo, lambda: snapshot_download(ref.repo, revision=ref.revision, allow_patterns=list(HF_FILES))
+        ref.repo, lambda: snapshot_download(ref.repo, revision=ref.revision, allow_patterns=patterns)
     )
     return Path(got)
 

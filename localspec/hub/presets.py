@@ -104,10 +104,14 @@ def read_preset(path: Path) -> Preset:
     )
 
 
+def shipped_presets_dir() -> Path:
+    """The presets shipped in the package (localspec/data/presets)."""
+    return Path(str(paths.package_data("presets")))
+
+
 def presets_dir() -> Path:
-    """The presets shipped in the package (localspec/data/presets); LOCALSPEC_PRESETS names another
-    folder (your own presets) to use instead."""
-    return paths.user_presets_dir() or Path(str(paths.package_data("presets")))
+    """The shipped presets, or LOCALSPEC_PRESETS: another folder (your own presets) to use instead."""
+    return paths.user_presets_dir() or shipped_presets_dir()
 
 
 def load_presets(folder: Path | None = None) -> dict[str, Preset]:

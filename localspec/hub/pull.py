@@ -38,6 +38,8 @@ class Planned:
     ref: ModelRef
     gguf: fetch.RemoteFile | None = None
     hf_bytes: int = 0  # safetensors repo: bytes to download before converting
+    weights: tuple[str, ...] = ()  # safetensors repo: the weight files the converter reads
+    weights_bytes: int = 0  # ... and their size, cached or not
 
     @property
     def download_bytes(self) -> int:
@@ -48,7 +50,16 @@ class Planned:
         """Everything this model adds to the disk (the converted GGUF too)."""
         if self.gguf:
             return self.gguf.missing_bytes
-        return self.hf_bytes + int(self.hf_bytes * fetch.CONVERTED_RATIO.get(self.ref.quant, 1.0))
+        return self.hf_bytes + int(self.weights_bytes * fetch.CONVERTED_RATIO.get(self.ref.quant, 1.0))
+
+    @property
+    def scratch_bytes(self) -> int:
+        """The converter's full-size f16/bf16 GGUF, written before it quantizes and removed after:
+        counted at the checkpoint's size (exact for the bf16/f16 checkpoints the Hub holds, twice
+        the truth for an f32 one)."""
+        if self.gguf or self.ref.quant in ("f16", "bf16", "f32"):
+            return 0
+        return self.weights_bytes
 
 
 @dataclass(frozen=True)
@@ -69,13 +80,15 @@ def plan_model(ref: ModelRef, role: str) -> Planned:
     name = fetch.pick_gguf(files, ref)
     if name is not None:
         return Planned(role, dataclasses.replace(ref, file=name), gguf=fetch.stat_file(ref, name))
-    weights = [f for f in files if f.endswith(".safetensors")]
-    if not weights or "config.json" not in files:
+    if not any(f.endswith(".safetensors") for f in files) or "config.json" not in files:
         raise LocalspecError(f"{ref.repo} holds neither a GGUF nor a safetensors checkpoint (config.json)")
+    weights = fetch.weight_files(ref, files)
     # the cache may already hold part of it; the converter's output is counted in disk_bytes
-    wanted = [f for f in files if f.endswith((".json", ".safetensors", ".jinja", ".txt"))]
+    wanted = [f for f in files if f.endswith((".json", ".jinja", ".txt"))] + weights
     size = sum(files[f] or 0 for f in wanted if fetch.cached_path(ref, f) is None)
-    return Planned(role, ref, hf_bytes=size)
+    return Planned(
+        role, ref, hf_bytes=size, weights=tuple(weights), weights_bytes=sum(files[f] or 0 for f in weights)
+    )
 
 
 def pair_name(target: ModelRef, draft: ModelRef) -> str:
@@ -99,8 +112,9 @@ def pull_pair(
         _note_checksum(p, log)
     todo = sum(p.download_bytes for p in plans)
     fetch.check_disk(todo, fetch.cache_dir(), name)
-    if any(p.gguf is None for p in plans):  # converted models land in out_dir
-        fetch.check_disk(sum(p.disk_bytes for p in plans), out_dir, name)
+    if any(p.gguf is None for p in plans):  # converted models land in out_dir, one at a time
+        need = sum(p.disk_bytes for p in plans) + max(p.scratch_bytes for p in plans)
+        fetch.check_disk(need, out_dir, name, doing="with the conversion's full-size intermediate")
     log(f"pull     {name}: {fmt_bytes(todo)} to download" if todo else f"pull     {name}: all files cached")
     early = _check_before_download(plans, name, preset, log)
     files = {p.role: _materialize(p, out_dir, log, progress) for p in plans}
@@ -177,7 +191,7 @@ def _materialize(p: Planned, out_dir: Path, log: Log, progress: Progress | None)
         return path
     from localspec.convert.hf import convert_hf  # noqa: PLC0415
 
-    folder = fetch.snapshot(p.ref)
+    folder = fetch.snapshot(p.ref, p.weights)
     out_dir.mkdir(parents=True, exist_ok=True)
     dst = out_dir / f"{p.role}-{p.ref.quant}.gguf"
     return convert_hf(folder, dst, out_type=p.ref.quant, log=log, progress=progress)
@@ -228,7 +242,7 @@ def pull_one(ref: ModelRef, *, log: Log = print) -> Path:
     p = plan_model(ref, "model")
     fetch.check_disk(p.download_bytes, fetch.cache_dir(), ref.label)
     if p.gguf is None:
-        folder = fetch.snapshot(ref)
+        folder = fetch.snapshot(ref, p.weights)
         log(f"done     {folder} (safetensors; convert it with `localspec convert` or pair it)")
         return folder
     path = p.gguf.cached or fetch.download(p.gguf)

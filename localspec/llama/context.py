@@ -6,15 +6,17 @@ buffer when drafting and hides the KV cache, and the speculative loop needs both
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import itertools
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import llama_cpp as C
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.llama import recurrent
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
 
@@ -51,6 +53,7 @@ class Context:
         flash_attn: str = "auto",
         kv_type: str = "f16",
         n_seq: int = 1,
+        n_rs_seq: int = 0,
     ) -> None:
         if kv_type not in KV_TYPES:
             raise LocalspecError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
@@ -72,6 +75,7 @@ class Context:
         params.type_k = KV_TYPES[kv_type]
         params.type_v = KV_TYPES[kv_type]
         params.no_perf = True
+        params.n_rs_seq = n_rs_seq  # recurrent states kept per sequence for rollback (rs-capable archs)
         mark = log_mark()
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
@@ -90,6 +94,11 @@ class Context:
         # seconds inside llama_decode, wall and this thread's CPU (what the round's overhead leaves out)
         self.decode_s = self.decode_cpu_s = 0.0
         self.cpu_timing = False
+        self.memory_kind = recurrent.memory_kind(model.ptr)
+        self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq)
+        self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
+        self.max_draft = getattr(self._rollback, "n_rs", None) if self.rollback == "rs" else None
+        self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
 
     def close(self) -> None:
         if getattr(self, "_ptr", None):
@@ -198,6 +207,9 @@ class Context:
         """One llama_decode of these tokens; returns how many logits rows it made."""
         b = self._batch
         b.fill(tok, pos, seq, want)
+        in_call = collections.Counter(seq.tolist())  # tokens per sequence in this decode
+        for s in in_call:  # a recurrent memory saves the state a rollback may return to
+            self._rollback.before_decode(s, self._past[s])
         BUSY_SINCE[0] = time.monotonic()  # the RPC watchdog's measure of a stalled decode
         t0, c0 = time.perf_counter(), time.thread_time() if self.cpu_timing else 0.0
         try:
@@ -207,28 +219,36 @@ class Context:
                 self.decode_cpu_s += time.thread_time() - c0
             self.decode_s += time.perf_counter() - t0
             BUSY_SINCE[0] = 0.0
-        ends = {int(s): int(p) + 1 for s, p in zip(seq.tolist(), pos.tolist())}  # last position per seq
         if rc != 0:
             # a failed decode can leave partial entries: drop them so every cache stays consistent
-            for s in ends:
+            for s in in_call:
                 first_pos = int(pos[seq == s].min())
-                C.llama_memory_seq_rm(self._mem, s, first_pos, -1)
-                self._past[s] = first_pos
+                self._rollback.after_decode(s, 0)  # no state of the failed call is reused
+                self._past[s] = first_pos + 1  # so truncate drops whatever it left
+                self.truncate(first_pos, s)
             raise LocalspecError(f"llama_decode failed (code {rc}) at position {int(pos[0])}")
-        for s, e in ends.items():
-            self._past[s] = e
+        for s, n in in_call.items():
+            self._rollback.after_decode(s, n)
+        if self.on_decode is not None:  # the MTP head reads this decode's hidden states now
+            self.on_decode(list(zip(seq.tolist(), pos.tolist(), tok.tolist())))
+        for s, p in zip(seq.tolist(), pos.tolist()):  # each sequence's last position
+            self._past[s] = p + 1
         return int(want.sum())
 
     def truncate(self, pos: int, seq: int = 0) -> None:
-        """Forget every cached position >= pos of sequence `seq` (the single KV-rollback operation)."""
-        if pos < self._past[seq]:
-            if not C.llama_memory_seq_rm(self._mem, seq, pos, -1):
-                raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
-            self._past[seq] = pos
+        """Forget every cached position >= pos of sequence `seq` (the single rollback operation).
+        Positions before pos are settled. On a recurrent memory the cache may end up shorter than
+        pos (`past(seq)` says): the caller re-evaluates the difference (llama/recurrent.py)."""
+        self._past[seq] = self._rollback.truncate(seq, pos, self._past[seq])
+
+    @property
+    def rollback_stats(self) -> recurrent.RollbackStats:
+        return self._rollback.stats
 
     def reset(self) -> None:
         C.llama_memory_clear(self._mem, True)
         self._past = [0] * self.n_seq
+        self._rollback.reset()
 
 
 class _Batch:

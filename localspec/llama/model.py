@@ -39,6 +39,7 @@ class Model:
         n_gpu_layers: int = -1,
         vocab_only: bool = False,
         devices: Sequence[str] | None = None,
+        load_mtp: bool = False,
     ) -> None:
         self.path = Path(path)
         validate_gguf(self.path)
@@ -46,6 +47,7 @@ class Model:
         params = C.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
         params.vocab_only = vocab_only
+        params.load_mtp = self.load_mtp = load_mtp  # the MTP (nextn) layers, for --draft mtp
         if devices is not None:  # pin to these devices (llama.cpp otherwise spreads layers over every
             # GPU and RPC server); an empty list pins to the CPU
             self._devices = device_array(devices)  # referenced until the load has read it
@@ -132,6 +134,10 @@ class Model:
     def token_text(self, token: int) -> str:
         raw = C.llama_vocab_get_text(self._live_vocab(), token)
         return raw.decode("utf-8", errors="replace") if raw else ""
+
+    def token_attr(self, token: int) -> int:
+        """llama.h's llama_token_attr bits (control, user-defined, ...): constrain/ reads them."""
+        return int(C.llama_vocab_get_attr(self._live_vocab(), token))
 
     def is_eog(self, token: int) -> bool:
         return token in self.vocab.eog

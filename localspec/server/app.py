@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localspec.config.settings import Settings
-from localspec.server import errors, routes
+from localspec.server import browser, errors, page, routes
 from localspec.server.service import Dispatcher
 
 log = logging.getLogger("localspec.server")
@@ -49,12 +49,15 @@ def create_app(settings: Settings, engine_provider: Callable[[], Any]) -> FastAP
                     "requests still running after %.0f s; leaving the models to the OS", DRAIN_TIMEOUT_S
                 )
 
-    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # the schema is served by routes.py, behind the API key; no docs pages
+    app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
     app.state.model_id = model_id(settings)
     errors.install(app)
     app.include_router(routes.router)
+    app.include_router(page.router)  # the chat page at / (server/ui/)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    browser.install(app, settings)  # outermost: what a web page may do, before anything is read
     return app
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.message
 import logging
 
 from fastapi import FastAPI, Request
@@ -9,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from localspec.errors import LocalspecError, PromptTooLong
+from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
 from localspec.server.schemas import ErrorBody, ErrorResponse
 
 log = logging.getLogger("localspec.server")
@@ -38,20 +39,31 @@ class APIError(Exception):
 
 
 def from_localspec(e: LocalspecError, prompt_param: str | None = None) -> APIError:
-    """Bad input the engine refused (it raises before anything is queued)."""
+    """Bad input the engine refused (it raises before anything is queued): a 400; a generation that
+    failed inside the engine afterwards is the server's fault: a 500."""
+    if isinstance(e, GenerationFailed):
+        return APIError(500, str(e), type="server_error", code="generation_failed")
     if isinstance(e, PromptTooLong):
         return APIError(400, str(e), param=prompt_param, code="context_length_exceeded")
     return APIError(400, str(e))
 
 
-def _validation_message(e: RequestValidationError, content_type: str) -> tuple[str, str | None]:
+def is_json(content_type: str) -> bool:
+    """A JSON media type, as FastAPI decides it does (application/json, application/*+json)."""
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+def _validation_message(e: RequestValidationError) -> tuple[str, str | None]:
     first = e.errors()[0] if e.errors() else {}
     if first.get("type") == "json_invalid":
         return f"the request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".rstrip(
             ": "
         ), None
-    if tuple(first.get("loc", ())) == ("body",) and "json" not in content_type:
-        return "send the body as a JSON object with 'Content-Type: application/json'", None
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     param = ".".join(loc) or None
     return (
@@ -70,7 +82,14 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(e, request.headers.get("content-type", ""))
+        content_type = request.headers.get("content-type", "")
+        if request.method == "POST" and not is_json(content_type):  # FastAPI parsed nothing
+            return APIError(
+                415,
+                f"send the body as JSON with 'Content-Type: application/json' (got {content_type[:80]!r})",
+                code="unsupported_media_type",
+            ).response()
+        message, param = _validation_message(e)
         return APIError(400, message, param=param).response()
 
     @app.exception_handler(HTTPException)

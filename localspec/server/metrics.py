@@ -30,6 +30,7 @@ class Totals:
     finished: Tally = field(default_factory=Tally)  # finish reason -> requests
     cancelled: int = 0
     rejected: int = 0  # turned away with 503 (queue full)
+    failed: int = 0  # ended with a server error (the generation failed, the engine was lost)
     prompt_tokens: int = 0
     generated_tokens: int = 0
     prompt_s: float = 0.0
@@ -68,7 +69,7 @@ class ServerMetrics:
                 t.accepted_by_pos[i] += n
 
     def count(self, what: str) -> None:
-        """Count a request that ended without a response: cancelled or rejected."""
+        """Count a request that ended without a response: cancelled, rejected or failed."""
         with self._lock:
             setattr(self.totals, what, getattr(self.totals, what) + 1)
 
@@ -119,6 +120,7 @@ class ServerMetrics:
         yield counter(
             "localspec:requests_rejected", "Requests turned away with 503 (queue full).", t.rejected
         )
+        yield counter("localspec:requests_failed", "Requests that ended with a server error.", t.failed)
         yield gauge("vllm:num_requests_running", "Requests in a slot.", running)
         yield gauge("vllm:num_requests_waiting", "Requests waiting for a slot.", waiting)
         yield gauge("llamacpp:requests_processing", "Number of requests processing.", running)

@@ -1,7 +1,8 @@
 """`localspec serve` when an rpc-server drops: the requests in flight end with a 503 in OpenAI's
 shape, and the server comes back with a freshly loaded engine once the rpc-servers answer again.
 
-The server re-executes itself (os.execv: same PID, command line, environment and stdio):
+The server re-executes itself (os.execv: same PID, command line, environment and stdio; an --api-key
+moves from the command line into the environment, where `ps` does not show it):
 - reloading in place is impossible: llama.cpp's RPC client calls abort() on a lost connection,
   from inside llama_decode; that thread can never return, and freeing the models would talk to the
   dead server and abort again. Only a fresh process image has a working llama.cpp;
@@ -32,6 +33,7 @@ import time
 from typing import Any, Callable, Sequence
 
 from localspec import llama
+from localspec.config.settings import API_KEY_ENV
 from localspec.errors import LocalspecError
 from localspec.llama import rpc
 from localspec.server.errors import APIError
@@ -49,12 +51,33 @@ def reloads() -> int:
 
 
 def reexec() -> None:
-    """Replace this process with a fresh `localspec serve` of the same command line."""
+    """Replace this process with a fresh `localspec serve` of the same command line, an --api-key
+    on it moved into the environment."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     _close_on_exec()
     os.environ[RELOAD_ENV] = str(reloads() + 1)
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    argv, key = without_api_key(sys.orig_argv[1:])
+    if key is not None:
+        os.environ[API_KEY_ENV] = key
+    os.execv(sys.executable, [sys.executable, *argv])
+
+
+def without_api_key(argv: Sequence[str]) -> tuple[list[str], str | None]:
+    """`argv` without `--api-key KEY` (or `--api-key=KEY`), and the key. The re-executed server reads
+    it from its environment, which only this user can read (/proc/PID/environ), not from a command
+    line `ps` shows to everyone."""
+    out: list[str] = []
+    key = None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--api-key":
+            key = next(args, None)
+        elif arg.startswith("--api-key="):
+            key = arg.split("=", 1)[1]
+        else:
+            out.append(arg)
+    return out, key
 
 
 def _close_on_exec() -> None:

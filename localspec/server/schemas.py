@@ -6,11 +6,12 @@ a request field means what the flag and TOML key of the same name mean (top_k, m
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from localspec.config.settings import Settings, setting_fields
 
@@ -27,7 +28,15 @@ def _optional(name: str) -> Any:
 
 
 class _Base(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # clients send fields we do not use (user, tools, ...)
+    model_config = ConfigDict(extra="ignore")  # inside messages and tools: keys we need not read
+
+
+# request fields that do not change the answer, accepted and not used (any other unknown field is a
+# 400 that names it: a client must not get an answer it did not ask for without being told)
+IGNORED_FIELDS = frozenset(
+    {"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "cache_prompt",
+     "prediction", "modalities", "stream_options", "id_slot", "timings_per_token", "return_progress"}
+)  # fmt: skip
 
 
 class StreamOptions(_Base):
@@ -41,14 +50,59 @@ class LocalspecOptions(BaseModel):
     mark_drafts: bool = Field(False, description="Mark streamed text that came from accepted drafts.")
 
 
+class JsonSchemaFormat(_Base):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool = Field(True, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: text, json_object (any JSON object) or json_schema; llama-server's
+    `schema` beside `type` is read too."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+    schema_: dict[str, Any] | bool | None = Field(None, alias="schema")
+
+    @model_validator(mode="after")
+    def _has_schema(self) -> "ResponseFormat":
+        if self.type == "json_schema" and self.json_schema is None and self.schema_ is None:
+            raise ValueError("type json_schema needs a json_schema object holding the schema")
+        return self
+
+    def constraint(self) -> dict[str, Any]:
+        """The Settings overrides this format asks for."""
+        if self.type == "text":
+            return {}
+        if self.type == "json_schema" and self.json_schema is not None:
+            return {
+                "json_schema": json.dumps(self.json_schema.schema_),
+                "json_strict": bool(self.json_schema.strict),
+            }
+        if self.schema_ is not None:
+            return {"json_schema": json.dumps(self.schema_), "json_strict": False}
+        return {"json_schema": json.dumps({"type": "object"}), "json_strict": False}
+
+
+def _request_type(name: str) -> Any:
+    if name == "logit_bias":  # OpenAI's shape: {"token id": bias}
+        return Union[dict[str, float], None]
+    return _optional(name)
+
+
+_GENERATED = [f for g in ("sampling", "spec", "output") for f in setting_fields(g) if f.name != "logprobs"]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow")  # unknown fields are checked by name (unsupported())
+
+
 _overrides = create_model(
     "_Overrides",
-    __base__=_Base,
-    **{
-        f.name: (_optional(f.name), Field(None, description=f.metadata["help"]))
-        for g in ("sampling", "spec")
-        for f in setting_fields(g)
-    },
+    __base__=_Request,
+    **{f.name: (_request_type(f.name), Field(None, description=f.metadata["help"])) for f in _GENERATED},
 )
 
 
@@ -57,13 +111,16 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
-    logprobs: Any = None
     localspec: LocalspecOptions | None = None
+    # constrained output: OpenAI's response_format; llama-server's grammar (GBNF or Lark) and json_schema
+    response_format: ResponseFormat | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | bool | None = None
 
     def overrides(self) -> dict[str, Any]:
         """Settings overrides for Engine.submit: every generated field the client set."""
         out: dict[str, Any] = {}
-        for f in setting_fields():
+        for f in _GENERATED:
             v = getattr(self, f.name, None)
             if v is None:
                 continue
@@ -72,7 +129,17 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
             elif f.name == "draft_max":
                 v = str(v)
             out[f.name] = v
+        if self.response_format is not None:
+            out.update(self.response_format.constraint())
+        if self.json_schema is not None:
+            out["json_schema"] = json.dumps(self.json_schema)
+        if self.grammar is not None:
+            out["grammar"] = self.grammar
         return out
+
+    def unsupported(self) -> str | None:
+        """The first field sent that we neither use nor may ignore."""
+        return next((k for k in self.model_extra or {} if k not in IGNORED_FIELDS), None)
 
     @property
     def mark_drafts(self) -> bool:
@@ -88,19 +155,61 @@ class ContentPart(_Base):
     text: str | None = None
 
 
+class FunctionCall(_Base):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCallIn(_Base):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(_Base):
     role: str
     content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class FunctionDef(_Base):
+    name: str = Field(min_length=1, max_length=128)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Base):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Base):
+    name: str
+
+
+class NamedToolChoice(_Base):
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class ChatRequest(RequestBase):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def overrides(self) -> dict[str, Any]:
         out = super().overrides()
         if self.max_completion_tokens is not None:  # the newer name wins, as OpenAI documents
             out["max_tokens"] = self.max_completion_tokens
+        if self.logprobs is not None:
+            out["logprobs"] = self.logprobs
         return out
 
 
@@ -108,6 +217,13 @@ class CompletionRequest(RequestBase):
     prompt: str | list[str] | list[int]
     echo: bool = False
     suffix: str | None = None
+    logprobs: int | None = Field(None, ge=0, le=5)  # completions: how many alternatives, 0 = just the token's
+
+    def overrides(self) -> dict[str, Any]:
+        out = super().overrides()
+        if self.logprobs is not None:
+            out["logprobs"], out["top_logprobs"] = True, self.logprobs
+        return out
 
 
 # -- responses ------------------------------------------------------------------------------------
@@ -140,17 +256,54 @@ class Timings(BaseModel):
     k_history: list[int]
     fell_back: bool
     seed: int
+    # per draft source (draft, lookup, grammar): {"drafted": n, "accepted": n}
+    draft_sources: dict[str, dict[str, int]] = {}
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(BaseModel):
+    content: list[TokenLogprob]
+    refusal: None = None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class FunctionOut(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionOut
 
 
 class ChatMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: str | None
+    reasoning_content: str | None = None  # llama-server's and DeepSeek's name; left out when empty
+    tool_calls: list[ToolCallOut] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int = 0
     message: ChatMessage
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str
 
 
@@ -164,15 +317,29 @@ class ChatCompletion(BaseModel):
     timings: Timings
 
 
+class FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+
 class Delta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     finish_reason: str | None = None
 
 
@@ -197,7 +364,7 @@ class ChatCompletionChunk(BaseModel):
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
 
 
@@ -212,11 +379,23 @@ class Completion(BaseModel):
     localspec: DraftMarks | None = None
 
 
+class ModelMeta(BaseModel):
+    """llama-server's `meta` (the keys clients read)."""
+
+    n_ctx: int
+    n_ctx_train: int
+    n_vocab: int
+    n_params: int
+    size: int
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "localspec"
+    max_model_len: int  # vLLM's name for the context a request may use
+    meta: ModelMeta
 
 
 class ModelList(BaseModel):
@@ -233,3 +412,14 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
+
+
+class TokenizeRequest(_Base):
+    content: str
+    add_special: bool = False
+    parse_special: bool = True
+    with_pieces: bool = False
+
+
+class DetokenizeRequest(_Base):
+    tokens: list[int]

@@ -46,6 +46,7 @@ class Job:
         self._queue: asyncio.Queue = asyncio.Queue()
         self._done = done
         self._ended = False  # the dispatcher has been told this request left the engine
+        self.error: BaseException | None = None  # how it failed, when it did
         threading.Thread(target=self._pump, daemon=True, name="localspec-job").start()
 
     def _pump(self) -> None:
@@ -53,6 +54,7 @@ class Job:
             for chunk in self.handle:
                 self._post(chunk)
         except BaseException as e:  # raised again where the route iterates
+            self.error = e
             self._post(e)
         finally:
             self._post(self)  # the engine is free of this request; then the route sees the end
@@ -80,6 +82,7 @@ class Job:
         """End the request with `error` without the engine (on the event loop's thread): the engine
         is gone and its thread will never post this request's end."""
         if not self._ended:
+            self.error = error
             self._queue.put_nowait(error)
             self._queue.put_nowait(_END)
             self._end()
@@ -143,7 +146,9 @@ class Dispatcher:
         running = min(self._admitted, self.settings.parallel)
         return running, self._admitted - running
 
-    async def submit(self, prompt: Any, *, chat: bool, overrides: dict[str, Any]) -> Job:
+    async def submit(
+        self, prompt: Any, *, chat: bool, overrides: dict[str, Any], keep_special: tuple[int, ...] = ()
+    ) -> Job:
         """Admit a request or refuse it with 503. Bad input raises here (Engine.submit checks it)."""
         if self.lost is not None:
             raise self.lost
@@ -162,7 +167,7 @@ class Dispatcher:
         try:
             # tokenizing and the prompt-fit check run off the event loop
             handle = await anyio.to_thread.run_sync(
-                lambda: self.engine.submit(prompt, chat=chat, **overrides)
+                lambda: self.engine.submit(prompt, chat=chat, keep_special=keep_special, **overrides)
             )
         except BaseException:
             self._release()
@@ -190,7 +195,7 @@ class Dispatcher:
         self._release()
         resp = job.response
         if resp is None:
-            self.metrics.count("cancelled")
+            self.metrics.count("cancelled" if job.error is None else "failed")
             return
         self.metrics.record(resp.stats, resp.finish_reason)
         self.acclog.write(resp, self.settings.replace(**job.overrides), started=job.started)

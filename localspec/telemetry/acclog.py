@@ -2,12 +2,14 @@
 server), so how well a draft does can be studied later (`localspec stats`).
 
 Each line is written with one write() on an O_APPEND descriptor, so lines from several processes
-never interleave. Logging is a side job: a failing write warns once and generation carries on.
+never interleave. Logging is a side job: a failing write warns once and generation carries on. The
+file is created 0600 in folders created 0700, and no server setting (the API key) is ever in it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -17,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from localspec import paths
-from localspec.config.settings import Settings
-from localspec.files import fingerprint
+from localspec.config.settings import Settings, setting_fields
+from localspec.files import PRIVATE_FILE, fingerprint, private_dir
 
 LOG_NAME = "acceptance.jsonl"
 
@@ -51,9 +53,25 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds")
 
 
+# the server's own settings (its address, its API key) say nothing of a generation: never in a record
+_SKIP = {f.name for group in ("server", "log") for f in setting_fields(group)}
+
+
 def _settings_dict(s: Settings) -> dict[str, Any]:
-    skip = {"log", "no_log"}
-    return {f.name: getattr(s, f.name) for f in dataclasses.fields(s) if f.name not in skip}
+    # a schema's text can be 64 KB: its digest instead
+    out = {
+        f.name: getattr(s, f.name)
+        for f in dataclasses.fields(s)
+        if f.name not in _SKIP | {"json_schema", "grammar"}
+    }
+    for name in ("json_schema", "grammar"):
+        text = getattr(s, name)
+        if text is not None:
+            out[name] = {
+                "sha256": hashlib.sha256(text.encode()).hexdigest()[:16],
+                "bytes": len(text.encode()),
+            }
+    return out
 
 
 def record(response: Any, settings: Settings, *, source: str, started: float, ended: float) -> dict[str, Any]:
@@ -92,8 +110,8 @@ class AccLog:
         try:
             rec = record(response, settings, source=self.source, started=started, ended=ended or time.time())
             line = (json.dumps(rec, ensure_ascii=False, default=str) + "\n").encode()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            private_dir(self.path.parent)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
             try:
                 os.write(fd, line)
             finally:

@@ -32,6 +32,8 @@ class LogSummary:
     first: str
     last: str
     sources: dict[str, int] = field(default_factory=dict)
+    # per draft source (draft, lookup, grammar): {"drafted": n, "accepted": n} over every generation
+    draft_sources: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def acceptance(self) -> float:
@@ -93,8 +95,13 @@ def summarize(records: list[dict[str, Any]]) -> LogSummary:
     by_pos_d: list[int] = []
     by_pos_a: list[int] = []
     sources: dict[str, int] = {}
+    drafters: dict[str, dict[str, int]] = {}
     for r in records:
         st = r["stats"]
+        for name, c in (st.get("sources") or {}).items():
+            into = drafters.setdefault(name, {"drafted": 0, "accepted": 0})
+            into["drafted"] += int(c.get("drafted", 0))
+            into["accepted"] += int(c.get("accepted", 0))
         _add(by_pos_d, st.get("drafted_by_pos", []))
         _add(by_pos_a, st.get("accepted_by_pos", []))
         sources[r.get("source", "?")] = sources.get(r.get("source", "?"), 0) + 1
@@ -122,4 +129,5 @@ def summarize(records: list[dict[str, Any]]) -> LogSummary:
         first=min(started),
         last=max(started),
         sources=sources,
+        draft_sources=drafters,
     )

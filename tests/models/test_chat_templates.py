@@ -5,11 +5,13 @@ apply_chat_template does, and a template that writes the BOS itself never gets a
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from localspec.chat import bounded
 from localspec.chat import template as chat
 from localspec.errors import LocalspecError
 
@@ -155,3 +157,47 @@ def test_template_bos_is_not_doubled(gemma_vocab, name):
 def test_template_without_bos_gets_the_tokenizers(gemma_vocab):
     ids = chat.prompt_tokens(gemma_vocab, CONVERSATION, template=template("Qwen-Qwen2.5-7B-Instruct"))
     assert ids[0] == gemma_vocab.vocab.bos and ids.count(gemma_vocab.vocab.bos) == 1
+
+
+# -- a template is a program from the model file: bounded in time and size (#28) --------------------
+@pytest.mark.parametrize(
+    "template,why",
+    [
+        # loops with no call in their body: only a bound on time stops them
+        ("{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}", "2 s"),
+        (
+            "{% macro f() %}{% for i in range(100000) %}{{ f() if i > 99998 }}{% endfor %}{% endmacro %}{{ f() }}",
+            "2 s",
+        ),
+        ("{{ 'x' * 10**9 }}", "characters"),
+        ("{{ 2 ** 1000000000 }}", "power"),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}{% endfor %}",
+            "characters",
+        ),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+            "characters",
+        ),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{{ 'abc' * 1000 }}{% endfor %}{% endfor %}",
+            "output",
+        ),
+    ],
+)
+def test_a_template_that_loops_or_grows_is_stopped(template, why):
+    t0 = time.monotonic()
+    with pytest.raises(LocalspecError, match=why):
+        chat.render(template, CONVERSATION)
+    assert time.monotonic() - t0 < bounded.RENDER_S + 3
+
+
+def test_the_bounds_leave_real_templates_alone():
+    """A long conversation through a real template renders as it does unbounded."""
+    long = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i} " * 20} for i in range(500)]
+    source = (TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja").read_text()
+    bounded_text = chat.render(source, long)
+    assert bounded_text == chat._compile(source).render(
+        messages=long, add_generation_prompt=True, bos_token="", eos_token=""
+    )
+    assert bounded_text.count("<|im_start|>") == 502  # the default system turn, the 500, the prompt

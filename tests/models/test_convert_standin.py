@@ -78,3 +78,30 @@ def test_build_is_atomic_and_idempotent(smollm2_path, tmp_path):
     }
     assert not standin._up_to_date(toml, recipe)
     assert standin._up_to_date(toml, {**recipe, "seed": 3})
+
+
+def test_a_broken_link_or_a_file_in_the_way_is_one_clear_line(smollm2_path, tmp_path):
+    from localspec.errors import LocalspecError
+
+    link = tmp_path / "default"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(LocalspecError, match="broken link"):
+        standin.build_standin(smollm2_path, link, log=lambda _: None)
+    link.unlink()
+    link.write_text("not a folder")
+    with pytest.raises(LocalspecError, match="not a folder"):
+        standin.build_standin(smollm2_path, link, log=lambda _: None)
+
+
+def test_nothing_under_models_but_its_readme_is_tracked():
+    # a worktree's models/default symlink was once committed and broke every fresh clone's `make models`
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(
+        ["git", "ls-files", "models"], cwd=root, capture_output=True, text=True, check=True
+    )
+    assert tracked.stdout.split() == ["models/README.md"]

@@ -18,7 +18,9 @@ from localspec.server.errors import APIError
 @pytest.fixture(scope="module")
 def app_client(smollm2_path):
     settings = Settings(target=smollm2_path, n_ctx=512, max_body=2000, temperature=0, parallel=2)
-    with TestClient(create_app(settings, lambda: Engine(settings))) as client:  # runs the lifespan
+    with TestClient(
+        create_app(settings, lambda: Engine(settings)), base_url="http://localhost"
+    ) as client:  # runs the lifespan
         yield client
 
 
@@ -52,7 +54,7 @@ def test_chunked_body_over_the_limit_is_413(app_client):
 
 def test_errors_keep_openai_shape(app_client):
     r = app_client.post("/v1/completions", data={"prompt": "hi"})  # a form, not JSON
-    assert r.status_code == 400 and "application/json" in r.json()["error"]["message"]
+    assert r.status_code == 415 and "application/json" in r.json()["error"]["message"]
     r = app_client.get("/v1/nothing-here")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     r = app_client.post("/v1/completions", json={"prompt": "hi", "top_p": 0})
@@ -74,7 +76,7 @@ def test_a_lost_engine_ends_the_requests_in_flight_and_after_with_503(smollm2_pa
     engine is gone while a stream runs (the real failure is tested in test_rpc_serve.py)."""
     settings = Settings(target=smollm2_path, n_ctx=512, temperature=0, parallel=1, n_threads=1)
     lost = APIError(503, "the server lost an rpc-server", type="server_error", code="rpc_server_lost")
-    with TestClient(create_app(settings, lambda: Engine(settings))) as client:
+    with TestClient(create_app(settings, lambda: Engine(settings)), base_url="http://localhost") as client:
         dispatcher = client.app.state.dispatcher
         body = {"prompt": "Once upon a time", "max_tokens": 400, "stream": True}
         with client.stream("POST", "/v1/completions", json=body) as r:

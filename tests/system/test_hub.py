@@ -57,6 +57,13 @@ def hub(tmp_path_factory):
         h.add(DRAFT[0], {DRAFT[1]: gb.read_bytes(), "tiny-b-Q4_K_M.gguf": ga.read_bytes()})
         h.add("acme/spm-GGUF", {"spm-Q8_0.gguf": gs.read_bytes()})
         h.add("acme/tiny-hf", {f.name: f.read_bytes() for f in a.iterdir()})
+        # a sharded layout (one shard here) beside the same weights as consolidated.safetensors
+        weights = (a / "model.safetensors").read_bytes()
+        names = json.loads(weights[8 : 8 + int.from_bytes(weights[:8], "little")]).keys() - {"__metadata__"}
+        index = json.dumps({"metadata": {}, "weight_map": {n: "model.safetensors" for n in names}})
+        files = {f.name: f.read_bytes() for f in a.iterdir()}
+        h.add("acme/tiny-hf-sharded", files | {"model.safetensors.index.json": index.encode(),
+                                                "consolidated.safetensors": weights})  # fmt: skip
         h.presets = presets  # type: ignore[attr-defined]
         yield h
 
@@ -220,6 +227,32 @@ def test_safetensors_repo_is_converted_on_pull(hub, env, tmp_path):
     assert pair.info["target_file"] == "(converted)"
 
 
+def test_safetensors_files_come_from_the_index(hub, env, tmp_path):
+    """consolidated.safetensors holds the same weights: downloading it too would double the pull (#28)."""
+    p = cli(env, "pull", "acme/tiny-hf-sharded", DRAFT[0], "--name", "sharded")
+    assert p.returncode == 0, p.stderr
+    assert hub.gets("consolidated.safetensors") == [] and hub.gets("model.safetensors")
+    assert (tmp_path / "models" / "sharded" / "target-q4_k_m.gguf").exists()
+
+
+def test_the_disk_check_counts_the_converters_full_size_intermediate(hub, env, tmp_path):
+    """A converted target is written at f16/bf16 size first, then quantized: that much more disk
+    is needed while it converts than the download and the result (#28)."""
+    from localspec.hub.fetch import CONVERTED_RATIO, DISK_MARGIN
+
+    files = hub.repos["acme/tiny-hf"]
+    weights = len(files["model.safetensors"])
+    download = sum(len(d) for d in files.values()) + len(hub.repos[DRAFT[0]][DRAFT[1]])
+    without = download + int(weights * CONVERTED_RATIO["q4_k_m"])
+    free = DISK_MARGIN + without + weights // 4  # the f32 checkpoint's f16 intermediate: weights / 2
+    n = len(hub.requests)
+    pre = f"import localspec.hub.fetch as f; f.free_disk_bytes = lambda p: {free}"
+    p = cli(env, "pull", "acme/tiny-hf", DRAFT[0], "--name", "tight", pre=pre)
+    assert p.returncode == 1, p.stderr
+    assert "not enough disk space for tight" in p.stderr and "intermediate" in p.stderr
+    assert not [path for m, path, _ in hub.requests[n:] if m == "GET" and path.endswith(".safetensors")]
+
+
 def test_preset_whose_files_do_not_pair(env, tmp_path):
     p = cli(env, "pull", "bad")
     assert p.returncode == 1
@@ -233,10 +266,10 @@ FIELDS = {"repo", "file", "size_gb", "sha256", "arch"}
 
 
 def test_presets_are_complete_and_their_n_ctx_is_the_plans():
-    from localspec.hub.presets import PRESETS_DIR, load_presets
+    from localspec.hub.presets import load_presets, shipped_presets_dir
     from localspec.hub.sizing import preset_n_ctx
 
-    presets = load_presets(PRESETS_DIR)
+    presets = load_presets(shipped_presets_dir())
     assert {"qwen2.5-32b", "qwen2.5-coder-32b", "llama3.1-8b", "qwen3-32b", "gemma3-27b"} <= set(presets)
     for p in presets.values():
         assert (p.target.quant, p.draft.quant) == ("q4_k_m", "q8_0"), p.name
@@ -253,10 +286,10 @@ def test_sizing_from_arch_facts_matches_the_gguf_header(gemma_path):
     """The estimate a preset's n_ctx comes from, against memory_plan reading the real header."""
     from localspec.gguf.file import read_header
     from localspec.gguf.memory_plan import Runtime, plan_model, read_spec
-    from localspec.hub.presets import PRESETS_DIR, load_presets
+    from localspec.hub.presets import load_presets, shipped_presets_dir
     from localspec.hub.sizing import spec_from_arch
 
-    facts = load_presets(PRESETS_DIR)["gemma3-27b"].draft.arch  # Gemma-3-270m, as the embedded file
+    facts = load_presets(shipped_presets_dir())["gemma3-27b"].draft.arch  # Gemma-3-270m, as the embedded file
     real = read_spec(gemma_path)
     est = spec_from_arch(facts, gemma_path.stat().st_size, "q4_k_m")
     assert est.kv_dims == real.kv_dims and est.swa_layers == real.swa_layers

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 import httpx
@@ -14,6 +15,8 @@ import pytest
 
 from ..helpers import Server
 from ..rpc_servers import Servers, need_rpc
+
+KEY = "sk-rpc-test-key"
 
 
 def _until(what: Callable[[], bool], timeout: float, srv: Server, why: str) -> None:
@@ -35,9 +38,11 @@ def test_a_lost_rpc_server_fails_the_requests_in_flight_and_the_server_comes_bac
     servers = Servers(need_rpc(), n=2)  # one killed; the other must be let go of
     srv = None
     try:
-        srv = Server(smollm2_path, "--rpc", servers.rpc, "--parallel", "2", "--n-threads", "1")
+        srv = Server(
+            smollm2_path, "--rpc", servers.rpc, "--parallel", "2", "--n-threads", "1", "--api-key", KEY
+        )
         pid = srv.proc.pid
-        client = srv.client()
+        client = srv.client(KEY)
         model = client.models.list().data[0].id
         stream = client.completions.create(model=model, prompt="1, 2, 3, 4,", max_tokens=900, stream=True)
         assert next(iter(stream)).choices  # generating
@@ -63,6 +68,9 @@ def test_a_lost_rpc_server_fails_the_requests_in_flight_and_the_server_comes_bac
         _until(lambda: _healthy(srv), 60, srv, "the server did not come back")
         again = client.completions.create(model=model, prompt="Once upon a time", max_tokens=8)
         assert again.choices[0].text and again.usage.completion_tokens == 8
+        # the re-executed server has the key in its environment, not on a command line `ps` shows (#28)
+        assert KEY.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert f"LOCALSPEC_API_KEY={KEY}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         out = srv.output()
         errors = [line for line in out.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and errors[0].startswith("error: lost the connection to rpc-server at"), out

@@ -74,3 +74,12 @@ def test_the_wheel_runs_outside_the_checkout(installed, tmp_path, smollm2_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip()
     assert not (tmp_path / "models").exists()  # nothing is written beside where it runs
+
+    # the chat page is package data: read from the installed package, vendored libraries and licences too
+    files = ("index.html", "app.js", "app.css", "vendor/marked.esm.js", "vendor/dompurify.LICENSE.txt")
+    page = subprocess.run(
+        [installed / "bin" / "python", "-c",
+         f"from localspec.server.page import _read; print(all(_read(f) for f in {files!r}))"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert page.stdout.strip() == "True", page.stderr

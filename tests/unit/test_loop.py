@@ -421,3 +421,24 @@ def test_stop_string_drops_its_tokens_and_their_acceptance():
     assert [s.token for s in ts.dropped] == [3, 4]  # 'd', 'e': the stop string, never emitted
     c.unaccept(ts.dropped)
     assert c.n_accepted == 2 and c.accepted_by_pos[:2] == [1, 1] and sum(c.accepted_by_pos) == 2
+
+
+def test_an_accepted_eog_draft_stays_accepted():
+    """A draft drafting for itself is accepted in full, its end-of-generation token included: the EOG
+    is generated (n_generated counts it), not dropped, so the counters keep its acceptance."""
+    v = 8
+    t = np.full((v, v), -5.0)
+    for i in range(v):
+        t[i, (i + 1) % v] = 5.0  # 1 -> 2 -> ... -> 5 (EOG)
+    eog = frozenset({5})
+    c = Counters()
+    steps = speculative_steps(
+        FakeContext(t, eog=eog), FakeContext(t.copy(), eog=eog), [1], GREEDY, SpecConfig(),
+        np.random.default_rng(0), c, FixedK(4), max_new=20,
+    )  # fmt: skip
+    ts = TextStream(lambda tok: b"x", lambda tok: tok in eog)
+    list(text_deltas(ts, steps, lambda: 0.0))
+    assert ts.tokens == [2, 3, 4] and ts.saw_eog and ts.dropped == []
+    c.unaccept(ts.dropped)
+    assert c.n_drafted == c.n_accepted == 4 and c.sources["draft"].accepted == 4
+    assert c.accepted_by_pos == [1, 1, 1, 1]

@@ -48,6 +48,22 @@ def test_record_round_trip(tmp_path):
             "inconsistent",
         ),
         (json.dumps([1, 2, 3]), "another version"),
+        # a corrupt file's NaN, infinite or negative numbers (json reads NaN and Infinity) (#28)
+        (json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": float("nan")}}), "out of range"),
+        (json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "draft_s": float("nan")}), "range"),
+        (json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "draft_s": -0.01}), "range"),
+        *[
+            (
+                json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "acc": a, "tried": t}),
+                "inconsistent",
+            )
+            for a, t in (
+                ([float("nan")], [2.0]),
+                ([1.0], [float("nan")]),
+                ([1.0], [float("inf")]),
+                ([-1.0], [-0.5]),
+            )
+        ],
     ],
 )
 def test_corrupt_or_stale_cache_is_ignored_with_one_note(tmp_path, content, why):
@@ -148,3 +164,14 @@ def test_remembered_acceptance_moves_the_first_choice():
     warm.prime(verify, t_draft, acc=[40.0] * 16, tried=[41.0] * 16)
     cold, warm = cold.fork(), warm.fork()
     assert warm.choose() > cold.choose()
+
+
+def test_the_memory_is_this_users_alone(tmp_path):
+    """Created 0600, in a folder created 0700 (#28)."""
+    notes: list[str] = []
+    mem = TunerMemory(KEY, tmp_path / "cache" / "tuner", note=notes.append)
+    mem.save(TunerRecord({1: 0.1}, 0.01))
+    assert notes == []
+    assert mem.path.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "cache" / "tuner").stat().st_mode & 0o777 == 0o700

@@ -1,0 +1,189 @@
+"""Rollback for memories that `llama_memory_seq_rm` cannot cut at any position: recurrent state.
+
+A KV cache forgets positions >= p with one `seq_rm`. A recurrent layer (Mamba, gated delta net)
+holds one state per sequence - the sum of everything it has read - so llama.cpp offers two ways back:
+
+- `n_rs_seq` ("rs"): the context keeps the states after each of the last n_rs_seq + 1 tokens of
+  the last decode, and `seq_rm` may then drop up to min(n_rs_seq, tokens of that decode - 1) of
+  them, once per decode. Only some archs build those snapshots (`llm_arch_supports_rs_rollback`:
+  qwen35, qwen35moe, lfm2, nemotron_h, ...); elsewhere llama.cpp quietly sets n_rs_seq to 0.
+- saved state ("snapshot"): `llama_state_seq_get_data_ext(..., PARTIAL_ONLY)` copies a sequence's
+  recurrent part (not its KV cells) out, `..._set_data_ext` puts it back; what came after the
+  snapshot is then re-evaluated ("replayed") by the caller, as llama-server does around its verify.
+
+A truncate settles: positions before it are final, so a snapshot context saves a sequence at the
+first decode after each truncate of it (the start of a round's tentative tokens) and nowhere else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from dataclasses import dataclass
+
+import llama_cpp as C
+
+from localspec.errors import LocalspecError
+
+ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
+# what truncate does on each: cut the KV cache | rs rollback within the last decode | saved state
+TRUNCATE, RS, SNAPSHOT = "truncate", "rs", "snapshot"
+PARTIAL = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY  # the recurrent part only: attention KV stays in place
+
+
+def memory_kind(model_ptr) -> str:  # noqa: ANN001 - a llama_model *
+    """attention (a KV cache, any architecture without recurrent layers) | recurrent | hybrid."""
+    if C.llama_model_is_hybrid(model_ptr):
+        return HYBRID
+    if C.llama_model_is_recurrent(model_ptr):
+        return RECURRENT
+    return ATTENTION
+
+
+@dataclass
+class RollbackStats:
+    """Where a recurrent context's rollback time went (seconds and counts since load)."""
+
+    snapshots: int = 0
+    snapshot_s: float = 0.0
+    snapshot_bytes: int = 0  # the last snapshot's size
+    restores: int = 0
+    restore_s: float = 0.0
+    rs_rollbacks: int = 0  # rollbacks llama.cpp's n_rs_seq served (no copy at all)
+    drops: int = 0  # rollbacks nothing could serve: the sequence was emptied (re-evaluated later)
+
+
+class KvTruncate:
+    """A KV cache (any attention memory): `seq_rm` forgets any suffix."""
+
+    kind = TRUNCATE
+
+    def __init__(self, mem) -> None:  # noqa: ANN001 - a llama_memory_t
+        self._mem = mem
+        self.stats = RollbackStats()
+
+    def before_decode(self, seq: int, past: int) -> None:
+        pass
+
+    def after_decode(self, seq: int, n_tokens: int) -> None:
+        pass
+
+    def truncate(self, seq: int, pos: int, past: int) -> int:
+        if pos < past and not C.llama_memory_seq_rm(self._mem, seq, pos, -1):
+            raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
+        return min(pos, past)
+
+    def reset(self) -> None:
+        pass
+
+
+@dataclass
+class _Seq:
+    settled: bool = True  # a truncate since the last decode: the next decode saves a snapshot
+    snap: ctypes.Array | None = None  # the saved recurrent state ...
+    snap_pos: int = -1  # ... of the tokens before this position
+    snap_live: bool = False  # the state still equals the snapshot (just restored, nothing decoded)
+    last_len: int = 0  # tokens of this sequence in its last llama_decode (what rs can reach back)
+    rs_pending: bool = False  # rs rollback used since that decode (llama.cpp allows one)
+
+
+class LlamaState:
+    """The memory operations a rollback needs, on one llama.cpp context (tests use a fake)."""
+
+    def __init__(self, ctx_ptr, mem) -> None:  # noqa: ANN001 - llama_context *, llama_memory_t
+        self._ctx, self._mem = ctx_ptr, mem
+        self.n_rs = int(C.llama_n_rs_seq(ctx_ptr))  # 0 where the arch has no rs (llama.cpp clamps it)
+
+    def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
+        return bool(C.llama_memory_seq_rm(self._mem, seq, p0, p1))
+
+    def save(self, seq: int, buf: ctypes.Array | None) -> ctypes.Array:
+        """The sequence's recurrent state, into buf when it has the size (else a new buffer)."""
+        size = int(C.llama_state_seq_get_size_ext(self._ctx, seq, PARTIAL))
+        if buf is None or len(buf) != size:
+            buf = (ctypes.c_uint8 * size)()
+        n = C.llama_state_seq_get_data_ext(self._ctx, buf, size, seq, PARTIAL)
+        if n != size:
+            raise LocalspecError(f"llama.cpp saved {n} of {size} bytes of sequence {seq}'s state")
+        return buf
+
+    def load(self, seq: int, buf: ctypes.Array) -> bool:
+        return C.llama_state_seq_set_data_ext(self._ctx, buf, len(buf), seq, PARTIAL) == len(buf)
+
+
+class RecurrentRollback:
+    """Rollback for a recurrent or hybrid memory: rs where llama.cpp provides it, else snapshots.
+
+    `truncate(seq, pos, past)` returns the new past, which may be below pos: the caller re-evaluates
+    tokens [new past, pos) in its next decode. With rs, snapshots are never taken (the round only
+    rolls back within one verify decode); a rollback rs cannot serve empties the sequence."""
+
+    def __init__(self, state: LlamaState, n_seq: int) -> None:
+        self._state = state
+        self.n_rs = state.n_rs
+        self.kind = RS if self.n_rs > 0 else SNAPSHOT
+        self._seqs = [_Seq() for _ in range(n_seq)]
+        self.stats = RollbackStats()
+
+    def before_decode(self, seq: int, past: int) -> None:
+        s = self._seqs[seq]
+        if self.kind == SNAPSHOT and s.settled and not (s.snap_live and s.snap_pos == past):
+            self._save(seq, s, past)
+        s.settled = False
+
+    def after_decode(self, seq: int, n_tokens: int) -> None:
+        s = self._seqs[seq]
+        s.last_len, s.rs_pending, s.snap_live = n_tokens, False, False
+
+    def truncate(self, seq: int, pos: int, past: int) -> int:
+        s = self._seqs[seq]
+        s.settled = True
+        if pos >= past:
+            return past
+        if pos <= 0:
+            return self._drop(seq, s, count=False)
+        back = past - pos
+        if self.kind == RS and not s.rs_pending and back <= min(self.n_rs, s.last_len - 1):
+            if self._state.seq_rm(seq, pos, -1):
+                s.rs_pending = True
+                self.stats.rs_rollbacks += 1
+                return pos
+        if s.snap is not None and s.snap_pos <= pos:
+            return self._restore(seq, s)
+        return self._drop(seq, s)
+
+    def reset(self) -> None:
+        self._seqs = [_Seq() for _ in self._seqs]
+
+    # -- the state copies -------------------------------------------------------------------------
+    def _save(self, seq: int, s: _Seq, past: int) -> None:
+        t0 = time.perf_counter()
+        s.snap = self._state.save(seq, s.snap)
+        s.snap_pos, s.snap_live = past, True
+        self.stats.snapshots += 1
+        self.stats.snapshot_bytes = len(s.snap)
+        self.stats.snapshot_s += time.perf_counter() - t0
+
+    def _restore(self, seq: int, s: _Seq) -> int:
+        t0 = time.perf_counter()
+        assert s.snap is not None
+        if not self._state.load(seq, s.snap):
+            return self._drop(seq, s)
+        self._state.seq_rm(seq, s.snap_pos, -1)  # the attention part of a hybrid memory holds the rest
+        s.snap_live, s.rs_pending, s.last_len = True, False, 0
+        self.stats.restores += 1
+        self.stats.restore_s += time.perf_counter() - t0
+        return s.snap_pos
+
+    def _drop(self, seq: int, s: _Seq, *, count: bool = True) -> int:
+        self._state.seq_rm(seq, -1, -1)  # removing a whole sequence never fails
+        s.snap, s.snap_pos, s.snap_live, s.rs_pending, s.last_len = None, -1, False, False, 0
+        self.stats.drops += count
+        return 0
+
+
+def rollback_for(model_ptr, ctx_ptr, mem, n_seq: int) -> KvTruncate | RecurrentRollback:  # noqa: ANN001
+    """The rollback this context's memory allows, chosen once at load."""
+    if memory_kind(model_ptr) == ATTENTION:
+        return KvTruncate(mem)
+    return RecurrentRollback(LlamaState(ctx_ptr, mem), n_seq)

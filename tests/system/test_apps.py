@@ -1,0 +1,60 @@
+"""Libraries people build on, end to end against `localspec serve` on the embedded pair, as their own
+docs say to point them at an OpenAI-compatible server: pydantic-ai (an agent framework; a structured
+output_type is a tool it forces, so this runs tool calling through the constraint) and outlines (a
+structured-output library; it sends response_format json_schema). Both must work on the first try:
+greedy, one request each, no retries."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from ..helpers import Server
+
+pytest.importorskip("pydantic_ai")
+pytest.importorskip("outlines")
+
+
+class CityWeather(BaseModel):
+    city: str
+    temperature_c: int = Field(ge=-60, le=60)
+
+
+class Person(BaseModel):
+    name: str
+    age: int = Field(ge=0, le=150)
+
+
+@pytest.fixture(scope="module")
+def server(default_pair):
+    srv = Server(default_pair, "--parallel", "1", "--max-tokens", "80", start_timeout=600)
+    yield srv
+    srv.stop()
+
+
+def test_pydantic_ai_agent_gets_a_validated_result_through_a_tool_call(server):
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel(
+        server.health()["model"], provider=OpenAIProvider(base_url=server.url + "/v1", api_key="none")
+    )
+    agent = Agent(
+        model, output_type=CityWeather, retries=0, model_settings={"temperature": 0, "max_tokens": 80}
+    )
+    result = agent.run_sync("It is 18 degrees in Paris today. Report the city and its temperature.")
+    assert isinstance(result.output, CityWeather)
+    calls = [p for m in result.all_messages() for p in getattr(m, "parts", []) if p.part_kind == "tool-call"]
+    assert calls and calls[0].tool_name == "final_result"  # the output came as a tool call
+
+
+def test_outlines_structured_generation(server):
+    import outlines
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+    model = outlines.from_openai(client, server.health()["model"])
+    text = model("Ann is 31 years old. Extract the person as JSON.", Person, max_tokens=60, temperature=0)
+    person = Person.model_validate_json(text)
+    assert person.age >= 0 and person.name

@@ -1,0 +1,423 @@
+"""The chat page (`GET /`) in a real browser: Debian's headless Chromium driven by Playwright, against
+a real `localspec serve` on the embedded default pair (a fixed K, so every reply drafts).
+
+LOCALSPEC_SCREENSHOTS=1 also writes docs/ui-light.png and docs/ui-dark.png.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.helpers import Server
+
+CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "page-test-key"
+CANCELLED = "localspec:requests_cancelled_total"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="the page tests need Debian's chromium: apt-get install -y chromium"
+)
+
+
+# one thread each: on cores shared with other work llama.cpp's spinning threads slow down manyfold
+THREADS = ("--n-threads", "1")
+
+
+@pytest.fixture(scope="module")
+def server(default_pair):
+    args = ("--draft-max", "4", "--parallel", "2", "--max-tokens", "12", "--temperature", "0")
+    srv = Server(default_pair, *THREADS, *args)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def keyed(smollm2_path):
+    """A key from the environment, one slot and no queue (the 503 test fills it)."""
+    srv = Server(
+        smollm2_path, *THREADS, "--parallel", "1", "--max-queue", "0", env={"LOCALSPEC_API_KEY": KEY}
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only once chromium is known to exist
+
+    with sync_playwright() as p:
+        # launch() gives every run a fresh temporary profile (user-data-dir)
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """One browser context (its own localStorage) on one server, with what the console said."""
+
+    def __init__(self, browser, url: str, **context) -> None:
+        self.context = browser.new_context(viewport={"width": 1280, "height": 860}, **context)
+        self.page = self.context.new_page()
+        self.console: list[str] = []
+        self.errors: list[str] = []  # uncaught exceptions in the page: never acceptable
+        self.page.on("console", lambda m: m.type in ("error", "warning") and self.console.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.set_default_timeout(120_000)  # two busy cores make even a short reply slow
+        self.url = url
+
+    def open(self, ready: bool = True) -> "Page":
+        self.page.goto(self.url + "/")
+        if ready:
+            self.page.wait_for_selector("#server-status[data-state=up]")
+        return self
+
+    def send(self, text: str) -> None:
+        self.page.fill("#input", text)
+        self.page.keyboard.press("Enter")
+
+    def wait_idle(self) -> None:
+        try:
+            self.page.wait_for_selector("#send:not([hidden])")
+        except Exception:
+            print("the conversation when the wait ran out:\n" + self.page.inner_text("#messages"))
+            raise
+
+    def settings(self, **fields: str) -> None:
+        self.page.click("#open-settings")
+        for name, value in fields.items():
+            el = self.page.locator(f"#settings-form [name={name}]")
+            if el.evaluate("e => e.tagName") == "SELECT":
+                el.select_option(value)
+            else:
+                el.fill(value)
+        self.page.click("#settings-form button[value=save]")
+
+    def stored(self) -> dict:
+        """The current conversation as the page stored it."""
+        return self.page.evaluate(
+            "() => JSON.parse(localStorage.getItem('localspec.conversation.' +"
+            " JSON.parse(localStorage.getItem('localspec.current'))))"
+        )
+
+    def close(self) -> None:
+        self.context.close()
+        assert not self.errors, f"uncaught errors in the page: {self.errors}"
+
+
+@pytest.fixture
+def page(browser, server):
+    p = Page(browser, server.url)
+    yield p
+    p.close()
+
+
+def chat(srv: Server, messages: list[dict], **extra) -> str:
+    r = httpx.post(srv.url + "/v1/chat/completions", json={"messages": messages, **extra}, timeout=120)
+    return r.json()["choices"][0]["message"]["content"]
+
+
+# the reply streaming now has some text
+STREAMING_TEXT = (
+    "() => { const m = document.querySelector('.message.assistant.live .markdown');"
+    " return m && !m.querySelector('.typing') && m.textContent.trim().length > 0; }"
+)
+
+
+# -- serving --------------------------------------------------------------------------------------
+def test_page_files_and_headers(keyed):
+    """The page needs no key (it asks for one); /v1 still does. Only files inside ui/ are served."""
+    r = httpx.get(keyed.url + "/")
+    assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self';" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+    for src in re.findall(r'(?:src|href)="(/ui/[^"]+)"', r.text):
+        assert httpx.get(keyed.url + src).status_code == 200, src
+    for path, kind in [
+        ("app.js", "text/javascript"),
+        ("app.css", "text/css"),
+        ("vendor/purify.es.mjs", "text/javascript"),
+    ]:
+        assert httpx.get(f"{keyed.url}/ui/{path}").headers["content-type"].startswith(kind)
+    for bad in ["/ui/../page.py", "/ui/%2e%2e/page.py", "/ui/vendor", "/ui/nope.js", "/ui/.hidden.js"]:
+        assert httpx.get(keyed.url + bad).status_code == 404, bad
+    assert httpx.get(keyed.url + "/v1/models").status_code == 401
+
+
+# -- the page ---------------------------------------------------------------------------------------
+def test_loads_without_console_errors(page, server):
+    page.open()
+    assert page.page.inner_text("#model-name") == "default"
+    assert page.page.is_visible("#empty")
+    assert page.console == []
+    assert f"open {server.url}/ in a browser" in server.output()  # what `make serve` prints
+
+
+def test_reply_streams_with_drafts_marked_and_stats(page, server):
+    page.open()
+    page.settings(draft_mode="fixed", draft_k="4")  # as the server's own: the text cannot change
+    question = "Name three colours of the rainbow."
+    page.send(question)
+    page.page.wait_for_selector(".message.assistant.live .draft")  # seen while still streaming
+    page.wait_idle()
+    reply = page.page.locator(".message.assistant").last
+    stats = reply.locator(".stats").inner_text()
+    for part in ("tokens", "tok/s", "accepted", "tokens/pass", "K 4"):
+        assert part in stats, stats
+    assert reply.locator(".markdown .draft").count() > 0
+    # the page asked what it shows: the same messages at temperature 0 give the same text
+    msg = page.stored()["messages"][-1]
+    assert msg["asked"] == {"draft_max": 4} and max(msg["timings"]["k_history"]) == 4
+    assert msg["content"] == chat(server, [{"role": "user", "content": question}])
+    assert "".join(t for t, _ in msg["runs"]) == msg["content"]
+    drafted = "".join(t for t, d in msg["runs"] if d)
+    assert drafted and msg["timings"]["draft_n_accepted"] > 0
+    assert page.page.locator("#chart rect.bar").count() >= 1
+    assert "1 reply" in page.page.inner_text("#totals")
+    assert page.console == []
+
+
+def test_stop_cancels_on_the_server(page, server):
+    page.open()
+    page.settings(max_tokens="400")
+    before = server.metrics().get(CANCELLED, 0)
+    page.send("Write a long story about a lighthouse keeper.")
+    page.page.wait_for_function(STREAMING_TEXT)
+    page.page.click("#stop")
+    page.wait_idle()
+    deadline = time.monotonic() + 15
+    while server.metrics().get(CANCELLED, 0) <= before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert server.metrics()[CANCELLED] == before + 1
+    reply = page.page.locator(".message.assistant").last
+    assert "stopped" in reply.locator(".stats").inner_text()
+    assert page.stored()["messages"][-1]["stopped"] is True
+    assert page.console == []
+
+
+def test_html_in_a_user_message_is_text(page):
+    page.open()
+    typed = '<img src=x onerror="window.pwned=1"><b>bold?</b>'
+    page.send(typed)
+    page.page.wait_for_function(STREAMING_TEXT)  # the model's text so far is in the page too
+    page.page.click("#stop")
+    page.wait_idle()
+    user = page.page.locator(".message.user .user-text").last
+    assert user.inner_text() == typed
+    assert page.page.locator("#messages img, .message.user b").count() == 0
+    assert page.page.evaluate("() => window.pwned") is None
+
+
+def test_markdown_is_sanitised_and_keeps_its_structure(page):
+    """Model text through the page's renderer: raw HTML is stripped, and the draft marks woven into
+    the source never break a list, a heading or a code fence."""
+    page.open()
+    html = page.page.evaluate(
+        """async () => {
+          const { renderMarkdown } = await import('/ui/markdown.js');
+          const render = (runs) => { const d = document.createElement('div'); d.append(renderMarkdown(runs)); return d; };
+          const bad = render([['Hi <img src=x onerror="window.pwned=1"> <script>window.pwned=2</script> **b**', 1]]);
+          const doc = render([['# Ti', 0], ['tle\\n\\n', 1], ['- a', 1], ['\\n- b\\n\\n', 0], ['```py', 1],
+                              ['thon\\nx = 1\\n', 0], ['```\\n\\nend', 1]]);
+          return { bad: bad.innerHTML, h1: doc.querySelector('h1')?.textContent, li: doc.querySelectorAll('li').length,
+                   code: doc.querySelector('pre code')?.textContent, lang: doc.querySelector('pre')?.dataset.lang,
+                   drafted: [...doc.querySelectorAll('.draft')].map((s) => s.textContent) };
+        }"""
+    )
+    assert "<img" not in html["bad"] and "<script" not in html["bad"] and "<strong>" in html["bad"]
+    assert html["h1"] == "Title" and html["li"] == 2
+    assert html["code"] == "x = 1\n" and html["lang"] == "python"
+    assert "tle" in html["drafted"] and "a" in html["drafted"] and "end" in html["drafted"]
+    assert page.page.evaluate("() => window.pwned") is None
+
+
+def test_conversation_survives_a_reload(page):
+    page.open()
+    page.send("Say hello.")
+    page.wait_idle()
+    before = page.page.inner_text("#messages")
+    n_drafts = page.page.locator("#messages .draft").count()
+    page.page.reload()
+    page.page.wait_for_selector("#server-status[data-state=up]")
+    assert page.page.inner_text("#messages") == before
+    assert page.page.locator("#messages .draft").count() == n_drafts > 0
+    assert page.page.locator("#conversations .conv-open").all_inner_texts() == ["Say hello."]
+    # the theme chosen is kept too, and the conversation exports as Markdown and as JSON
+    page.page.click("#theme-toggle")
+    theme = page.page.get_attribute("html", "data-theme")
+    page.page.reload()
+    assert page.page.get_attribute("html", "data-theme") == theme
+    conv = page.stored()
+    files = {}
+    for button in ("#export-md", "#export-json"):
+        page.page.click("#export-menu summary")
+        with page.page.expect_download() as dl:
+            page.page.click(button)
+        files[button] = Path(dl.value.path()).read_text()
+    assert "## User\n\nSay hello." in files["#export-md"]
+    assert f"## Assistant\n\n{conv['messages'][1]['content']}" in files["#export-md"]
+    assert json.loads(files["#export-json"]) == conv
+
+
+def test_reasoning_and_tool_calls(page):
+    """Deltas the server does not send yet (the tools issue): reasoning is shown collapsed, a tool
+    call as a card. The stream here is a recorded one, served by the browser in place of the server."""
+    chunk = '{{"choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}'
+    deltas = [
+        ('{"role":"assistant"}', "null"),
+        ('{"reasoning_content":"The user wants "}', "null"),
+        ('{"reasoning_content":"the weather."}', "null"),
+        ('{"content":"Let me check."}', "null"),
+        (
+            '{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":""}}]}',
+            "null",
+        ),
+        ('{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\": "}}]}', "null"),
+        ('{"tool_calls":[{"index":0,"function":{"arguments":"\\"Paris\\"}"}}]}', "null"),
+        ("{}", '"tool_calls"'),
+    ]
+    body = "".join(f"data: {chunk.format(delta=d, finish=f)}\n\n" for d, f in deltas) + "data: [DONE]\n\n"
+    page.open()
+    page.page.route(
+        "**/v1/chat/completions",
+        lambda route: route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=body),
+    )
+    page.send("Weather in Paris?")
+    page.wait_idle()
+    reply = page.page.locator(".message.assistant").last
+    assert reply.locator("details.reasoning").get_attribute("open") is None  # collapsed
+    assert reply.locator(".reasoning-text").text_content() == "The user wants the weather."
+    assert reply.locator(".markdown").inner_text() == "Let me check."
+    assert reply.locator(".tool-call-name").inner_text() == "get_weather"
+    assert json.loads(reply.locator(".tool-call-args").inner_text()) == {"city": "Paris"}
+
+
+def test_edit_and_regenerate(page):
+    page.open()
+    page.send("Name a fruit.")
+    page.page.wait_for_function(STREAMING_TEXT)
+    page.page.click("#stop")  # an answer to the old text, cut short: the edit replaces it
+    page.wait_idle()
+    page.page.locator(".message.user").hover()
+    page.page.click(".message.user [data-action=edit]")
+    page.page.fill(".editor textarea", "Name a vegetable.")
+    page.page.click(".editor button[type=submit]")
+    page.wait_idle()
+    conv = page.stored()
+    assert [m["role"] for m in conv["messages"]] == ["user", "assistant"]
+    assert conv["messages"][0]["content"] == "Name a vegetable."
+    first = conv["messages"][1]["content"]
+    page.page.click(".message.assistant [data-action=regenerate]")
+    page.wait_idle()
+    conv = page.stored()
+    assert len(conv["messages"]) == 2 and conv["messages"][1]["content"] == first  # temperature 0
+
+
+def test_errors_are_messages(page):
+    page.open()
+    page.settings(max_tokens="999999999")
+    page.send("Hello?")
+    page.wait_idle()
+    err = page.page.locator(".message.error").last.inner_text()
+    assert "Error 400" in err and "max_tokens" in err
+    # the server goes away: the reply says so, and so does the banner
+    page.page.route("**/v1/chat/completions", lambda route: route.abort())
+    page.page.route("**/health", lambda route: route.abort())
+    page.settings(max_tokens="")
+    page.page.click(".message.error [data-action=regenerate]")
+    page.wait_idle()
+    assert "Cannot reach the localspec server" in page.page.locator(".message.error").last.inner_text()
+    page.page.wait_for_selector("#banner:not([hidden])")
+    assert page.page.get_attribute("#server-status", "data-state") == "down"
+    assert [m["role"] for m in page.stored()["messages"]] == ["user", "error"]
+
+
+def test_key_prompt(browser, keyed):
+    p = Page(browser, keyed.url)
+    try:
+        p.open(ready=False)
+        p.page.wait_for_selector("#key-dialog[open]")
+        p.page.fill("#key-input", "wrong")
+        p.page.click("#key-ok")
+        p.page.wait_for_selector("#key-dialog[open]")
+        assert "refused" in p.page.inner_text("#key-reason")
+        p.page.fill("#key-input", KEY)
+        p.page.click("#key-ok")
+        p.page.wait_for_selector("#server-status[data-state=up]")
+        p.settings(max_tokens="8")
+        p.send("Hi")
+        p.wait_idle()
+        assert p.page.locator(".message.assistant .stats").count() == 1
+        assert p.page.evaluate("() => sessionStorage.getItem('localspec.apiKey')") == KEY
+        # a full server (one slot, no queue): a 503 with Retry-After, shown in the conversation
+        hold = threading.Thread(target=_hold_slot, args=(keyed,))
+        hold.start()
+        try:
+            deadline = time.monotonic() + 30
+            while keyed.health()["running"] < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            p.send("Are you busy?")
+            p.wait_idle()
+        finally:
+            hold.join()
+        err = p.page.locator(".message.error").last.inner_text()
+        assert "Error 503" in err and "retry after 1 s" in err
+    finally:
+        p.close()
+
+
+def _hold_slot(srv: Server) -> None:
+    body = {
+        "messages": [{"role": "user", "content": "Count to a thousand."}],
+        "max_tokens": 300,
+        "stream": True,
+    }
+    headers = {"Authorization": f"Bearer {KEY}"}
+    with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, headers=headers, timeout=120) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i > 400:
+                break
+            time.sleep(0.005)  # hold on long enough for the page to be refused
+
+
+# -- screenshots for the README ---------------------------------------------------------------------
+@pytest.mark.skipif(
+    not os.environ.get("LOCALSPEC_SCREENSHOTS"), reason="set LOCALSPEC_SCREENSHOTS=1 to write docs/ui-*.png"
+)
+def test_screenshots(browser, server):
+    p = Page(browser, server.url, device_scale_factor=1)
+    try:
+        p.open()
+        p.settings(max_tokens="72")
+        for q in (
+            "Write a Python function that reverses a string.",
+            "Now name three colours of the rainbow, as a list.",
+        ):
+            p.send(q)
+            p.wait_idle()
+        for theme in ("light", "dark"):
+            if p.page.get_attribute("html", "data-theme") != theme:
+                p.page.click("#theme-toggle")
+            p.page.evaluate(
+                "() => { const s = document.getElementById('scroller'); s.scrollTop = s.scrollHeight; }"
+            )
+            p.page.screenshot(path=str(ROOT / "docs" / f"ui-{theme}.png"))
+    finally:
+        p.close()

@@ -1,0 +1,310 @@
+"""Constrained speculative rounds on the fake backend: lossless under the mask, forced drafts, rollback.
+
+The fake's Markov chain gets a toy vocabulary of JSON pieces (with overlapping tokens, so a forced
+run can be spelled more than one way), which llguidance turns into masks like any GGUF's. The exact
+constrained distribution of a short output is then computable by enumeration, for the chi-square.
+"""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import numpy as np
+import pytest
+
+from localspec.constrain import Constraint, ConstraintStuck, build_vocabulary, compile_constraint
+from localspec.decode.round import decode_round
+from localspec.decode.sampling import SamplingParams, process
+from localspec.decode.state import SeqState, SpecConfig
+from localspec.decode.stats import Counters
+from localspec.draft_len.fixed import FixedK
+from tests.fake_backend import FakeContext, markov_tables
+from tests.helpers import plain_steps, prefill, speculative_steps
+
+PIECES = ["<eos>", "{", "}", '"', ":", ",", "a", "b", "1", "2", '{"', '":', "ab", '"}', "x", "y"]
+EOG = 0
+SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"enum": ["ab", "b", "ba"]}, "b": {"type": "integer", "minimum": 1, "maximum": 212}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
+}
+GREEDY = SamplingParams(temperature=0.0)
+
+
+class ToyVocab:
+    """A VocabSource over PIECES; token 0 is a control token (EOG)."""
+
+    n_vocab = len(PIECES)
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        return b"" if token == EOG and not special else PIECES[token].encode()
+
+    def token_attr(self, token: int) -> int:
+        return 1 << 3 if token == EOG else 1 << 2
+
+    def is_eog(self, token: int) -> bool:
+        return token == EOG
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        out, i = [], 0  # greedy longest match: the toy model's "BPE"
+        while i < len(text):
+            t = max(
+                (t for t in range(1, len(PIECES)) if text.startswith(PIECES[t], i)),
+                key=lambda t: len(PIECES[t]),
+            )
+            out.append(t)
+            i += len(PIECES[t])
+        return out
+
+    def text(self, tokens) -> str:
+        return "".join(PIECES[t] for t in tokens if t != EOG)
+
+
+TOY = ToyVocab()
+VOCAB = build_vocabulary(TOY)
+GRAMMAR = compile_constraint(Constraint(kind="json_schema", text=json.dumps(SCHEMA)), VOCAB)
+
+
+def _tables(seed: int, noise: float = 1.5):
+    t, d = markov_tables(v=len(PIECES), noise=noise, seed=seed, scale=2.0)
+    return t, d
+
+
+def spec(
+    t, d, sp=GREEDY, k=3, n=40, mode="pq", seed=0, lookup=False, grammar=GRAMMAR, counters=None, aware=True
+):
+    c = counters if counters is not None else Counters()
+    target = FakeContext(t, eog=frozenset({EOG}))
+    draft = FakeContext(d, eog=frozenset({EOG})) if d is not None else None
+    cfg = SpecConfig(mode=mode, grammar_drafts=aware)
+    steps = speculative_steps(
+        target, draft, [1], sp, cfg, np.random.default_rng(seed), c, FixedK(k),
+        max_new=n, lookup=lookup, matcher=grammar.matcher(),
+    )  # fmt: skip
+    return [s.token for s in steps], c
+
+
+def plain(t, sp=GREEDY, n=40, mode="pq", seed=0, grammar=GRAMMAR):
+    c = Counters()
+    target = FakeContext(t, eog=frozenset({EOG}))
+    steps = plain_steps(
+        target, [1], sp, np.random.default_rng(seed), c, n, mode=mode, matcher=grammar.matcher()
+    )
+    return [s.token for s in steps]
+
+
+def _valid(tokens) -> dict:
+    assert tokens[-1] == EOG, "the answer did not finish"
+    obj = json.loads(TOY.text(tokens))
+    jsonschema.validate(obj, SCHEMA)
+    return obj
+
+
+# -- greedy: the constrained target's argmax text, whatever the draft ------------------------------
+def test_blind_drafts_stay_lossless_and_accept_less():
+    """llama.cpp's way (drafts that ignore the grammar; the target's masked rows reject what breaks
+    it) gives the same text, with fewer drafts kept."""
+    aware, blind = Counters(), Counters()
+    for seed in range(8):
+        t, d = _tables(seed)
+        want = plain(t)
+        assert spec(t, d, k=4, counters=aware)[0] == want
+        assert spec(t, d, k=4, counters=blind, aware=False)[0] == want
+    assert blind.sources["grammar"].drafted == 0
+    assert blind.n_accepted / blind.n_drafted < aware.n_accepted / aware.n_drafted
+
+
+@pytest.mark.parametrize("lookup", [False, True])
+def test_greedy_constrained_spec_equals_constrained_plain(lookup):
+    c = Counters()
+    for seed in range(12):
+        t, d = _tables(seed)
+        want = plain(t)
+        _valid(want)
+        for k in (1, 3, 6):
+            got, _ = spec(t, d, k=k, lookup=lookup, counters=c)
+            assert got == want, f"seed {seed} K={k}"
+    g = c.sources["grammar"]
+    assert g.drafted > 0 and 0 < g.accepted <= g.drafted
+    assert c.sources["draft"].drafted > 0
+
+
+def test_forced_drafts_alone_speed_up_a_constrained_answer():
+    """Without a draft model the grammar's forced runs still give more than one token per pass."""
+    t, _ = _tables(3)
+    c = Counters()
+    got, _ = spec(t, None, k=0, lookup=True, counters=c)
+    assert got == plain(t)
+    assert c.sources["grammar"].accepted > 0
+    assert len(got) / (c.rounds + c.plain_steps) > 1.0
+
+
+def test_what_the_grammar_forces_after_a_draft_token_rides_along_for_free():
+    """After the draft model picks a value, the grammar's next run (`","b":`) is drafted without a
+    draft step: one draft-model token per round (K=1) still yields longer accepted runs."""
+    t, _ = _tables(6)
+    target, draft = FakeContext(t, eog=frozenset({EOG})), FakeContext(t, eog=frozenset({EOG}))
+    c = Counters()
+    steps = list(
+        speculative_steps(
+            target,
+            draft,
+            [1],
+            GREEDY,
+            SpecConfig(),
+            np.random.default_rng(0),
+            c,
+            FixedK(1),
+            max_new=40,
+            matcher=GRAMMAR.matcher(),
+        )  # fmt: skip
+    )
+    assert [s.token for s in steps] == plain(t)
+    pairs = list(zip(steps, steps[1:]))
+    assert any(a.source == "draft" and b.source == "grammar" for a, b in pairs)
+    draft_evals = sum(1 for call in draft.calls if call[0] == "eval")
+    assert (
+        c.sources["draft"].drafted <= draft_evals < c.sources["draft"].drafted + c.sources["grammar"].drafted
+    )
+
+
+def test_a_complete_answer_ends_without_another_pass():
+    t, d = _tables(5)
+    c = Counters()
+    got, c = spec(t, d, k=2, counters=c)
+    _valid(got)
+    assert got.count(EOG) == 1
+
+
+def test_self_draft_under_the_mask_accepts_everything():
+    t, _ = _tables(4)
+    got, c = spec(t, t, k=4)
+    assert got == plain(t)
+    assert c.n_accepted == c.n_drafted
+
+
+# -- sampling: the constrained target's distribution exactly -------------------------------------
+def _exact(t, sp, n: int) -> dict[tuple[int, ...], float]:
+    """P(first n tokens) under the target restricted to the grammar, by enumeration."""
+    out: dict[tuple[int, ...], float] = {}
+
+    def walk(m, prev: int, prefix: tuple[int, ...], p: float) -> None:
+        if len(prefix) == n or (prefix and prefix[-1] == EOG):
+            out[prefix] = out.get(prefix, 0.0) + p
+            return
+        row = np.where(m.allowed(), t[prev], -np.inf)
+        d = process(row, sp)
+        for tok, q in zip(d.ids.tolist(), d.probs.tolist()):
+            if q <= 0:
+                continue
+            f = m.fork()
+            f.consume([tok])
+            nxt = prefix + (tok,)
+            if f.is_done() and tok != EOG:  # the round ends a complete answer with EOG at once
+                nxt = nxt + (EOG,) if len(nxt) < n else nxt
+            walk(f, tok, nxt, p * q)
+
+    walk(GRAMMAR.matcher(), 1, (), 1.0)
+    return out
+
+
+@pytest.mark.parametrize("mode,aware", [("pq", True), ("match", True), ("coupled", True), ("pq", False)])
+def test_sampled_constrained_spec_keeps_the_constrained_distribution(mode, aware):
+    sp = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    t, d = _tables(2, noise=1.0)
+    t = t * 0.5  # flatter, so many outputs are likely
+    n = 14  # past the forced opening, into the value and the integer (48 outputs possible)
+    exact = _exact(t, sp, n)
+    keys = sorted(exact)
+    counts = dict.fromkeys(keys, 0)
+    trials = 4000
+    c = Counters()
+    for s in range(trials):
+        got, _ = spec(t, d, sp=sp, k=3, n=n, mode=mode, seed=s, counters=c, aware=aware)
+        key = tuple(got[:n])
+        assert key in counts, f"an output the constrained target cannot produce: {key}"
+        counts[key] += 1
+    probs = np.array([exact[k] for k in keys])
+    obs = np.array([counts[k] for k in keys], dtype=float)
+    keep = probs * trials >= 5  # pool the rare outputs into one bin
+    obs = np.append(obs[keep], obs[~keep].sum())
+    probs = np.append(probs[keep], probs[~keep].sum())
+    chi = float((((obs - probs * trials) ** 2) / np.maximum(probs * trials, 1e-9)).sum())
+    df = len(obs) - 1
+    crit = df + 3.1 * np.sqrt(2 * df) + 6  # ~ the 0.999 quantile for moderate df
+    assert chi < crit, (chi, df)
+    assert c.sources["draft"].drafted and (c.sources["grammar"].drafted > 0) == aware
+
+
+def test_coupled_same_seed_same_text_as_no_spec():
+    sp = SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)
+    for seed in range(30):
+        t, d = _tables(seed % 5, noise=1.0)
+        want = plain(t, sp=sp, mode="coupled", seed=seed)
+        for k in (2, 5):
+            got, _ = spec(t, d, sp=sp, k=k, mode="coupled", seed=seed, lookup=seed % 2 == 0)
+            assert got == want, f"seed {seed} K={k}"
+
+
+# -- rollback and batching ------------------------------------------------------------------------
+def test_matcher_ends_each_round_where_the_sequence_does():
+    t, d = _tables(7)
+    target, draft = FakeContext(t, eog=frozenset({EOG})), FakeContext(d, eog=frozenset({EOG}))
+    st = SeqState.start(
+        0, [1], GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), FixedK(4),
+        max_new=60, matcher=GRAMMAR.matcher(),
+    )  # fmt: skip
+    prefill(target, draft, st)
+    while st.finish is None:
+        decode_round(target, draft, [st])
+        assert st.track.matcher.n_consumed == st.n_new
+    assert st.finish == "stop"
+    _valid(st.tokens[1:])
+
+
+def test_batched_sequences_each_keep_their_own_constraint():
+    other = compile_constraint(Constraint(kind="regex", text='(ab|ba){2,4}"}'), VOCAB)
+    t, d = _tables(9)
+    grammars = [GRAMMAR, other, None, GRAMMAR]
+    alone = []
+    for g in grammars:
+        target = FakeContext(t, eog=frozenset({EOG}))
+        c = Counters()
+        m = g.matcher() if g else None
+        steps = speculative_steps(
+            target, FakeContext(d, eog=frozenset({EOG})), [1], GREEDY, SpecConfig(), np.random.default_rng(0),
+            c, FixedK(3), max_new=30, matcher=m,
+        )  # fmt: skip
+        alone.append([s.token for s in steps])
+    target = FakeContext(t, eog=frozenset({EOG}), n_seq=4)
+    draft = FakeContext(d, eog=frozenset({EOG}), n_seq=4)
+    states = [
+        SeqState.start(
+            i,
+            [1],
+            GREEDY,
+            SpecConfig(),
+            np.random.default_rng(0),
+            Counters(),
+            FixedK(3),
+            max_new=30,
+            matcher=g.matcher() if g else None,
+        )  # fmt: skip
+        for i, g in enumerate(grammars)
+    ]
+    for st in states:
+        prefill(target, draft, st)
+    while any(st.finish is None for st in states):
+        decode_round(target, draft, states)
+    assert [st.tokens[1:] for st in states] == alone
+    assert TOY.text(alone[1]).endswith('"}')
+
+
+def test_a_grammar_that_cannot_go_on_ends_with_an_error():
+    # after "a" the grammar wants a byte no token spells: the request ends with a clear error
+    stuck = compile_constraint(Constraint(kind="regex", text="a[qz]"), VOCAB)
+    t, d = _tables(1)
+    with pytest.raises(ConstraintStuck, match="cannot continue"):
+        spec(t, d, grammar=stuck)
