@@ -1,25 +1,26 @@
 """What a constraint costs per decoding step, on real vocabularies: mask, forced tokens, consume,
-rollback, and masking one logits row. Random walks under the bench-like schemas of
-tests/test_constrain.py; prints microseconds per call (median / p90 / max).
+rollback, and masking one logits row. Random walks (uniform among the allowed tokens, up to
+MAX_WALK tokens) under the schemas of the bench's json prompts; prints microseconds per call
+(median / p90 / max).
 
     PYTHONPATH=. .venv/bin/python research/constrain_cost.py [MODEL.gguf ...]
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from localspec.bench.prompts import load_prompts, select
 from localspec.constrain import Constraint, apply_mask, compile_constraint, vocabulary_for
 from localspec.llama import Model
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from tests.test_constrain import SCHEMAS  # noqa: E402  (the schemas the tests validate)
+SCHEMAS = [p.schema for p in select(load_prompts(), None, ["json"])]
+MAX_WALK = 300
 
 DEFAULT = ["models/SmolLM2-135M-Instruct.Q4_1.gguf", "models/gemma-3-270m-q4_k_m.gguf"]
 WALKS = 8
@@ -46,13 +47,13 @@ def measure(path: str) -> None:
             k: [] for k in ("compile", "mask", "forced", "consume", "rollback", "apply")
         }
         row = np.random.default_rng(0).normal(size=vocab.n_vocab).astype(np.float32)
-        for schema in SCHEMAS.values():
-            c = Constraint(kind="json_schema", text=json.dumps(schema))
+        for schema in SCHEMAS:
+            c = Constraint(kind="json_schema", text=schema)
             g = _timed(cost["compile"], compile_constraint, c, vocab)
             for seed in range(WALKS):
                 rng = np.random.default_rng(seed)
                 m = g.matcher()
-                while not m.ended:
+                while not m.ended and m.n_consumed < MAX_WALK:
                     mask = _timed(cost["mask"], m.mask)
                     _timed(cost["forced"], m.forced)
                     _timed(cost["apply"], apply_mask, row, mask)

@@ -65,8 +65,8 @@ class Matcher:
         ff = list(self._ll.compute_ff_tokens())
         if ff:
             return ff
-        allowed = np.flatnonzero(self._compute())
-        return [int(allowed[0])] if len(allowed) == 1 else []
+        m = self._compute()
+        return [int(np.argmax(m))] if np.count_nonzero(m) == 1 else []  # count: no index of 262k
 
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading tokens of `tokens` the grammar accepts from here (state unchanged)."""
