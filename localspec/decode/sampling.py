@@ -92,41 +92,51 @@ def process_rows(rows: np.ndarray, params: SamplingParams) -> Dists:
     """`process` for every row of an (n, n_vocab) array at once: one pass over each row finds its
     top-k (`top_k`), and the filters then run on the (n, k) survivors, sorted by logit.
     The kept set and probabilities are the definitions': top-k, then top-p's smallest prefix of
-    mass >= top_p, then min-p's logit_i >= logit_max + log(min_p), then softmax(logit / T)."""
+    mass >= top_p, then min-p's logit_i >= logit_max + log(min_p), then softmax(logit / T).
+    (Array methods rather than np.* functions, and no call that can be skipped: at k = 40 each
+    call costs more than its arithmetic.)"""
     rows = np.asarray(rows, dtype=np.float32)
     n, v = rows.shape
     k = params.top_k
     if not k or k >= v:  # no top-k: the nucleus needs the whole row (the rare setting)
         return Dists.of([_process_full(r, params) for r in rows])
     ids, x = top_k(rows, k)
-    at = np.arange(n)[:, None]
-    order = np.argsort(x, axis=1)[:, ::-1]  # by logit, largest first
-    ids, x = ids[at, order], x[at, order].astype(np.float64)
+    x = x.astype(np.float64)
     top = x[:, :1]
-    keep = np.full(n, k)
-    if not np.isfinite(x[:, -1]).all():  # a masked (-inf) token has probability 0: never kept
-        keep = np.count_nonzero(np.isfinite(x), axis=1)
-    e = np.exp(x - top)
-    if params.top_p < 1.0:
-        csum = np.cumsum(e, axis=1)
-        keep = np.minimum(keep, np.count_nonzero(csum < params.top_p * csum[:, -1:], axis=1) + 1)
+    d = x - top
+    e = np.exp(d)
+    keep = None
+    if params.top_p < 1.0:  # the prefix never reaches a masked (-inf, probability 0) token
+        csum = e.cumsum(axis=1)
+        keep = (csum < params.top_p * csum[:, -1:]).sum(axis=1) + 1
     if params.min_p > 0.0:
         # p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p)  (before temperature)
-        keep = np.minimum(keep, np.count_nonzero(x >= top + math.log(params.min_p), axis=1))
+        km = (x >= top + math.log(params.min_p)).sum(axis=1)
+        keep = km if keep is None else np.minimum(keep, km)
+    if keep is None:  # every top-k token but a masked one
+        keep = (x > -np.inf).sum(axis=1)
     t = params.temperature if params.temperature > 0 else 1.0
     if t != 1.0:
-        e = np.exp((x - top) / t)
-    if keep.min() < k:
-        e[np.arange(k) >= keep[:, None]] = 0.0
+        e = np.exp(d / t)
+    e[_consts(n, k)[1] >= keep[:, None]] = 0.0
     return Dists(ids, e / e.sum(axis=1, keepdims=True), keep)
 
 
 GROUP = 64  # top_k: tokens per stride group
+_CONSTS: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _consts(n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(the row index column for n rows, arange(k)), made once."""
+    c = _CONSTS.get((n, k))
+    if c is None:
+        c = _CONSTS[(n, k)] = (np.arange(n)[:, None], np.arange(k))
+    return c
 
 
 def top_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ids and logits of each row's k largest logits (in no order), exactly, with one pass over
-    the row (ties at the k-th value are broken arbitrarily, as argpartition breaks them).
+    """The ids and logits of each row's k largest logits, largest first, exactly, with one pass
+    over the row (ties at the k-th value are broken arbitrarily, as argpartition breaks them).
 
     Token i is in group i mod W (W = n_vocab // GROUP). The k groups with the largest maxima hold
     every logit above the k-th largest: a logit elsewhere is at most its group's maximum, which is
@@ -134,19 +144,24 @@ def top_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     top k of those k * GROUP candidates - where argpartition over a 152k row costs a millisecond."""
     n, v = rows.shape
     w = v // GROUP
-    at = np.arange(n)[:, None]
+    at = _consts(n, k)[0]
     if w < 4 * k:  # a small vocabulary: the plain selection is as cheap
-        ids = np.argpartition(rows, v - k, axis=1)[:, v - k :]
-        return ids, rows[at, ids]
-    main = rows[:, : GROUP * w].reshape(n, GROUP, w)
-    groups = np.argpartition(main.max(axis=1), w - k, axis=1)[:, w - k :]  # the one pass: (n, k)
-    vals = main[at, :, groups].reshape(n, k * GROUP)  # every logit of those groups
-    ids = (groups[:, :, None] + w * np.arange(GROUP)).reshape(n, k * GROUP)
-    if v > GROUP * w:  # the tail beyond the last full stride: always a candidate
-        vals = np.concatenate([vals, rows[:, GROUP * w :]], axis=1)
-        ids = np.concatenate([ids, np.broadcast_to(np.arange(GROUP * w, v), (n, v - GROUP * w))], axis=1)
-    best = np.argpartition(vals, vals.shape[1] - k, axis=1)[:, vals.shape[1] - k :]
-    return ids[at, best], vals[at, best]
+        ids = rows.argpartition(v - k, axis=1)[:, v - k :]
+        x = rows[at, ids]
+    else:
+        main = rows[:, : GROUP * w].reshape(n, GROUP, w)
+        groups = main.max(axis=1).argpartition(w - k, axis=1)[:, w - k :]  # the one pass: (n, k)
+        cand = main[at, :, groups].reshape(n, k * GROUP)  # group j's members at j*GROUP..
+        if v > GROUP * w:  # the tail beyond the last full stride: always a candidate
+            cand = np.concatenate([cand, rows[:, GROUP * w :]], axis=1)
+        m = cand.shape[1]
+        best = cand.argpartition(m - k, axis=1)[:, m - k :]
+        x = cand[at, best]
+        ids = groups[at, np.minimum(best // GROUP, k - 1)] + w * (best % GROUP)
+        if v > GROUP * w:
+            ids = np.where(best < GROUP * k, ids, GROUP * w - GROUP * k + best)
+    order = x.argsort(axis=1)[:, ::-1]
+    return ids[at, order], x[at, order]
 
 
 def _process_full(logits: np.ndarray, params: SamplingParams) -> Dist:
