@@ -231,7 +231,12 @@ def _distributions(
                 at += range(i, i + len(rows))
             i += len(rows)
         if keys:
-            ys = noise.choose(keys, batch.ids[at], batch.probs[at]).tolist()
+            ids, probs = batch.ids, batch.probs
+            if len(at) < len(batch):  # some rows' sequences sample otherwise
+                sel = np.array(at)
+                ids, probs = ids[sel], probs[sel]
+            w = int(batch.keep.max())  # the columns past every kept set have probability 0: none wins
+            ys = noise.choose(keys, ids[:, :w], probs[:, :w]).tolist()
             j = 0
             for st, rows, _ in group:
                 if st.noise is not None:
