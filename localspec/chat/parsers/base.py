@@ -51,6 +51,24 @@ class Parser:
         return index
 
 
+class StepParser(Parser):
+    """A family parsed by a state machine over buffered text: `_step` moves it on, False when it
+    needs more text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._buf = ""
+
+    def feed(self, text: str) -> list[Delta]:
+        self._buf += text
+        while self._buf and self._step():
+            pass
+        return self._take()
+
+    def _step(self) -> bool:
+        raise NotImplementedError
+
+
 def cut(buf: str, markers: tuple[str, ...]) -> tuple[str, str, str | None]:
     """(text before the first marker, the text after it, that marker); with no marker in buf, (the
     text that cannot be the start of one, the tail that may be, None)."""

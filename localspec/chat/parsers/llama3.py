@@ -9,27 +9,20 @@ import json
 import re
 
 from localspec.chat.deltas import Delta
-from localspec.chat.parsers.base import Parser, push_all
+from localspec.chat.parsers.base import StepParser, push_all
 
 TAG = "<|python_tag|>"
 _BUILTIN = re.compile(r"\s*(\w+)\s*\.\s*call\((.*)\)\s*$", re.S)
 _ARG = re.compile(r"\s*(\w+)\s*=\s*")
 
 
-class Llama3(Parser):
+class Llama3(StepParser):
     triggers = ("{", TAG)
 
     def __init__(self) -> None:
         super().__init__()
-        self._buf = ""
         self._state = "start"  # start | call | between | builtin | content
         self._obj = None
-
-    def feed(self, text: str) -> list[Delta]:
-        self._buf += text
-        while self._buf and self._step():
-            pass
-        return self._take()
 
     def _step(self) -> bool:
         s = self._state

@@ -6,27 +6,20 @@ from __future__ import annotations
 
 from localspec.chat.deltas import Delta
 from localspec.chat.jsonstream import Value
-from localspec.chat.parsers.base import Parser, cut, push_all
+from localspec.chat.parsers.base import StepParser, cut, push_all
 
 OPEN, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 
 
-class Mistral(Parser):
+class Mistral(StepParser):
     triggers = (OPEN,)
 
     def __init__(self) -> None:
         super().__init__()
-        self._buf = ""
         self._state = "content"  # content | after | array | item | name | args
         self._obj = None
         self._val: Value | None = None
         self._index = 0
-
-    def feed(self, text: str) -> list[Delta]:
-        self._buf += text
-        while self._buf and self._step():
-            pass
-        return self._take()
 
     def _step(self) -> bool:
         """Advance through buf; False when it needs more text."""
