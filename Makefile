@@ -1,11 +1,16 @@
-# The front door. `make setup` builds llama.cpp for this machine's CPU without native-only
-# instructions (the native build segfaults in the AMX matmul on some Xeons), with the RPC backend
-# (--rpc, docs/rpc.md). GPU users pass their own flags and keep RPC:
+# The front door. `make setup` builds llama.cpp with the RPC backend (--rpc, docs/rpc.md) and, on
+# x86-64 Linux, this machine's own CPU kernels (-march=native: AVX-512 where the CPU has it) with AMX
+# left out (its matmul segfaults on some Xeons); elsewhere a portable build. docs/building.md has
+# the measurements. GPU users pass their own flags and keep RPC:
 #   make setup CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=ON"      (or -DGGML_METAL=on, -DGGML_VULKAN=on)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+ifeq ($(shell uname -sm),Linux x86_64)
+CMAKE_ARGS ?= -DGGML_NATIVE=ON -DGGML_RPC=ON
+else
 CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_RPC=ON
+endif
 LLAMA_CPP_VERSION := 0.3.36
 # the sdist is downloaded once: the wheel, tools/build/build_rpc_server.sh and build_peer.sh all build it
 SDIST := third_party/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz
@@ -13,16 +18,21 @@ RPC_SERVER := third_party/rpc-build/bin/ggml-rpc-server
 # whatever the backend: ggml-cpu's fp16 table declared hidden, so the shared libraries' kernels
 # compile as llama.cpp's static binaries do (tools/build/ggml_hidden_tables.h says why)
 HIDDEN_TABLES := tools/build/ggml_hidden_tables.h
-LLAMA_CFLAGS := -include$(CURDIR)/$(HIDDEN_TABLES)
-# built wheels are kept per CMAKE_ARGS (and that header): pip's own cache ignores CMAKE_ARGS and
-# would reuse a wrong build
+# and AMX off in any x86 build that compiles native code (a GPU build's CPU part too), where the
+# compiler knows the flags (GCC >= 11, clang >= 11)
+NO_AMX := $(shell echo 'int x;' | $${CC:-cc} -x c -mno-amx-tile -mno-amx-int8 -mno-amx-bf16 -fsyntax-only - 2>/dev/null \
+	&& echo -mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
+LLAMA_CFLAGS := -include$(CURDIR)/$(HIDDEN_TABLES) $(NO_AMX)
+# built wheels are kept per CMAKE_ARGS, those flags and that header (pip's own cache ignores
+# CMAKE_ARGS and would reuse a wrong build); a native wheel also per CPU (it runs on this one only)
+CPU_KEY := $(if $(findstring GGML_NATIVE=ON,$(CMAKE_ARGS)),$(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null))
 # the checkout keeps its models and llama.cpp's own binaries beside it (an installed localspec uses the
 # user's data and cache folders: localspec/paths.py)
 export LOCALSPEC_MODELS ?= $(CURDIR)/models
 export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
-WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
+WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS) $(NO_AMX) $(CPU_KEY)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
-.PHONY: setup models rpc-server demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models rpc-server peer demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -49,6 +59,11 @@ rpc-server: $(RPC_SERVER)
 
 $(RPC_SERVER): tools/build/build_rpc_server.sh tools/build/llama_source.sh | setup
 	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" tools/build/build_rpc_server.sh
+
+# llama.cpp's own tools for `bench --peer`, built as the wheel is (third_party/llama.cpp-build) and
+# as a user who compiles llama.cpp gets them (third_party/llama.cpp-native); ~20 min on 2 cores
+peer: tools/build/build_peer.sh tools/build/llama_source.sh | setup
+	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" tools/build/build_peer.sh
 
 demo: models
 	$(VENV)/bin/localspec run --pair models/default --chat --temperature 0 --max-tokens 96 \

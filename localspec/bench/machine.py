@@ -26,7 +26,8 @@ def peer_build_flags(bin_dir: Path | None = None) -> dict[str, str]:
     if not cache.exists():
         return {}
     want = re.compile(
-        r"^(CMAKE_BUILD_TYPE|GGML_NATIVE|GGML_AVX\w*|GGML_FMA|GGML_F16C|GGML_BMI2|GGML_OPENMP)"
+        r"^(CMAKE_BUILD_TYPE|CMAKE_C_FLAGS|BUILD_SHARED_LIBS|GGML_NATIVE|GGML_BACKEND_DL|GGML_CPU_ALL_VARIANTS"
+        r"|GGML_AVX\w*|GGML_FMA|GGML_F16C|GGML_BMI2|GGML_OPENMP)"
         r":\w+=(.*)$"
     )
     return {m.group(1): m.group(2) for m in map(want.match, cache.read_text().splitlines()) if m}
@@ -45,6 +46,7 @@ def describe() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
         "llama_cpp_system_info": llama.system_info(),
+        "cpu_kernels": llama.cpu_variant().name,
         "versions": {
             "localspec": _version("localspec"),
             "llama-cpp-python": _version("llama-cpp-python"),

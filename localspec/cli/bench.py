@@ -162,6 +162,13 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
     help="Serve N requests at once, for each N given (e.g. 1,2,4): aggregate and per-request tok/s "
     "and time to first token; with --peer, llama-server -np N alongside.",
 )
+@click.option(
+    "--round-overhead",
+    is_flag=True,
+    help="Instead: time one decoding round outside llama_decode (sampling, acceptance, bookkeeping) "
+    "for 1/4/8 sequences, K = 1/4/8, greedy and sampled, with zero-cost decodes at vocabularies "
+    "49k/152k/262k, and with --pair/--target on those models (a target alone drafts for itself).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def bench(
     draft_max_list: str,
@@ -183,10 +190,15 @@ def bench(
     plot_out: Path | None,
     peer: bool,
     concurrency: str | None,
+    round_overhead: bool,
     quiet: bool,
     **kwargs,
 ) -> None:  # noqa: ANN003
     """Benchmark plain vs speculative decoding over draft lengths (decode tok/s, speedup, acceptance)."""
+    progress = None if quiet else (lambda msg: click.echo(f"  {msg}", err=True))
+    if round_overhead:
+        _round_overhead(kwargs, progress, json_out, md_out)
+        return
     from localspec.bench import report  # noqa: PLC0415
     from localspec.bench.prompts import KINDS  # noqa: PLC0415
     from localspec.bench.runner import parse_draft_max, parse_temperatures  # noqa: PLC0415
@@ -224,7 +236,6 @@ def bench(
         peer=peer,
         concurrency=_levels(concurrency) if concurrency else (),
     )
-    progress = None if quiet else (lambda msg: click.echo(f"  {msg}", err=True))
     if plan.concurrency:
         _concurrency(settings, plan, progress, json_out, md_out)
         return
@@ -237,6 +248,23 @@ def bench(
     if md_out:
         rel = _relative(plot_out, md_out.parent) if plot_out else None
         report.write_markdown(rep, md_out, plot=rel)
+
+
+def _round_overhead(kwargs: dict, progress, json_out: Path | None, md_out: Path | None) -> None:  # noqa: ANN001
+    import json  # noqa: PLC0415
+
+    from localspec.bench import round_cost  # noqa: PLC0415
+
+    rows = round_cost.zero_cost_grid(progress=progress)
+    explicit = kwargs.get("pair") is not None or kwargs.get("target") is not None
+    if explicit:
+        settings = resolve_settings(kwargs)
+        rows += round_cost.real_grid(settings, progress=progress)
+    round_cost.print_table(rows)
+    if json_out:
+        json_out.write_text(json.dumps(round_cost.to_dicts(rows), indent=2) + "\n")
+    if md_out:
+        md_out.write_text(round_cost.markdown(rows))
 
 
 def _levels(value: str) -> list[int]:

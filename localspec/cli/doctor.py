@@ -38,6 +38,7 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         "gpu_offload": llama.supports_gpu_offload(),
         "rpc_support": llama.rpc_supported(),
         "system_info": llama.system_info(),
+        "cpu_variant": _variant(llama.cpu_variant()),
         "devices": [d.__dict__ | {"offloads": d.offloads, "remote": d.remote} for d in devices],
     }
     if settings.target is None:
@@ -76,6 +77,16 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
     if rpc_times is not None:
         out["network"] = _network_cost(vplan, devices, tiny, rpc_times)
     return out
+
+
+def _variant(v: Any) -> dict[str, Any]:
+    return {"name": v.name, "path": str(v.path) if v.path else None, "score": v.score, "reason": v.reason}
+
+
+def _variant_line(v: dict[str, Any]) -> str:
+    if v["path"] is None:
+        return f"{v['name']} ({v['reason']})"
+    return f"{v['name']} ({v['reason']}; ggml score {v['score']}; {v['path']})"
 
 
 def _memory(settings: Any) -> dict[str, Any]:
@@ -169,6 +180,7 @@ def render(r: dict[str, Any]) -> str:
             + ("yes" if r["gpu_offload"] else "no (CPU-only build)"),
         ),
         ("features", r["system_info"]),
+        ("kernels", _variant_line(r["cpu_variant"])),
     ]
     for i, d in enumerate(r["devices"]):
         rows.append(

@@ -48,5 +48,16 @@ def _row(row: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def apply_mask_(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """`apply_mask` in place (logits must be a writable float array); returns logits."""
-    np.copyto(logits, _NEG_INF, where=~fit(mask, logits.shape[-1]))
+    mask = fit(mask, logits.shape[-1])
+    if logits.ndim == 1 and logits.dtype == np.float32:  # the round's case: one row, by index
+        n_allowed = int(np.count_nonzero(mask))
+        if 2 * n_allowed < mask.shape[0]:
+            ids = np.flatnonzero(mask)
+            kept = logits[ids]
+            logits.fill(_NEG_INF)
+            logits[ids] = kept
+        else:
+            logits[np.flatnonzero(~mask)] = _NEG_INF
+        return logits
+    np.copyto(logits, _NEG_INF, where=~mask)
     return logits

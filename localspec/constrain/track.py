@@ -14,7 +14,7 @@ from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
-from .mask import apply_mask
+from .mask import apply_mask, apply_mask_
 from .matcher import Matcher
 
 F = TypeVar("F", bound=Callable)
@@ -94,6 +94,16 @@ class Track:
     def masked(self, row: np.ndarray, i: int) -> np.ndarray:
         """A logits row for draft position i, restricted to what the grammar allows there."""
         return apply_mask(row, self.masks[i])
+
+    def has_mask(self, i: int) -> bool:
+        """Whether draft position i has a mask (none past a lost blind draft or the grammar's end:
+        the round never samples there)."""
+        return i < len(self.masks) and self.masks[i] is not None
+
+    @_timed
+    def mask_(self, row: np.ndarray, i: int) -> np.ndarray:
+        """`masked` in place, on a writable float32 row."""
+        return apply_mask_(row, self.masks[i])
 
     @_timed
     def settle(self, kept: int, emitted: Sequence[int]) -> None:

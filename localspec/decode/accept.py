@@ -52,12 +52,13 @@ def match(p: Dist, x: int, rng: np.random.Generator) -> tuple[bool, int]:
     return y == x, y
 
 
-def coupled(p: Dist, x: int, noise: KeyedGumbel, pos: int) -> tuple[bool, int]:
-    """Keep x iff it is the target's Gumbel-max choice y = argmax(log p + g_pos); otherwise emit y.
+def coupled(p: Dist, x: int, noise: KeyedGumbel, pos: int, y: int | None = None) -> tuple[bool, int]:
+    """Keep x iff it is the target's Gumbel-max choice y = argmax(log p + g_pos); otherwise emit y
+    (`y`: that choice, when the round made it for every row at once).
 
     The draft proposed x = argmax(log q + g_pos) with the same noise (or x is a one-point guess, e.g.
     a lookup draft), so the two agree often when p is close to q, and y is always exactly what plain
     sampling emits at this position: the output is p's, and the same for every K.
     """
-    y = noise.sample(p, pos)
+    y = noise.sample(p, pos) if y is None else y
     return y == x, y

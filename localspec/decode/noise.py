@@ -12,6 +12,8 @@ microseconds however large the vocabulary.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from localspec.decode.sampling import Dist
@@ -58,11 +60,13 @@ class KeyedGumbel:
         taking a Generator: plain and speculative decoding of one seed share the same noise."""
         return cls(rng.bit_generator.seed_seq.entropy)
 
+    def pos_key(self, pos: int) -> int:
+        """The key of position pos: g_pos(v) hashes it with v."""
+        return _mix(self.key ^ _mix(int(pos)))
+
     def uniform(self, pos: int, ids: np.ndarray) -> np.ndarray:
         """U(0,1) per id at position pos, never exactly 0 or 1 (53 bits, centred in its bucket)."""
-        pos_key = np.uint64(_mix(self.key ^ _mix(int(pos))))
-        h = _mix_array(pos_key + np.asarray(ids, dtype=np.uint64) * np.uint64(_GOLDEN))
-        return ((h >> _S11).astype(np.float64) + 0.5) * (1.0 / (1 << 53))
+        return _uniform(np.uint64(self.pos_key(pos)), np.asarray(ids, dtype=np.uint64))
 
     def gumbel(self, pos: int, ids: np.ndarray) -> np.ndarray:
         """Standard Gumbel noise g_pos(v) for each v in ids."""
@@ -70,6 +74,18 @@ class KeyedGumbel:
 
     def sample(self, d: Dist, pos: int) -> int:
         """The Gumbel-max choice argmax_v(log d(v) + g_pos(v)): exactly a draw from d."""
-        with np.errstate(divide="ignore"):  # a probability that underflowed to 0 can never win
-            score = np.log(d.probs) + self.gumbel(pos, d.ids)
-        return int(d.ids[int(np.argmax(score))])
+        return int(choose([self.pos_key(pos)], d.ids[None], d.probs[None])[0])
+
+
+def _uniform(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    h = _mix_array(keys + ids * np.uint64(_GOLDEN))
+    return ((h >> _S11).astype(np.float64) + 0.5) * (1.0 / (1 << 53))
+
+
+def choose(pos_keys: Sequence[int], ids: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """`KeyedGumbel.sample` of several rows at once: row i's argmax over its ids of
+    log probs + g (keyed by pos_keys[i]). Probability 0 (underflow, or padding) never wins."""
+    keys = np.array(pos_keys, dtype=np.uint64)[:, None]
+    with np.errstate(divide="ignore"):
+        score = np.log(probs) - np.log(-np.log(_uniform(keys, ids.astype(np.uint64))))
+    return ids[np.arange(len(ids)), np.argmax(score, axis=1)]

@@ -22,12 +22,19 @@ from typing import Sequence
 import numpy as np
 
 from localspec.constrain import ConstraintStuck
-from localspec.decode import accept
-from localspec.decode.sampling import Dist, argmax, logprobs, process
+from localspec.decode import accept, noise
+from localspec.decode.sampling import Dist, Dists, argmax, logprobs, process, process_rows
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
 
 LOOKUP_MAX = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
+
+
+def _eval(ctx: Evaluator, items: Sequence[Item]) -> list[np.ndarray]:
+    """One decode of items; the rows without a copy where the evaluator can (the round is done
+    with them before its next decode of that evaluator)."""
+    views = getattr(ctx, "eval_views", None)
+    return views(items) if views is not None else ctx.eval_batch(items)
 
 
 def _prefill_items(
@@ -68,14 +75,37 @@ def _shaped(st: SeqState, row: np.ndarray, drafted: Sequence[int], i: int) -> np
     """The logits at draft position i as the sequence samples from them: logit_bias and penalties
     from the tokens before it (`drafted[:i]` after the sequence's own) - the same for the draft's row
     and the target's there, and for plain decoding."""
-    pen = st.penalties
-    if pen is None:
+    if st.penalties is None:
         return row
+    return st.penalties.apply(row, _history(st, drafted, i))
+
+
+def _history(st: SeqState, drafted: Sequence[int], i: int) -> list[int]:
+    """The tokens the penalties look back over at draft position i."""
+    pen = st.penalties
     if pen.last_n < 0:
-        history = st.tokens + list(drafted[:i])
-    else:
-        history = (st.tokens[-pen.last_n :] + list(drafted[:i]))[-pen.last_n :] if pen.last_n else []
-    return pen.apply(row, history)
+        return st.tokens + list(drafted[:i])
+    return (st.tokens[-pen.last_n :] + list(drafted[:i]))[-pen.last_n :] if pen.last_n else []
+
+
+def _shapes(st: SeqState) -> bool:
+    """Whether st's rows are edited before sampling (penalties, logit_bias, a constraint's mask)."""
+    return st.penalties is not None or st.track is not None
+
+
+def _shaped_rows(st: SeqState, rows: np.ndarray, drafted: Sequence[int], i0: int, masked: bool) -> np.ndarray:
+    """`rows` (draft positions i0, i0 + 1, ...) as the sequence samples from them: the rows
+    themselves when nothing shapes them, else one copy edited in place - the penalties' sparse
+    edits, then the constraint's mask (`masked`). The same values as `_shaped` and `_row`."""
+    if st.penalties is None and not masked:
+        return rows
+    out = np.array(rows, dtype=np.float32)
+    for j in range(len(out)):
+        if st.penalties is not None:
+            st.penalties.apply_(out[j], _history(st, drafted, i0 + j))
+        if masked:
+            st.track.mask_(out[j], i0 + j)
+    return out
 
 
 def _unbanned(st: SeqState, tokens: list[int]) -> list[int]:
@@ -89,12 +119,16 @@ def _unbanned(st: SeqState, tokens: list[int]) -> list[int]:
     return tokens
 
 
-def _with_logprobs(st: SeqState, new: list[Step], shaped: list[np.ndarray]) -> list[Step]:
+def _with_logprobs(
+    st: SeqState, new: list[Step], shaped: list[np.ndarray], ps: Sequence[Dist | None]
+) -> list[Step]:
     """Each step's log-probability under the target's distribution where it was emitted (its row in
-    the verify pass, drafted or not), after the transforms plain decoding applies."""
+    the verify pass, drafted or not), after the transforms plain decoding applies (`ps`: those
+    distributions where the round has them already)."""
     out = []
-    for step, row in zip(new, shaped):
-        lp, top = logprobs(process(row, st.sp), step.token, st.logprobs)
+    for i, (step, row) in enumerate(zip(new, shaped)):
+        p = ps[i] if i < len(ps) and ps[i] is not None else process(row, st.sp)
+        lp, top = logprobs(p, step.token, st.logprobs)
         out.append(dataclasses.replace(step, logprob=lp, top=top))
     return out + new[len(out) :]
 
@@ -107,9 +141,20 @@ def _one_point_q(st: SeqState, x: int) -> Dist | None:
     return Dist(np.array([x], dtype=np.int64), np.ones(1))
 
 
-def _draft_token(row: np.ndarray, st: SeqState, i: int) -> tuple[int | None, Dist | None]:
-    """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q.
-    Draft position i is sequence position len(tokens) + i (the coupled rule's noise key)."""
+def _needs_q(st: SeqState, i: int) -> bool:
+    """Whether the draft's token at draft position i needs its distribution q (it is sampled from q,
+    the p/q rule weighs it, or draft_p_min checks its top probability)."""
+    if st.sp.greedy:
+        return False
+    return st.cfg.mode != "match" or (st.cfg.draft_p_min > 0 and i >= st.cfg.draft_min)
+
+
+def _draft_token(
+    row: np.ndarray, st: SeqState, i: int, q: Dist | None = None, y: int | None = None
+) -> tuple[int | None, Dist | None]:
+    """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q
+    (`q`: already processed from `row`; `y`: the coupled rule's choice from it). Draft position i
+    is sequence position len(tokens) + i (the coupled rule's noise key)."""
     sp, cfg = st.sp, st.cfg
     check = cfg.draft_p_min > 0 and i >= cfg.draft_min
     if sp.greedy:
@@ -118,35 +163,103 @@ def _draft_token(row: np.ndarray, st: SeqState, i: int) -> tuple[int | None, Dis
             if 1.0 / e.sum() < cfg.draft_p_min:
                 return None, None
         return argmax(row), None
-    q = process(row, sp) if check or cfg.mode != "match" else None
+    if q is None and _needs_q(st, i):
+        q = process(row, sp)
     if check and q.top_prob() < cfg.draft_p_min:
         return None, None
     if cfg.mode == "match":  # sample-and-match drafts greedily, as llama.cpp does
         return argmax(row), None
     if st.noise is not None:
-        return st.noise.sample(q, len(st.tokens) + i), q
+        return (st.noise.sample(q, len(st.tokens) + i) if y is None else y), q
     return q.sample(st.draft_rng), q
 
 
-def _verify_token(row: np.ndarray, st: SeqState, x: int, q: Dist | None, pos: int) -> tuple[bool, int]:
+def _verify_token(
+    row: np.ndarray,
+    st: SeqState,
+    x: int,
+    q: Dist | None,
+    pos: int,
+    p: Dist | None = None,
+    y: int | None = None,
+) -> tuple[bool, int]:
     """The acceptance rule for one drafted token x at sequence position pos: (kept, the token
-    emitted at this position)."""
+    emitted at this position). `p`: the target's distribution, already processed from `row`;
+    `y`: the coupled rule's choice from it."""
     if st.sp.greedy:
         return accept.greedy(row, x)
+    p = p or process(row, st.sp)
     if st.cfg.mode == "pq":
-        return accept.pq(process(row, st.sp), q, x, st.verify_rng)
+        return accept.pq(p, q, x, st.verify_rng)
     if st.cfg.mode == "coupled":
-        return accept.coupled(process(row, st.sp), x, st.noise, pos)
-    return accept.match(process(row, st.sp), x, st.verify_rng)
+        return accept.coupled(p, x, st.noise, pos, y)
+    return accept.match(p, x, st.verify_rng)
 
 
-def _sample(row: np.ndarray, st: SeqState, pos: int) -> int:
+def _sample(row: np.ndarray, st: SeqState, pos: int, p: Dist | None = None, y: int | None = None) -> int:
     """The target's own token at sequence position pos (plain decoding, the bonus token)."""
     if st.sp.greedy:
         return argmax(row)
+    p = p or process(row, st.sp)
     if st.noise is not None:
-        return st.noise.sample(process(row, st.sp), pos)
-    return process(row, st.sp).sample(st.verify_rng)
+        return st.noise.sample(p, pos) if y is None else y
+    return p.sample(st.verify_rng)
+
+
+def _distributions(
+    pairs: Sequence[tuple[SeqState, np.ndarray, int]],
+) -> tuple[dict[SeqState, Dists], dict[SeqState, list[int]]]:
+    """Every row's distribution, for each (sequence, its rows, the position of the first) that
+    samples: one `process_rows` call per set of sampling parameters, over the rows of all its
+    sequences at once (a sequence whose rows were shaped into their own copy gets its own call:
+    joining it to the others would copy them all); and for the coupled rule each row's Gumbel-max
+    choice, in one call too."""
+    by_sp: dict = {}
+    for st, rows, pos in pairs:
+        if not st.sp.greedy and len(rows):
+            key = (st.sp, st if _shapes(st) else None)
+            by_sp.setdefault(key, []).append((st, rows, pos))
+    dists: dict[SeqState, Dists] = {}
+    choices: dict[SeqState, list[int]] = {}
+    for (sp, _), group in by_sp.items():
+        batch = process_rows(_block([rows for _, rows, _ in group]), sp)
+        keys, at, i = [], [], 0
+        for st, rows, pos in group:
+            dists[st] = batch[i : i + len(rows)]
+            if st.noise is not None:
+                keys += [st.noise.pos_key(pos + j) for j in range(len(rows))]
+                at += range(i, i + len(rows))
+            i += len(rows)
+        if keys:
+            ids, probs = batch.ids, batch.probs
+            if len(at) < len(batch):  # some rows' sequences sample otherwise
+                sel = np.array(at)
+                ids, probs = ids[sel], probs[sel]
+            w = int(batch.keep.max())  # the columns past every kept set have probability 0: none wins
+            ys = noise.choose(keys, ids[:, :w], probs[:, :w]).tolist()
+            j = 0
+            for st, rows, _ in group:
+                if st.noise is not None:
+                    choices[st], j = ys[j : j + len(rows)], j + len(rows)
+    return dists, choices
+
+
+def _block(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Several (n_i, n_vocab) arrays as one: a view when they lie back to back in memory (an
+    evaluator's rows of one decode do: they are slices of one logits buffer), else a copy."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    row_bytes = first.strides[0]
+    end = first.__array_interface__["data"][0] + len(first) * row_bytes
+    for part in parts[1:]:
+        if part.strides != first.strides or part.__array_interface__["data"][0] != end:
+            return np.concatenate(parts)
+        end += len(part) * row_bytes
+    if not first.flags.c_contiguous or first.dtype != parts[-1].dtype:
+        return np.concatenate(parts)
+    n = sum(len(part) for part in parts)
+    return np.lib.stride_tricks.as_strided(first, shape=(n, first.shape[1]), writeable=False)
 
 
 def decode_round(
@@ -178,7 +291,7 @@ def decode_round(
     fill_items, fill_done = _prefill_items(target, filling, budget)
     if not live:
         if fill_items:
-            target.eval_batch(fill_items)
+            _eval(target, fill_items)
         _charge_prefill(filling, time.perf_counter() - t_round)
         return fill_done
     # -- draft length per sequence, for the batch it is in ---------------------------------------
@@ -231,14 +344,25 @@ def decode_round(
             items.append((st.seq, st.tokens[have:n] + drafts[st], have, 1))
         while active:
             te = time.perf_counter()
-            rows = draft.eval_batch(items)
+            rows = _eval(draft, items)
             t_deval += time.perf_counter() - te
             still, items = [], []
-            for st, row in zip(active, rows):
+            # each row as sampled (penalties, the mask when drafting under the constraint), then the
+            # distributions of every row that needs one (and the coupled choices) in one call
+            shaped = [
+                _shaped_rows(st, row[:1], drafts[st], len(drafts[st]), _aware(st))
+                for st, row in zip(active, rows)
+            ]
+            dq, dy = _distributions(
+                [(st, row, len(st.tokens) + len(drafts[st])) for st, row in zip(active, shaped)
+                 if _needs_q(st, len(drafts[st]))]
+            )  # fmt: skip
+            for st, row in zip(active, shaped):
                 i = len(drafts[st])
                 aware = _aware(st)
-                shaped_row = _shaped(st, row[0], drafts[st], i)
-                x, q = _draft_token(st.track.masked(shaped_row, i) if aware else shaped_row, st, i)
+                x, q = _draft_token(
+                    row[0], st, i, dq[st][0] if st in dq else None, dy[st][0] if st in dy else None
+                )
                 if x is None or (aware and not st.track.push([x])):
                     continue
                 if st.track is not None and not aware:
@@ -264,23 +388,34 @@ def decode_round(
         (st.seq, st.tokens[target.past(st.seq) :] + drafts[st], target.past(st.seq), len(drafts[st]) + 1)
         for st in live
     ]
-    all_rows = target.eval_batch(items + fill_items)[: len(items)]
+    all_rows = _eval(target, items + fill_items)[: len(items)]
     t2 = time.perf_counter()
     batch_tokens = sum(len(it[1]) for it in items + fill_items)
     _charge_prefill(filling, t2 - t1)
 
     # -- accept and roll back, per sequence -------------------------------------------------------
+    ts = time.perf_counter()
+    # a sampling sequence's rows as sampled (those that can be: a constraint has no mask past a lost
+    # blind draft or an EOG, where the round never samples), and their distributions and coupled
+    # choices, every row of the step at once
+    vrows = {st: _verify_rows(st, rows, drafts[st]) for st, rows in zip(live, all_rows) if not st.sp.greedy}
+    ps, ys = _distributions([(st, rows, len(st.tokens)) for st, rows in vrows.items()])
+    t_dists = time.perf_counter() - ts  # shared: charged to each sequence's sampling time
     for st, rows in zip(live, all_rows):
-        ts = time.perf_counter()
+        ts = time.perf_counter() - t_dists
         new: list[Step] = []
         n_acc = 0
         d = drafts[st]
         src = srcs[st]
         n_look = len(looked[st])
+        p: Sequence[Dist | None] = ps.get(st, ())
+        y: Sequence[int | None] = ys.get(st, ())
+        have = len(p)
         shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
         for i, x in enumerate(d):
-            shaped.append(_row(st, rows, i, d))
-            ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i)
+            shaped.append(vrows[st][i] if i < have else _row(st, rows, i, d))
+            pi, yi = (p[i], y[i] if y else None) if i < have else (None, None)
+            ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i, pi, yi)
             new.append(Step(tok, ok, i if ok else -1, src[i] if ok else ""))
             if not ok:
                 break
@@ -288,8 +423,10 @@ def decode_round(
             if target.is_eog(x):
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
-            shaped.append(_row(st, rows, len(d), d))
-            new.append(Step(_sample(shaped[-1], st, len(st.tokens) + len(d)), False))
+            i = len(d)
+            shaped.append(vrows[st][i] if i < have else _row(st, rows, i, d))
+            pi, yi = (p[i], y[i] if y else None) if i < have else (None, None)
+            new.append(Step(_sample(shaped[-1], st, len(st.tokens) + i, pi, yi), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
         for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted
@@ -298,7 +435,7 @@ def decode_round(
                 st.finish = "stop"
                 break
         if st.logprobs >= 0:
-            new = _with_logprobs(st, new, shaped)
+            new = _with_logprobs(st, new, shaped, [p[i] if i < have else None for i in range(len(shaped))])
         if st.track is not None:
             _settle(st, n_acc, new)
         st.tokens.extend(s.token for s in new)
@@ -355,6 +492,14 @@ def decode_round(
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
     return fill_done
+
+
+def _verify_rows(st: SeqState, rows: np.ndarray, drafted: Sequence[int]) -> np.ndarray:
+    """A sampling sequence's verify rows as sampled, from the first on while each has its mask."""
+    n = len(rows)
+    if st.track is not None:
+        n = next((i for i in range(n) if not st.track.has_mask(i)), n)
+    return _shaped_rows(st, rows[:n], drafted, 0, st.track is not None)
 
 
 def _row(st: SeqState, rows: np.ndarray, i: int, drafted: Sequence[int]) -> np.ndarray:
@@ -436,7 +581,7 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> floa
             replay_only &= snapshots and upto - have <= LOOKUP_MAX + 2
     if not items:
         return 0.0
-    draft.eval_batch(items)
+    _eval(draft, items)
     if snapshots:
         for st in behind:
             draft.truncate(len(st.tokens) - 1, st.seq)

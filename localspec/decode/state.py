@@ -30,7 +30,9 @@ class Evaluator(Protocol):
     position asked (a restored snapshot): the round re-evaluates the difference. Optional attributes:
     `rollback` ("truncate" | "rs" | "snapshot", llama/recurrent.py), `max_draft` (the most drafts
     one verify may roll back: n_rs_seq on an rs context) and `source` (the stats' name for a draft
-    context's tokens: "draft" for a draft model, "mtp" for the target's own MTP head)."""
+    context's tokens: "draft" for a draft model, "mtp" for the target's own MTP head), and
+    `eval_views(items)`: eval_batch's rows as views valid until its next decode, no copy
+    (llama.Context has it); the round uses it when present."""
 
     n_ctx: int  # per sequence
     n_vocab: int  # token ids 0..n_vocab-1; llama.cpp refuses a whole batch for one id beyond

@@ -1,6 +1,7 @@
 """The llama.cpp boundary: the only package that imports `llama_cpp`. Every C handle has one owner
 and is freed deterministically through `close()` / context managers."""
 
+from localspec.llama.backends import CpuVariant, cpu_variant
 from localspec.llama.context import FLASH_ATTN, KV_TYPES, Context, decode_busy_s
 from localspec.llama.devices import DEVICE_KINDS, Device, device_array, devices, supports_gpu_offload
 from localspec.llama.log import (
@@ -16,7 +17,8 @@ from localspec.llama.quantize import QUANT_TYPES, quantize
 from localspec.llama.rpc import add_rpc_servers, on_rpc_lost, rpc_supported
 
 __all__ = [
-    "DEVICE_KINDS", "FLASH_ATTN", "KV_TYPES", "QUANT_TYPES", "Context", "Device", "Model", "VocabFacts",
+    "DEVICE_KINDS", "FLASH_ATTN", "KV_TYPES", "QUANT_TYPES", "Context", "CpuVariant", "Device", "Model",
+    "VocabFacts", "cpu_variant",
     "add_rpc_servers", "decode_busy_s", "default_threads", "device_array", "devices", "llama_cpp_version",
     "log_lines", "log_mark", "log_since", "on_rpc_lost", "quantize", "rpc_supported", "supports_gpu_offload",
     "system_info",

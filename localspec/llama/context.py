@@ -7,6 +7,8 @@ buffer when drafting and hides the KV cache, and the speculative loop needs both
 from __future__ import annotations
 
 import collections
+import ctypes
+import itertools
 import time
 from typing import Callable, Sequence
 
@@ -35,9 +37,9 @@ class Context:
 
     Created once; the batch is allocated once. Each sequence (0..n_seq-1) may hold up to `n_ctx`
     tokens: the KV cache is one unified buffer of n_ctx * n_seq cells shared by all sequences, so
-    every sequence can always reach its n_ctx whatever the others hold. `eval()` (one sequence)
-    returns logits rows as numpy *views* into llama.cpp's buffer, valid until the next decode;
-    `eval_batch()` (several sequences in one decode) returns copies.
+    every sequence can always reach its n_ctx whatever the others hold. `eval()` (one sequence) and
+    `eval_views()` (several sequences in one decode) return logits rows as numpy *views* into
+    llama.cpp's buffer, valid until the next decode of this context; `eval_batch()` returns copies.
     """
 
     def __init__(
@@ -87,9 +89,11 @@ class Context:
         self.n_batch = int(C.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
         self.n_vocab = model.n_vocab
         self._mem = C.llama_get_memory(ptr)
-        self._batch = C.llama_batch_init(self.n_batch, 0, 1)
-        self._has_batch = True
+        self._batch = _Batch(self.n_batch)
         self._past = [0] * n_seq  # tokens each sequence has in the KV cache (positions 0..past-1)
+        # seconds inside llama_decode, wall and this thread's CPU (what the round's overhead leaves out)
+        self.decode_s = self.decode_cpu_s = 0.0
+        self.cpu_timing = False
         self.memory_kind = recurrent.memory_kind(model.ptr)
         self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq)
         self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
@@ -97,9 +101,6 @@ class Context:
         self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
 
     def close(self) -> None:
-        if getattr(self, "_has_batch", False):
-            C.llama_batch_free(self._batch)
-            self._has_batch = False
         if getattr(self, "_ptr", None):
             C.llama_free(self._ptr)
             self._ptr = None
@@ -140,18 +141,26 @@ class Context:
         Positions past `pos` must be empty (call `truncate` first). Long inputs are split into n_batch
         chunks; only the final chunk asks for logits."""
         self._check(seq, tokens, pos, n_logits)
-        self._decode([(seq, tokens, pos, n_logits)])
-        return np.ctypeslib.as_array(C.llama_get_logits(self.ptr), shape=(n_logits, self.n_vocab))
+        return self._decode([(seq, tokens, pos, n_logits)], copy=False)[0]
 
     def eval_batch(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
         """Several sequences at once: items are (seq, tokens, pos, n_logits); returns one
         (n_logits, n_vocab) array per item (copies). Everything goes into as few decodes as n_batch
         allows - one, whenever the tokens fit."""
+        return self._decode(self._check_items(items), copy=True)
+
+    def eval_views(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
+        """`eval_batch` without the copy: the rows are views into llama.cpp's buffer, valid until the
+        next decode of this context (copies only where the call itself needed several decodes).
+        The round uses it: it is done with a decode's rows before it asks for the next one."""
+        return self._decode(self._check_items(items), copy=False)
+
+    def _check_items(self, items):  # noqa: ANN001, ANN202
         for seq, tokens, pos, n_logits in items:
             self._check(seq, tokens, pos, n_logits)
         if len({seq for seq, *_ in items}) != len(items):
             raise LocalspecError("eval_batch() takes each sequence at most once")
-        return self._decode(items, copy=True)
+        return items
 
     def _check(self, seq: int, tokens: Sequence[int], pos: int, n_logits: int) -> None:
         n = len(tokens)
@@ -168,74 +177,63 @@ class Context:
                 f"context is full: {pos + n} tokens needed, n_ctx is {self.n_ctx} (raise --n-ctx)"
             )
 
-    def _decode(self, items, copy: bool = False) -> list[np.ndarray]:  # noqa: ANN001
+    def _decode(self, items, copy: bool) -> list[np.ndarray]:  # noqa: ANN001
         """Pack the items' tokens into batches of at most n_batch and decode them in order. A batch
         boundary never splits one item's logits rows unless that item alone fills a batch."""
-        ptr, b = self.ptr, self._batch
-        rows: list[list[np.ndarray]] = [[] for _ in items]
-        queue = []  # (item index, token, pos, wants logits)
-        for idx, (_seq, tokens, pos, n_logits) in enumerate(items):
-            first_out = len(tokens) - n_logits
-            queue.extend((idx, tokens[i], pos + i, i >= first_out) for i in range(len(tokens)))
-        start = 0
-        while start < len(queue):
-            end = min(len(queue), start + self.n_batch)
-            # keep an item's logits rows in one decode when they can be (a single view suffices)
-            if (
-                end < len(queue)
-                and queue[end][3]
-                and queue[end - 1][3]
-                and queue[end][0] == queue[end - 1][0]
-            ):
-                idx = queue[end][0]
-                first = next(j for j in range(start, end) if queue[j][0] == idx and queue[j][3])
-                if first > start:
-                    end = first
-            for j in range(start, end):
-                idx, tok, p, want = queue[j]
-                b.token[j - start] = tok
-                b.pos[j - start] = p
-                b.n_seq_id[j - start] = 1
-                b.seq_id[j - start][0] = items[idx][0]
-                b.logits[j - start] = 1 if want else 0
-            b.n_tokens = end - start
-            in_call = collections.Counter(items[queue[j][0]][0] for j in range(start, end))
-            for seq in in_call:  # a recurrent memory saves the state a rollback may return to
-                self._rollback.before_decode(seq, self._past[seq])
-            BUSY_SINCE[0] = time.monotonic()  # the RPC watchdog's measure of a stalled decode
-            try:
-                rc = C.llama_decode(ptr, b)
-            finally:
-                BUSY_SINCE[0] = 0.0
-            if rc != 0:
-                # a failed decode can leave partial entries: drop them so every cache stays consistent
-                for seq in in_call:
-                    first_pos = min(queue[j][2] for j in range(start, end) if items[queue[j][0]][0] == seq)
-                    self._rollback.after_decode(seq, 0)  # no state of the failed call is reused
-                    self._past[seq] = first_pos + 1  # so truncate drops whatever it left
-                    self.truncate(first_pos, seq)
-                raise LocalspecError(f"llama_decode failed (code {rc}) at position {queue[start][2]}")
-            for seq, n in in_call.items():
-                self._rollback.after_decode(seq, n)
-            if self.on_decode is not None:  # the MTP head reads this decode's hidden states now
-                self.on_decode([(items[queue[j][0]][0], queue[j][2], queue[j][1]) for j in range(start, end)])
-            n_out = 0
-            for j in range(start, end):
-                idx, _tok, p, want = queue[j]
-                self._past[items[idx][0]] = p + 1
-                n_out += want
-            if copy and n_out:
-                # a copy: the next decode overwrites llama.cpp's logits buffer
-                logits = np.array(np.ctypeslib.as_array(C.llama_get_logits(ptr), shape=(n_out, self.n_vocab)))
-                r = 0
-                for j in range(start, end):
-                    if queue[j][3]:
-                        rows[queue[j][0]].append(logits[r])
-                        r += 1
+        tok, pos, owner, want = _pack(items)
+        seqs = np.array([it[0] for it in items], dtype=np.int32)
+        parts: list[list[np.ndarray]] = [[] for _ in items]
+        start, n = 0, len(tok)
+        while start < n:
+            end = _chunk_end(start, min(n, start + self.n_batch), owner, want)
+            n_out = self._decode_chunk(
+                tok[start:end], pos[start:end], seqs[owner[start:end]], want[start:end]
+            )
+            if n_out:
+                logits = np.ctypeslib.as_array(C.llama_get_logits(self.ptr), shape=(n_out, self.n_vocab))
+                if copy or end < n:  # the next decode overwrites llama.cpp's buffer
+                    logits = logits.copy()
+                out_owner = owner[start:end][want[start:end]]  # the item of each row, in order
+                for idx in np.unique(out_owner).tolist():
+                    r0, r1 = np.searchsorted(out_owner, [idx, idx + 1]).tolist()
+                    parts[idx].append(logits[r0:r1])
             start = end
-        if not copy:
-            return []
-        return [np.stack(rs) if rs else np.zeros((0, self.n_vocab), np.float32) for rs in rows]
+        return [
+            ps[0] if len(ps) == 1 else np.concatenate(ps) if ps else np.zeros((0, self.n_vocab), np.float32)
+            for ps in parts
+        ]
+
+    def _decode_chunk(self, tok: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray) -> int:
+        """One llama_decode of these tokens; returns how many logits rows it made."""
+        b = self._batch
+        b.fill(tok, pos, seq, want)
+        in_call = collections.Counter(seq.tolist())  # tokens per sequence in this decode
+        for s in in_call:  # a recurrent memory saves the state a rollback may return to
+            self._rollback.before_decode(s, self._past[s])
+        BUSY_SINCE[0] = time.monotonic()  # the RPC watchdog's measure of a stalled decode
+        t0, c0 = time.perf_counter(), time.thread_time() if self.cpu_timing else 0.0
+        try:
+            rc = C.llama_decode(self.ptr, b.struct)
+        finally:
+            if self.cpu_timing:  # a system call each: only when a benchmark asks
+                self.decode_cpu_s += time.thread_time() - c0
+            self.decode_s += time.perf_counter() - t0
+            BUSY_SINCE[0] = 0.0
+        if rc != 0:
+            # a failed decode can leave partial entries: drop them so every cache stays consistent
+            for s in in_call:
+                first_pos = int(pos[seq == s].min())
+                self._rollback.after_decode(s, 0)  # no state of the failed call is reused
+                self._past[s] = first_pos + 1  # so truncate drops whatever it left
+                self.truncate(first_pos, s)
+            raise LocalspecError(f"llama_decode failed (code {rc}) at position {int(pos[0])}")
+        for s, n in in_call.items():
+            self._rollback.after_decode(s, n)
+        if self.on_decode is not None:  # the MTP head reads this decode's hidden states now
+            self.on_decode(list(zip(seq.tolist(), pos.tolist(), tok.tolist())))
+        for s, p in zip(seq.tolist(), pos.tolist()):  # each sequence's last position
+            self._past[s] = p + 1
+        return int(want.sum())
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         """Forget every cached position >= pos of sequence `seq` (the single rollback operation).
@@ -273,6 +271,55 @@ class Context:
         C.llama_memory_clear(self._mem, True)
         self._past = [0] * self.n_seq
         self._rollback.reset()
+
+
+class _Batch:
+    """The llama_batch, as numpy arrays this object owns (llama_decode only reads it): filled by
+    slice assignment instead of a Python loop over tokens. Each token is in one sequence."""
+
+    def __init__(self, n: int) -> None:
+        self.token = np.zeros(n, np.int32)
+        self.pos = np.zeros(n, np.int32)
+        self.n_seq_id = np.ones(n, np.int32)
+        self.seq = np.zeros(n, np.int32)  # token j's one sequence id: seq_id[j] points at seq[j]
+        self.logits = np.zeros(n, np.int8)
+        p_int = ctypes.POINTER(ctypes.c_int32)
+        base = self.seq.ctypes.data
+        self._seq_ptrs = (p_int * n)(*(ctypes.cast(base + 4 * j, p_int) for j in range(n)))
+        st = C.llama_batch()
+        st.token = self.token.ctypes.data_as(p_int)
+        st.embd = None
+        st.pos = self.pos.ctypes.data_as(p_int)
+        st.n_seq_id = self.n_seq_id.ctypes.data_as(p_int)
+        st.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(p_int))
+        st.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        self.struct = st
+
+    def fill(self, tok: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray) -> None:
+        m = len(tok)
+        self.token[:m], self.pos[:m], self.seq[:m], self.logits[:m] = tok, pos, seq, want
+        self.struct.n_tokens = m
+
+
+def _pack(items) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001
+    """Every item's tokens in order: (token, position, item index, wants logits) per token."""
+    lens = [len(tokens) for _, tokens, _, _ in items]
+    tok = np.fromiter(itertools.chain.from_iterable(it[1] for it in items), np.int32, sum(lens))
+    pos = np.concatenate([np.arange(p, p + n, dtype=np.int32) for (_, _, p, _), n in zip(items, lens)])
+    owner = np.repeat(np.arange(len(items)), lens)
+    want = np.concatenate([np.arange(n) >= n - it[3] for it, n in zip(items, lens)])
+    return tok, pos, owner, want
+
+
+def _chunk_end(start: int, end: int, owner: np.ndarray, want: np.ndarray) -> int:
+    """Where the batch from `start` ends (at most `end`): before the item whose logits rows `end`
+    would split, unless that item's rows begin the batch (then they cannot all fit anyway)."""
+    if end < len(owner) and want[end] and want[end - 1] and owner[end] == owner[end - 1]:
+        idx = owner[end]
+        first = start + int(np.flatnonzero((owner[start:end] == idx) & want[start:end])[0])
+        if first > start:
+            return first
+    return end
 
 
 def decode_busy_s() -> float:

@@ -12,6 +12,8 @@ from typing import Callable, Iterator
 
 import llama_cpp as C
 
+from localspec.llama import backends
+
 # Logging: llama.cpp logs through one process-wide callback. We keep every line in a ring buffer
 # (doctor and placement checks read it) and only echo when LOCALSPEC_VERBOSE is set.
 _LOG_LINES: collections.deque[tuple[int, str]] = collections.deque(maxlen=20000)
@@ -50,6 +52,7 @@ def init_backend() -> None:
     global _BACKEND_READY
     if not _BACKEND_READY:
         C.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+        backends.load_dynamic()  # a GGML_BACKEND_DL build: its modules, from llama_cpp's lib folder
         C.llama_backend_init()
         _BACKEND_READY = True
 

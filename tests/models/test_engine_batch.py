@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from localspec.config.settings import Settings
@@ -318,3 +319,28 @@ def test_a_load_that_fails_on_the_engine_thread_raises_in_the_caller(tmp_path):
     with pytest.raises(LocalspecError):
         Engine(Settings.load(target=bad, n_ctx=128))
     assert not [t for t in set(threading.enumerate()) - before if t.name == "localspec-engine"]
+
+
+def test_views_are_the_copies_without_the_copy(smollm2):
+    """eval_views (what the round decodes through) gives eval_batch's rows as views into llama.cpp's
+    buffer when one decode holds them, and copies only where the call needed several decodes."""
+    a, b = smollm2.tokenize("The cat sat on the"), smollm2.tokenize("Once upon a time there")
+    with Context(smollm2, n_ctx=128, n_seq=2) as ctx:
+        copies = ctx.eval_batch([(0, a, 0, 2), (1, b, 0, 3)])
+        ctx.reset()
+        views = ctx.eval_views([(0, a, 0, 2), (1, b, 0, 3)])
+        assert all(c.flags.owndata or c.base is not None and c.base.flags.owndata for c in copies)
+        assert not any(np.shares_memory(v, c) for v in views for c in copies)
+        assert (
+            views[0].__array_interface__["data"][0] + 2 * views[0].strides[0]
+            == (views[1].__array_interface__["data"][0])
+        )  # back to back in one buffer: the round joins them without a copy
+        for v, c in zip(views, copies):
+            assert v.shape == c.shape and (v.argmax(1) == c.argmax(1)).all()
+            assert abs(v - c).max() < 0.05
+    with Context(smollm2, n_ctx=64, n_batch=8, n_ubatch=8, n_seq=2) as small:  # split: 8 + 4 tokens
+        toks = smollm2.tokenize("One two three four five six seven eight nine ten eleven twelve")
+        toks = (toks * 2)[:12]
+        first, last = small.eval_views([(0, toks[:6], 0, 6), (1, toks[6:12], 0, 6)])
+        assert first.shape == last.shape == (6, smollm2.n_vocab)
+        assert small.past(0) == small.past(1) == 6

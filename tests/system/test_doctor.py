@@ -29,6 +29,8 @@ def test_no_models_shows_build_and_devices():
     assert "CPU" in out and "free of" in out
     assert llama.system_info().split("|")[0].strip() in out
     assert "none given" in out
+    variant = llama.cpu_variant()  # the CPU kernels in use: a DL build's variant, or the one built in
+    assert f"kernels    {variant.name} (" in out
 
 
 def test_no_models_json():
@@ -37,6 +39,7 @@ def test_no_models_json():
     (cpu,) = [d for d in r["devices"] if d["kind"] == "cpu"]
     assert cpu["total_bytes"] > 0 and cpu["offloads"] is False
     assert "plan" not in r
+    assert r["cpu_variant"]["name"] == llama.cpu_variant().name
 
 
 def test_real_pair_is_planned_loaded_and_verified(smollm2_path, gemma_path):

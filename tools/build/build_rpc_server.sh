@@ -8,7 +8,8 @@ set -euo pipefail
 
 source "$(dirname "$0")/llama_source.sh"
 BUILD="$TP/rpc-build"
-# the same flags as the Python wheel (see Makefile): the native build segfaults in the AMX matmul here
+# portable unless the wheel's CMAKE_ARGS (below) say native; AMX stays out either way (its matmul
+# segfaults on some Xeons)
 CMAKE_FLAGS=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DGGML_RPC=ON -DLLAMA_CURL=OFF
              -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
              -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF)
@@ -18,6 +19,8 @@ for flag in "${EXTRA[@]}"; do
     [[ " ${CMAKE_FLAGS[*]} " == *" $flag "* ]] || CMAKE_FLAGS+=("$flag")
 done
 TARGET=ggml-rpc-server
+NO_AMX="$(no_amx)"
+CMAKE_FLAGS+=("-DCMAKE_C_FLAGS=$NO_AMX" "-DCMAKE_CXX_FLAGS=$NO_AMX")
 
 llama_source
 llama_configure "$BUILD" "${CMAKE_FLAGS[@]}"

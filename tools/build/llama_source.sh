@@ -25,3 +25,8 @@ llama_configure() {  # BUILD FLAGS...: configure BUILD, unless it was configured
         printf '%s' "$*" > "$stamp"
     fi
 }
+
+no_amx() {  # the flags that keep AMX out of a native x86 build, where the compiler knows them
+    local f="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    if echo 'int x;' | "${CC:-cc}" -x c $f -fsyntax-only - 2>/dev/null; then echo "$f"; fi
+}

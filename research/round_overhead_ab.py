@@ -1,0 +1,99 @@
+"""The round's own cost, before and after: `bench --round-overhead`'s zero-cost grid run against the
+`decode_round` of two checkouts, interleaved (per vocabulary: A, B, A, B), in fresh processes.
+
+    .venv/bin/python research/round_overhead_ab.py /path/to/main-checkout . --markdown out.md
+
+The grid's code (localspec/bench/round_cost.py) is this checkout's for both sides, so a checkout
+from before the bench mode existed is measured the same way. The figure per cell is the lower of
+the runs' medians of CPU ms per round outside the decodes (a shared machine inflates wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+MODES = ("greedy", "coupled", "pq")
+
+
+def _one(repo: str, vocab: int, rounds: int, out: str) -> None:
+    """In a fresh process: the grid on `repo`'s decode_round."""
+    sys.path.insert(0, repo)
+    import localspec.decode.round as r  # noqa: PLC0415
+
+    assert r.__file__.startswith(str(Path(repo).resolve())), r.__file__
+    spec = importlib.util.spec_from_file_location("round_cost", HERE / "localspec/bench/round_cost.py")
+    rc = importlib.util.module_from_spec(spec)
+    sys.modules["round_cost"] = rc
+    spec.loader.exec_module(rc)
+    rows = rc.zero_cost_grid(vocabs=(vocab,), rounds=rounds)
+    Path(out).write_text(json.dumps(rc.to_dicts(rows)))
+
+
+def _table(runs: dict[str, list[list[dict]]], vocab: int) -> list[str]:
+    best: dict[str, dict] = {}
+    for side, side_runs in runs.items():
+        cells: dict = {}
+        for run in side_runs:
+            for r in run:
+                key = (r["n_seq"], r["k"], r["mode"])
+                cells[key] = min(cells.get(key, float("inf")), r["cpu_ms_per_round"])
+        best[side] = cells
+    a, b = best["a"], best["b"]
+    lines = [f"**vocabulary {vocab}** (CPU ms per round outside the decodes, A → B)", ""]
+    lines += ["| seqs | K | " + " | ".join(MODES) + " |", "|--:|--:|" + "--:|" * len(MODES)]
+    for n, k in sorted({(n, k) for n, k, _ in a}):
+        row = [f"{a[n, k, m]:.2f} → {b[n, k, m]:.2f} ({a[n, k, m] / b[n, k, m]:.1f}×)" for m in MODES]
+        lines.append(f"| {n} | {k} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("a", help="the 'before' checkout")
+    ap.add_argument("b", help="the 'after' checkout")
+    ap.add_argument("--vocabs", default="49152,151936,262144")
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--one", nargs=4, help=argparse.SUPPRESS)  # REPO VOCAB ROUNDS OUT: a child
+    args = ap.parse_args()
+    if args.one:
+        _one(args.one[0], int(args.one[1]), int(args.one[2]), args.one[3])
+        return
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for vocab in (int(v) for v in args.vocabs.split(",")):
+            runs: dict[str, list] = {"a": [], "b": []}
+            for p in range(args.passes):
+                for side, repo in (("a", args.a), ("b", args.b)):
+                    out = f"{tmp}/{side}{vocab}_{p}.json"
+                    cmd = [
+                        sys.executable,
+                        __file__,
+                        "x",
+                        "x",
+                        "--one",
+                        repo,
+                        str(vocab),
+                        str(args.rounds),
+                        out,
+                    ]
+                    subprocess.run(cmd, check=True)
+                    runs[side].append(json.loads(Path(out).read_text()))
+                    print(f"done {side} vocab {vocab} pass {p + 1}", file=sys.stderr)
+            lines += _table(runs, vocab)
+    text = "\n".join(lines)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
