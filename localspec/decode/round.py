@@ -15,15 +15,28 @@ A prompt is prefilled in chunks that ride in the rounds' target decodes (`fillin
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Sequence
 
 import numpy as np
 
-from localspec.constrain import ConstraintStuck
-from localspec.decode import accept, noise
-from localspec.decode.sampling import Dist, Dists, argmax, logprobs, process, process_rows
+from localspec.decode.rows import (
+    constrained,
+    distributions,
+    draft_token,
+    forced_run,
+    grammar_aware,
+    needs_q,
+    one_point_q,
+    sample_token,
+    shape_rows,
+    target_row,
+    unbanned,
+    verify_rows,
+    verify_token,
+    with_logprobs,
+)
+from localspec.decode.sampling import Dist
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
 
@@ -71,197 +84,6 @@ def _offer_lookup(st: SeqState) -> list[int]:
     return tokens
 
 
-def _shaped(st: SeqState, row: np.ndarray, drafted: Sequence[int], i: int) -> np.ndarray:
-    """The logits at draft position i as the sequence samples from them: logit_bias and penalties
-    from the tokens before it (`drafted[:i]` after the sequence's own) - the same for the draft's row
-    and the target's there, and for plain decoding."""
-    if st.penalties is None:
-        return row
-    return st.penalties.apply(row, _history(st, drafted, i))
-
-
-def _history(st: SeqState, drafted: Sequence[int], i: int) -> list[int]:
-    """The tokens the penalties look back over at draft position i."""
-    pen = st.penalties
-    if pen.last_n < 0:
-        return st.tokens + list(drafted[:i])
-    return (st.tokens[-pen.last_n :] + list(drafted[:i]))[-pen.last_n :] if pen.last_n else []
-
-
-def _shapes(st: SeqState) -> bool:
-    """Whether st's rows are edited before sampling (penalties, logit_bias, a constraint's mask)."""
-    return st.penalties is not None or st.track is not None
-
-
-def _shaped_rows(st: SeqState, rows: np.ndarray, drafted: Sequence[int], i0: int, masked: bool) -> np.ndarray:
-    """`rows` (draft positions i0, i0 + 1, ...) as the sequence samples from them: the rows
-    themselves when nothing shapes them, else one copy edited in place - the penalties' sparse
-    edits, then the constraint's mask (`masked`). The same values as `_shaped` and `_row`."""
-    if st.penalties is None and not masked:
-        return rows
-    out = np.array(rows, dtype=np.float32)
-    for j in range(len(out)):
-        if st.penalties is not None:
-            st.penalties.apply_(out[j], _history(st, drafted, i0 + j))
-        if masked:
-            st.track.mask_(out[j], i0 + j)
-    return out
-
-
-def _unbanned(st: SeqState, tokens: list[int]) -> list[int]:
-    """A lookup proposal up to the first token logit_bias bans (the target would never keep it)."""
-    if st.penalties is None or not st.penalties.bias:
-        return tokens
-    banned = st.penalties.banned()
-    for i, t in enumerate(tokens):
-        if t in banned:
-            return tokens[:i]
-    return tokens
-
-
-def _with_logprobs(
-    st: SeqState, new: list[Step], shaped: list[np.ndarray], ps: Sequence[Dist | None]
-) -> list[Step]:
-    """Each step's log-probability under the target's distribution where it was emitted (its row in
-    the verify pass, drafted or not), after the transforms plain decoding applies (`ps`: those
-    distributions where the round has them already)."""
-    out = []
-    for i, (step, row) in enumerate(zip(new, shaped)):
-        p = ps[i] if i < len(ps) and ps[i] is not None else process(row, st.sp)
-        lp, top = logprobs(p, step.token, st.logprobs)
-        out.append(dataclasses.replace(step, logprob=lp, top=top))
-    return out + new[len(out) :]
-
-
-def _one_point_q(st: SeqState, x: int) -> Dist | None:
-    """A lookup token's q for the p/q rule: it was proposed with certainty, so q is one-point and
-    the rule accepts x with probability p(x), else samples from p without x (see accept.pq)."""
-    if st.sp.greedy or st.cfg.mode != "pq":
-        return None
-    return Dist(np.array([x], dtype=np.int64), np.ones(1))
-
-
-def _needs_q(st: SeqState, i: int) -> bool:
-    """Whether the draft's token at draft position i needs its distribution q (it is sampled from q,
-    the p/q rule weighs it, or draft_p_min checks its top probability)."""
-    if st.sp.greedy:
-        return False
-    return st.cfg.mode != "match" or (st.cfg.draft_p_min > 0 and i >= st.cfg.draft_min)
-
-
-def _draft_token(
-    row: np.ndarray, st: SeqState, i: int, q: Dist | None = None, y: int | None = None
-) -> tuple[int | None, Dist | None]:
-    """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q
-    (`q`: already processed from `row`; `y`: the coupled rule's choice from it). Draft position i
-    is sequence position len(tokens) + i (the coupled rule's noise key)."""
-    sp, cfg = st.sp, st.cfg
-    check = cfg.draft_p_min > 0 and i >= cfg.draft_min
-    if sp.greedy:
-        if check:
-            e = np.exp(row - row.max())
-            if 1.0 / e.sum() < cfg.draft_p_min:
-                return None, None
-        return argmax(row), None
-    if q is None and _needs_q(st, i):
-        q = process(row, sp)
-    if check and q.top_prob() < cfg.draft_p_min:
-        return None, None
-    if cfg.mode == "match":  # sample-and-match drafts greedily, as llama.cpp does
-        return argmax(row), None
-    if st.noise is not None:
-        return (st.noise.sample(q, len(st.tokens) + i) if y is None else y), q
-    return q.sample(st.draft_rng), q
-
-
-def _verify_token(
-    row: np.ndarray,
-    st: SeqState,
-    x: int,
-    q: Dist | None,
-    pos: int,
-    p: Dist | None = None,
-    y: int | None = None,
-) -> tuple[bool, int]:
-    """The acceptance rule for one drafted token x at sequence position pos: (kept, the token
-    emitted at this position). `p`: the target's distribution, already processed from `row`;
-    `y`: the coupled rule's choice from it."""
-    if st.sp.greedy:
-        return accept.greedy(row, x)
-    p = p or process(row, st.sp)
-    if st.cfg.mode == "pq":
-        return accept.pq(p, q, x, st.verify_rng)
-    if st.cfg.mode == "coupled":
-        return accept.coupled(p, x, st.noise, pos, y)
-    return accept.match(p, x, st.verify_rng)
-
-
-def _sample(row: np.ndarray, st: SeqState, pos: int, p: Dist | None = None, y: int | None = None) -> int:
-    """The target's own token at sequence position pos (plain decoding, the bonus token)."""
-    if st.sp.greedy:
-        return argmax(row)
-    p = p or process(row, st.sp)
-    if st.noise is not None:
-        return st.noise.sample(p, pos) if y is None else y
-    return p.sample(st.verify_rng)
-
-
-def _distributions(
-    pairs: Sequence[tuple[SeqState, np.ndarray, int]],
-) -> tuple[dict[SeqState, Dists], dict[SeqState, list[int]]]:
-    """Every row's distribution, for each (sequence, its rows, the position of the first) that
-    samples: one `process_rows` call per set of sampling parameters, over the rows of all its
-    sequences at once (a sequence whose rows were shaped into their own copy gets its own call:
-    joining it to the others would copy them all); and for the coupled rule each row's Gumbel-max
-    choice, in one call too."""
-    by_sp: dict = {}
-    for st, rows, pos in pairs:
-        if not st.sp.greedy and len(rows):
-            key = (st.sp, st if _shapes(st) else None)
-            by_sp.setdefault(key, []).append((st, rows, pos))
-    dists: dict[SeqState, Dists] = {}
-    choices: dict[SeqState, list[int]] = {}
-    for (sp, _), group in by_sp.items():
-        batch = process_rows(_block([rows for _, rows, _ in group]), sp)
-        keys, at, i = [], [], 0
-        for st, rows, pos in group:
-            dists[st] = batch[i : i + len(rows)]
-            if st.noise is not None:
-                keys += [st.noise.pos_key(pos + j) for j in range(len(rows))]
-                at += range(i, i + len(rows))
-            i += len(rows)
-        if keys:
-            ids, probs = batch.ids, batch.probs
-            if len(at) < len(batch):  # some rows' sequences sample otherwise
-                sel = np.array(at)
-                ids, probs = ids[sel], probs[sel]
-            w = int(batch.keep.max())  # the columns past every kept set have probability 0: none wins
-            ys = noise.choose(keys, ids[:, :w], probs[:, :w]).tolist()
-            j = 0
-            for st, rows, _ in group:
-                if st.noise is not None:
-                    choices[st], j = ys[j : j + len(rows)], j + len(rows)
-    return dists, choices
-
-
-def _block(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """Several (n_i, n_vocab) arrays as one: a view when they lie back to back in memory (an
-    evaluator's rows of one decode do: they are slices of one logits buffer), else a copy."""
-    first = parts[0]
-    if len(parts) == 1:
-        return first
-    row_bytes = first.strides[0]
-    end = first.__array_interface__["data"][0] + len(first) * row_bytes
-    for part in parts[1:]:
-        if part.strides != first.strides or part.__array_interface__["data"][0] != end:
-            return np.concatenate(parts)
-        end += len(part) * row_bytes
-    if not first.flags.c_contiguous or first.dtype != parts[-1].dtype:
-        return np.concatenate(parts)
-    n = sum(len(part) for part in parts)
-    return np.lib.stride_tricks.as_strided(first, shape=(n, first.shape[1]), writeable=False)
-
-
 def decode_round(
     target: Evaluator,
     draft: Evaluator | None,
@@ -285,7 +107,7 @@ def decode_round(
         if st.finish is None and len(st.tokens) >= target.n_ctx:  # no position left for a verify batch
             st.finish = "context"
         if st.finish is None and st.track is not None:
-            _constrained(st, st.track.begin)
+            constrained(st, st.track.begin)
         if st.finish is None:
             live.append(st)
     fill_items, fill_done = _prefill_items(target, filling, budget)
@@ -308,15 +130,15 @@ def decode_round(
         if target.past(st.seq) < len(st.tokens) - 1:
             cap[st] = 0  # a restored snapshot: this round replays the kept tokens (drafting on top of a
             # replay would put them back under a snapshot a rejection returns to)
-        forced[st] = _forced(st, min(cap[st], LOOKUP_MAX))
+        forced[st] = forced_run(st, min(cap[st], LOOKUP_MAX))
         nf = len(forced[st])
         k = wanted.get(st, 0)
         k = max(0, min(k, cap[st] - nf))
         proposal = offered.get(st, [])
         if nf:  # the lookup continues tokens; past the forced run only if it agrees with it
             proposal = proposal[nf:] if proposal[:nf] == forced[st] else []
-        looked[st] = _unbanned(st, proposal[:k]) if k and st.k_ctl.lookup_first else []
-        if _aware(st):
+        looked[st] = unbanned(st, proposal[:k]) if k and st.k_ctl.lookup_first else []
+        if grammar_aware(st):
             looked[st] = st.track.valid(looked[st])
             looked[st] = looked[st][: st.track.push(looked[st])]
         elif st.track is not None:
@@ -329,7 +151,7 @@ def decode_round(
     drafts = {st: forced[st] + looked[st] for st in live}
     srcs = {st: ["grammar"] * len(forced[st]) + ["lookup"] * len(looked[st]) for st in live}
     total = {st: len(forced[st]) + ks[st] for st in live}  # drafts wanted, forced ones included
-    qs: dict[SeqState, list[Dist | None]] = {st: [_one_point_q(st, x) for x in drafts[st]] for st in live}
+    qs: dict[SeqState, list[Dist | None]] = {st: [one_point_q(st, x) for x in drafts[st]] for st in live}
     t0 = time.perf_counter()
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
     active = [st for st in live if total[st] > len(drafts[st]) and not _ended(st, drafts[st], draft)]
@@ -350,17 +172,17 @@ def decode_round(
             # each row as sampled (penalties, the mask when drafting under the constraint), then the
             # distributions of every row that needs one (and the coupled choices) in one call
             shaped = [
-                _shaped_rows(st, row[:1], drafts[st], len(drafts[st]), _aware(st))
+                shape_rows(st, row[:1], drafts[st], len(drafts[st]), grammar_aware(st))
                 for st, row in zip(active, rows)
             ]
-            dq, dy = _distributions(
+            dq, dy = distributions(
                 [(st, row, len(st.tokens) + len(drafts[st])) for st, row in zip(active, shaped)
-                 if _needs_q(st, len(drafts[st]))]
+                 if needs_q(st, len(drafts[st]))]
             )  # fmt: skip
             for st, row in zip(active, shaped):
                 i = len(drafts[st])
-                aware = _aware(st)
-                x, q = _draft_token(
+                aware = grammar_aware(st)
+                x, q = draft_token(
                     row[0], st, i, dq[st][0] if st in dq else None, dy[st][0] if st in dy else None
                 )
                 if x is None or (aware and not st.track.push([x])):
@@ -370,10 +192,10 @@ def decode_round(
                 drafts[st].append(x)
                 qs[st].append(q)
                 srcs[st].append(model_source)
-                run = _forced(st, cap[st] - len(drafts[st])) if aware and not draft.is_eog(x) else []
+                run = forced_run(st, cap[st] - len(drafts[st])) if aware and not draft.is_eog(x) else []
                 if run:  # free: they ride in the next draft step and do not count against K
                     drafts[st] += run
-                    qs[st] += [_one_point_q(st, t) for t in run]
+                    qs[st] += [one_point_q(st, t) for t in run]
                     srcs[st] += ["grammar"] * len(run)
                     total[st] = min(total[st] + len(run), cap[st])
                 if len(drafts[st]) < total[st] and not draft.is_eog(drafts[st][-1]):
@@ -398,8 +220,8 @@ def decode_round(
     # a sampling sequence's rows as sampled (those that can be: a constraint has no mask past a lost
     # blind draft or an EOG, where the round never samples), and their distributions and coupled
     # choices, every row of the step at once
-    vrows = {st: _verify_rows(st, rows, drafts[st]) for st, rows in zip(live, all_rows) if not st.sp.greedy}
-    ps, ys = _distributions([(st, rows, len(st.tokens)) for st, rows in vrows.items()])
+    vrows = {st: verify_rows(st, rows, drafts[st]) for st, rows in zip(live, all_rows) if not st.sp.greedy}
+    ps, ys = distributions([(st, rows, len(st.tokens)) for st, rows in vrows.items()])
     t_dists = time.perf_counter() - ts  # shared: charged to each sequence's sampling time
     for st, rows in zip(live, all_rows):
         ts = time.perf_counter() - t_dists
@@ -413,9 +235,9 @@ def decode_round(
         have = len(p)
         shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
         for i, x in enumerate(d):
-            shaped.append(vrows[st][i] if i < have else _row(st, rows, i, d))
+            shaped.append(vrows[st][i] if i < have else target_row(st, rows, i, d))
             pi, yi = (p[i], y[i] if y else None) if i < have else (None, None)
-            ok, tok = _verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i, pi, yi)
+            ok, tok = verify_token(shaped[i], st, x, qs[st][i], len(st.tokens) + i, pi, yi)
             new.append(Step(tok, ok, i if ok else -1, src[i] if ok else ""))
             if not ok:
                 break
@@ -424,9 +246,9 @@ def decode_round(
                 break
         else:  # every draft accepted (or none drafted): the target's next token comes free
             i = len(d)
-            shaped.append(vrows[st][i] if i < have else _row(st, rows, i, d))
+            shaped.append(vrows[st][i] if i < have else target_row(st, rows, i, d))
             pi, yi = (p[i], y[i] if y else None) if i < have else (None, None)
-            new.append(Step(_sample(shaped[-1], st, len(st.tokens) + i, pi, yi), False))
+            new.append(Step(sample_token(shaped[-1], st, len(st.tokens) + i, pi, yi), False))
         if st.max_new is not None:
             new = new[: st.max_new - st.n_new]
         for j, step in enumerate(new):  # EOG ends the sequence; nothing after it is emitted
@@ -435,7 +257,7 @@ def decode_round(
                 st.finish = "stop"
                 break
         if st.logprobs >= 0:
-            new = _with_logprobs(st, new, shaped, [p[i] if i < have else None for i in range(len(shaped))])
+            new = with_logprobs(st, new, shaped, [p[i] if i < have else None for i in range(len(shaped))])
         if st.track is not None:
             _settle(st, n_acc, new)
         st.tokens.extend(s.token for s in new)
@@ -494,42 +316,6 @@ def decode_round(
     return fill_done
 
 
-def _verify_rows(st: SeqState, rows: np.ndarray, drafted: Sequence[int]) -> np.ndarray:
-    """A sampling sequence's verify rows as sampled, from the first on while each has its mask."""
-    n = len(rows)
-    if st.track is not None:
-        n = next((i for i in range(n) if not st.track.has_mask(i)), n)
-    return _shaped_rows(st, rows[:n], drafted, 0, st.track is not None)
-
-
-def _row(st: SeqState, rows: np.ndarray, i: int, drafted: Sequence[int]) -> np.ndarray:
-    """The target's logits at draft position i as sampled: penalties and biases, then masked by the
-    sequence's constraint there."""
-    row = _shaped(st, rows[i], drafted, i)
-    return row if st.track is None else st.track.masked(row, i)
-
-
-def _constrained(st: SeqState, fn, *args):  # noqa: ANN001, ANN202
-    """Run one constraint operation; a grammar that cannot go on ends this sequence, not the round."""
-    try:
-        return fn(*args)
-    except ConstraintStuck as e:
-        st.finish, st.error = "error", e
-        return None
-
-
-def _aware(st: SeqState) -> bool:
-    """st's drafts are made under its constraint (forced tokens first, the draft's rows masked)."""
-    return st.track is not None and st.cfg.grammar_drafts
-
-
-def _forced(st: SeqState, limit: int) -> list[int]:
-    """The tokens st's grammar forces next (free drafts), when it speculates."""
-    if not _aware(st) or not st.speculative or limit <= 0:
-        return []
-    return _constrained(st, st.track.forced, limit) or []
-
-
 def _ended(st: SeqState, drafts: list[int], draft: Evaluator | None) -> bool:
     """The drafts so far end the output (EOG), so the draft model has nothing to add."""
     return bool(drafts) and draft is not None and draft.is_eog(drafts[-1])
@@ -540,7 +326,7 @@ def _settle(st: SeqState, n_acc: int, new: list[Step]) -> None:
     token. A grammar now complete ends the output as the target would: only EOG is allowed next, so
     it is emitted without a pass (any EOG; they all end the text the same way)."""
     kept = min(n_acc, len(new))
-    _constrained(st, st.track.settle, kept, [s.token for s in new[kept:]])
+    constrained(st, st.track.settle, kept, [s.token for s in new[kept:]])
     if st.finish is None and st.track.done:
         new.append(Step(st.track.matcher.vocab.eog[0], False))
         st.finish = "stop"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.decode.round import _block
+from localspec.decode.rows import stack_rows
 from localspec.decode.sampling import SamplingParams, process, process_rows, top_k
 
 PARAMS = [
@@ -66,7 +66,7 @@ def test_top_k_is_exact_where_the_largest_logits_crowd_one_group():
 
 def test_rows_back_to_back_join_without_a_copy():
     buf = np.arange(5 * 8, dtype=np.float32).reshape(5, 8)
-    joined = _block([buf[0:2], buf[2:3], buf[3:5]])
+    joined = stack_rows([buf[0:2], buf[2:3], buf[3:5]])
     assert np.shares_memory(joined, buf) and np.array_equal(joined, buf)
-    apart = _block([buf[0:1], buf[2:3]])  # a gap: copied, in order
+    apart = stack_rows([buf[0:1], buf[2:3]])  # a gap: copied, in order
     assert not np.shares_memory(apart, buf) and np.array_equal(apart, buf[[0, 2]])
