@@ -176,8 +176,8 @@ def test_bad_requests_get_openai_errors(server, model_id):
         and e.value.body["code"] == "context_length_exceeded"
     )
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=model_id, messages=CHAT, n=2)
-    assert e.value.body["param"] == "n"
+        client.chat.completions.create(model=model_id, messages=CHAT, n=5)  # more choices than --parallel 4
+    assert e.value.body["param"] == "n" and "--parallel (4)" in e.value.body["message"]
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="gpt-4o", messages=CHAT)
     assert e.value.body["code"] == "model_not_found"
