@@ -83,20 +83,34 @@ def test_ids_outside_the_vocabulary_are_refused_before_they_reach_a_batch(eng):
     assert slots_free(eng)
 
 
-def _poison(eng, victim, *, while_prefilling):
-    """The victim's rows make every target decode that holds them fail, as llama.cpp fails a batch."""
-    ctx = eng.target_ctx
-    real = ctx.eval_batch
+def _fail_decodes(ctx, fails):
+    """Every target decode whose items `fails` says fail raises, as llama.cpp fails a batch: through
+    eval_batch and eval_views alike (the round decodes through the views). Returns the undo."""
+    real = {name: getattr(ctx, name) for name in ("eval_batch", "eval_views") if hasattr(ctx, name)}
 
-    def eval_batch(items):
+    def wrap(fn):
+        def decode(items):
+            if fails(items):
+                raise LocalspecError("llama_decode failed (code -1)")
+            return fn(items)
+
+        return decode
+
+    for name, fn in real.items():
+        setattr(ctx, name, wrap(fn))
+    return lambda: [delattr(ctx, name) for name in real]
+
+
+def _poison(eng, victim, *, while_prefilling):
+    """The victim's rows make every target decode that holds them fail."""
+
+    def fails(items):
         mine = {
             st.seq for job, st, pre in eng._sched.running if job is victim._req and pre == while_prefilling
         }
-        if any(seq in mine for seq, *_ in items):
-            raise LocalspecError("llama_decode failed (code -1)")
-        return real(items)
+        return any(seq in mine for seq, *_ in items)
 
-    ctx.eval_batch = eval_batch
+    return _fail_decodes(eng.target_ctx, fails)
 
 
 @pytest.mark.parametrize("while_prefilling", [True, False], ids=["prefill", "round"])
@@ -104,7 +118,7 @@ def test_a_decode_that_fails_fails_only_its_request(eng, while_prefilling):
     expected = alone(eng, STORY, max_tokens=16)
     beside = eng.submit(STORY, chat=True, temperature=0, max_tokens=16)
     victim = eng.submit(QUESTION, chat=True, temperature=0, max_tokens=16)
-    _poison(eng, victim, while_prefilling=while_prefilling)
+    undo = _poison(eng, victim, while_prefilling=while_prefilling)
     try:
         done_beside, done_victim = run(beside), run(victim)
         resp, error = done_victim()
@@ -112,7 +126,7 @@ def test_a_decode_that_fails_fails_only_its_request(eng, while_prefilling):
         resp, error = done_beside()
         assert error is None and as_alone(eng, resp, expected)
     finally:
-        del eng.target_ctx.eval_batch
+        undo()
     assert slots_free(eng)
     assert alone(eng, QUESTION, max_tokens=8)  # and the engine serves on
 
@@ -169,12 +183,7 @@ def test_a_failed_generation_is_a_500_server_error_and_counted(smollm2_path):
     settings = Settings(target=smollm2_path, n_ctx=384, temperature=0, parallel=2, no_log=True)
     with TestClient(create_app(settings, lambda: Engine(settings)), base_url="http://localhost") as client:
         engine = client.app.state.dispatcher.engine
-        real = engine.target_ctx.eval_batch
-
-        def eval_batch(items):
-            raise LocalspecError("llama_decode failed (code 1)")
-
-        engine.target_ctx.eval_batch = eval_batch
+        undo = _fail_decodes(engine.target_ctx, lambda items: True)
         try:
             r = client.post("/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 8})
             assert r.status_code == 500, r.text
@@ -185,7 +194,7 @@ def test_a_failed_generation_is_a_500_server_error_and_counted(smollm2_path):
                 last = [line for line in r.iter_lines() if line.startswith("data: ")][-1]
             assert '"server_error"' in last and "llama_decode failed" in last
         finally:
-            engine.target_ctx.eval_batch = real
+            undo()
         metrics = client.get("/metrics").text
         assert "localspec:requests_failed_total 2.0" in metrics
         assert "localspec:requests_cancelled_total 0.0" in metrics
