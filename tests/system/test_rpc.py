@@ -175,7 +175,7 @@ def _settings(**kw):
 def big_pair(tmp_path_factory):
     d = tmp_path_factory.mktemp("big")
     t, dr = sparse_gguf.qwen25_32b_q4_k_m(d), sparse_gguf.qwen25_05b_q8_0(d)
-    return placement.plan_for(SimpleNamespace(target=t, draft=dr, spec=True, speculative=True, **_runtime()))
+    return placement.plan_for(Settings(target=t, draft=dr, **_runtime()))
 
 
 def _runtime():
