@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -305,3 +306,20 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+def responses_of(handles: Sequence[Any], timeout: float = 120) -> list[Any]:
+    """Drain engine handles at once, a thread each (as concurrent clients do); their responses."""
+    out: list[Any] = [None] * len(handles)
+
+    def drain(i: int) -> None:
+        for _ in handles[i]:
+            pass
+        out[i] = handles[i].response
+
+    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(handles))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    return out

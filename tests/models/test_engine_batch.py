@@ -14,7 +14,7 @@ from localspec.engine import Engine
 from localspec.errors import LocalspecError
 from localspec.llama import Context, Model
 
-from ..helpers import MARGIN, PROMPTS, teacher_forced_gaps
+from ..helpers import MARGIN, PROMPTS, responses_of, teacher_forced_gaps
 
 QUESTIONS = [
     "Explain in two sentences why the sky is blue.",
@@ -32,19 +32,7 @@ def eng4(smollm2_path):
 
 def _concurrently(eng, prompts, **kw):
     handles = [eng.submit(p, chat=True, **kw) for p in prompts]
-    out = [None] * len(handles)
-
-    def drain(i):
-        for _ in handles[i]:
-            pass
-        out[i] = handles[i].response
-
-    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(handles))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return out
+    return responses_of(handles)
 
 
 # A round that folds a newcomer's prompt into the verify decode runs verify rows through llama.cpp's

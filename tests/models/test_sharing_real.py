@@ -4,8 +4,6 @@ n=1 answer (tie-aware) with the prompt prefilled once, and a request copies a ru
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
@@ -14,7 +12,7 @@ from localspec.engine import Engine
 from localspec.errors import LocalspecError
 from localspec.llama import Context
 
-from ..helpers import MARGIN
+from ..helpers import MARGIN, responses_of
 
 QUESTION = "Explain in two sentences why the sky is blue."
 SYSTEM = "You are a careful assistant who answers briefly and names one source for each claim you make."
@@ -24,22 +22,6 @@ SYSTEM = "You are a careful assistant who answers briefly and names one source f
 def eng(smollm2_path):
     with Engine(Settings.load(target=smollm2_path, draft=smollm2_path, n_ctx=512, parallel=4)) as e:
         yield e
-
-
-def _all(handles):
-    out = [None] * len(handles)
-
-    def drain(i):
-        for _ in handles[i]:
-            pass
-        out[i] = handles[i].response
-
-    threads = [threading.Thread(target=drain, args=(i,)) for i in range(len(handles))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    return out
 
 
 def _same_or_tie(eng, prompt, a, b):
@@ -72,7 +54,7 @@ def test_copied_cells_survive_the_source_truncation(smollm2):
 def test_n_greedy_choices_equal_one_and_prefill_the_prompt_once(eng):
     one = eng.generate(QUESTION, chat=True, temperature=0, max_tokens=32, draft_max="3")
     eng.clear_cache()  # so the first choice pays the whole prompt, as a new conversation does
-    three = _all(
+    three = responses_of(
         [eng.submit(QUESTION, chat=True, temperature=0, max_tokens=32, draft_max="3") for _ in range(3)]
     )
     prompt = one.prompt_tokens

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from localspec.decode.sampling import SamplingParams
-from localspec.decode.state import SeqState, SpecConfig
+from localspec.decode.state import SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
-from localspec.engine.scheduler import Job, Scheduler
+from localspec.engine.scheduler import Scheduler
 
 from ..fake_backend import FakeContext
 from ..fake_recurrent import FakeRecurrentContext, recurrent_tables
-from ..helpers import plain_steps, speculative_steps
+from ..helpers import FakeJob, plain_steps, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
 V = 12
@@ -82,37 +82,6 @@ def test_rs_caps_each_draft_at_what_it_can_roll_back():
     assert max(counters.k_history) <= 3 and target.rollback_stats.drops == 0
 
 
-class _Job(Job):
-    def __init__(self, prompt, n, ctl, stop_token=None):
-        self.prompt, self.n, self.ctl, self.stop_token = list(prompt), n, ctl, stop_token
-        self.got: list[int] = []
-        self.reason = None
-        self.cancel = False
-
-    @property
-    def cancelled(self):
-        return self.cancel
-
-    def start(self, seq):
-        rng = np.random.default_rng(0)
-        return SeqState.start(
-            seq, self.prompt, GREEDY, SpecConfig(), rng, Counters(), self.ctl, max_new=self.n
-        )
-
-    def deliver(self, steps):
-        for s in steps:
-            self.got.append(s.token)
-            if s.token == self.stop_token:
-                return False
-        return True
-
-    def end(self, state, reason):
-        self.reason = reason
-
-    def fail(self, error):
-        raise error
-
-
 def drain(sched):
     for _ in range(10_000):
         if not sched.busy:
@@ -127,7 +96,7 @@ def test_four_sequences_at_once_each_equal_plain(target_kind):
     sched = Scheduler(target, draft, 4)
     prompts = [[1], [2, 3], [4, 5, 6], [7, 8]]
     ctls = [FixedK(1), FixedK(3), FixedK(8), AutoK()]
-    jobs = [_Job(p, 40, ctl) for p, ctl in zip(prompts, ctls)]
+    jobs = [FakeJob(p, n=40, ctl=ctl) for p, ctl in zip(prompts, ctls)]
     for j in jobs:
         sched.add(j)
     drain(sched)
@@ -143,8 +112,8 @@ def test_stop_and_cancel_leave_the_slot_consistent_for_the_next_request(target_k
     target, draft = target_ctx(target_kind, n_seq=2), draft_ctx("snapshot", n_seq=2)
     sched = Scheduler(target, draft, 2)
     ref = plain([1, 2], 40)
-    stopper = _Job([1, 2], 40, FixedK(4), stop_token=ref[6])
-    victim = _Job([5], 200, FixedK(5))
+    stopper = FakeJob([1, 2], n=40, ctl=FixedK(4), stop_token=ref[6])
+    victim = FakeJob([5], n=200, ctl=FixedK(5))
     sched.add(stopper)
     sched.add(victim)
     for _ in range(6):
@@ -153,7 +122,7 @@ def test_stop_and_cancel_leave_the_slot_consistent_for_the_next_request(target_k
     drain(sched)
     assert stopper.reason == "done" and victim.reason == "cancelled"
     follow = [1, 2, *stopper.got, 9]
-    again = [_Job(follow, 30, FixedK(3)), _Job([5, 6], 30, FixedK(6))]
+    again = [FakeJob(follow, n=30, ctl=FixedK(3)), FakeJob([5, 6], n=30, ctl=FixedK(6))]
     for j in again:
         sched.add(j)
     drain(sched)
