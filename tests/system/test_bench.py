@@ -333,8 +333,9 @@ def test_bench_command_tiny(smollm2_path, tmp_path):
         assert r["speedup"] == pytest.approx(r["decode_tok_s"]["median"] / plain)
         assert 0.0 <= r["acceptance_rate"] <= 1.0
         # a model drafting for itself at temperature 0 keeps nearly everything it drafts; auto may
-        # draft nothing at all (a draft as dear as its target cannot pay, and calibration says so)
-        assert r["acceptance_rate"] > 0.9 or (name == "auto" and r["acceptance_rate"] == 0.0)
+        # draft nothing (a draft as dear as its target cannot pay) or offer lookup proposals, which
+        # self-drafting does not make likelier: over 8 tokens one rejected proposal halves its rate
+        assert r["acceptance_rate"] > 0.9 or name == "auto"
         assert 0.0 <= r["draft_share"] + r["verify_share"] <= 1.0
     assert {s["n_prompt"] for s in table["samples"]} == {40}
     assert len(table["samples"]) == 3 * len(KINDS)  # configurations x one prompt per kind
