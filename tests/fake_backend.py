@@ -11,11 +11,18 @@ from __future__ import annotations
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.top_logits import TopLogits
 
 
 class FakeContext:
     def __init__(
-        self, table: np.ndarray, *, n_ctx: int = 512, eog: frozenset[int] = frozenset(), n_seq: int = 1
+        self,
+        table: np.ndarray,
+        *,
+        n_ctx: int = 512,
+        eog: frozenset[int] = frozenset(),
+        n_seq: int = 1,
+        top_k: int = 0,
     ) -> None:
         self.table = np.asarray(table, dtype=np.float32)  # table[token] = logits of the next token
         self.n_ctx = n_ctx  # per sequence
@@ -29,6 +36,8 @@ class FakeContext:
         self.seq_calls: list[tuple[int, str, list[int] | int, int]] = []  # every sequence: (seq, kind, ...)
         self.decodes: list[list[int]] = []  # per decode call: the sequences it held
         self.hook = None  # called after every decode/truncate with self
+        self.top_k = top_k  # as llama.Context's backend top-k: rows as their top_k largest logits
+        self.top_on = [False] * n_seq
 
     @property
     def cache(self) -> list[int]:
@@ -40,6 +49,10 @@ class FakeContext:
 
     def past(self, seq: int = 0) -> int:
         return len(self.caches[seq])
+
+    def use_top_logits(self, seq: int, on: bool) -> bool:
+        self.top_on[seq] = on and self.top_k > 0
+        return self.top_on[seq]
 
     def eval(self, tokens, pos: int, n_logits: int = 1, seq: int = 0) -> np.ndarray:
         return self.eval_batch([(seq, tokens, pos, n_logits)])[0]
@@ -57,7 +70,8 @@ class FakeContext:
             assert pos + len(tokens) <= self.n_ctx
             cache.extend(int(t) for t in tokens)
             self._record(seq, ("eval", [int(t) for t in tokens], pos))
-            out.append(self.table[np.asarray(tokens[len(tokens) - n_logits :])])
+            rows = self.table[np.asarray(tokens[len(tokens) - n_logits :])]
+            out.append(TopLogits.of_rows(rows, self.top_k) if self.top_on[seq] else rows)
         self.decodes.append([s for s, *_ in items])
         if self.hook:
             self.hook(self)

@@ -9,6 +9,10 @@ verify, a few milliseconds of it eat the gain. Two measurements:
   all of its K + 1 target rows and K draft rows: the worst case);
 - the real models, with the time inside llama_decode subtracted (llama.Context.decode_s).
 
+Each runs with whole rows and with rows as their 64 largest logits (llama.cpp's backend top-k,
+`--backend-top-k`; the zero-cost backend hands out precomputed ones): the second moves the pass
+over the vocabulary into llama_decode, so the real models' figures carry the decode time too.
+
 Each configuration runs its rounds after a few unmeasured ones; the figure is the median over
 rounds of (round wall time - time inside the decodes), in milliseconds, and the same in this
 thread's CPU time (on a shared machine a descheduled round inflates its wall time, not its CPU time).
@@ -16,6 +20,7 @@ thread's CPU time (on a shared machine a descheduled round inflates its wall tim
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +33,7 @@ from localspec.decode.sampling import SamplingParams
 from localspec.decode.state import Item, SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.fixed import FixedK
+from localspec.top_logits import TopLogits
 
 VOCABS = (49152, 151936, 262144)  # SmolLM2 / Qwen2.5-3 / Gemma 3
 SEQUENCES = (1, 4, 8)
@@ -37,17 +43,23 @@ MODES = ("greedy", "coupled", "pq")
 SAMPLED = SamplingParams(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05)
 GREEDY = SamplingParams(temperature=0.0)
 LOGIT_SCALE = 2.5  # standard deviation of the random logits
+TOP_KS = (0, 64)  # whole rows; rows as their 64 largest logits (the backend's top-k)
 
 
 class ZeroCostDecoder:
     """An Evaluator whose decodes cost (almost) nothing: the logits of position t of sequence s are
     row (s, t) of a fixed random pool, written into a buffer as llama.cpp writes its outputs, and
     returned as llama.Context returns them (`eval_views`: views into it; `eval_batch`: copies).
-    `decode_s` is the writing."""
+    `decode_s` is the writing. With `top_k`, a sequence `use_top_logits` turned on gets its rows as
+    their top_k largest logits, picked from the pool once (a backend top-k at no cost)."""
 
-    def __init__(self, pool: np.ndarray, *, n_ctx: int, n_seq: int, n_batch: int = 512) -> None:
-        self.pool, self.n_ctx = pool, n_ctx
+    def __init__(
+        self, pool: np.ndarray, *, n_ctx: int, n_seq: int, n_batch: int = 512, top_k: int = 0
+    ) -> None:
+        self.pool, self.n_ctx, self.top_k = pool, n_ctx, top_k
         self.n_vocab = pool.shape[1]
+        self._top = TopLogits.of_rows(pool, top_k) if top_k else None
+        self._top_on = [False] * n_seq
         self._past = [0] * n_seq
         self._buf = np.empty((n_batch, self.n_vocab), np.float32)
         self.decode_s = self.decode_cpu_s = 0.0
@@ -60,6 +72,10 @@ class ZeroCostDecoder:
 
     def is_eog(self, token: int) -> bool:
         return False
+
+    def use_top_logits(self, seq: int, on: bool) -> bool:
+        self._top_on[seq] = on and self._top is not None
+        return self._top_on[seq]
 
     def eval_batch(self, items: Sequence[Item]) -> list[np.ndarray]:
         return [rows.copy() for rows in self.eval_views(items)]
@@ -74,12 +90,18 @@ class ZeroCostDecoder:
             first = len(rows)
             rows.extend(self._row(seq, p) for p in range(end - n_logits, end))
             spans.append((first, len(rows)))
+        whole = [i for i, it in enumerate(items) if not self._top_on[it[0]]]
         out = self._buf[: len(rows)]
-        np.take(self.pool, rows, axis=0, out=out)
+        if whole:
+            np.take(self.pool, rows, axis=0, out=out)
+        views = [
+            out[a:b] if not self._top_on[it[0]] else self._top[np.array(rows[a:b])]
+            for it, (a, b) in zip(items, spans)
+        ]
         c1 = time.thread_time()
         self.decode_s += time.perf_counter() - t0
         self.decode_cpu_s += c1 - c0
-        return [out[a:b] for a, b in spans]
+        return views
 
     def _row(self, seq: int, pos: int) -> int:
         return (pos * 7919 + seq * 104729) % len(self.pool)
@@ -103,6 +125,7 @@ class OverheadRow:
     cpu_ms_per_round: float  # the same in this thread's CPU time: steadier on a shared machine
     rounds: int
     tokens_per_round: float  # emitted, over every sequence
+    decode_ms_per_round: float = 0.0  # inside both models' decodes (median): what top-k rows move there
 
 
 def measure(
@@ -129,7 +152,7 @@ def measure(
         st = SeqState.start(s, prompt, sp, cfg, np.random.default_rng(seed + s), Counters(), FixedK(k))
         states.append(st)
     decode_round(target, draft, [], filling=states)  # the prompts, unmeasured
-    times, cpu, emitted = [], [], []
+    times, cpu, emitted, decodes = [], [], [], []
     for i in range(warmup + rounds):
         before = target.decode_s + draft.decode_s
         before_cpu = target.decode_cpu_s + draft.decode_cpu_s
@@ -140,14 +163,15 @@ def measure(
         wall = time.perf_counter() - t0
         used = time.thread_time() - c0
         if i >= warmup:
-            times.append((wall - (target.decode_s + draft.decode_s - before)) * 1e3)
+            decodes.append((target.decode_s + draft.decode_s - before) * 1e3)
+            times.append((wall - decodes[-1] / 1e3) * 1e3)
             cpu.append((used - (target.decode_cpu_s + draft.decode_cpu_s - before_cpu)) * 1e3)
             emitted.append(sum(st.n_new for st in states) - n0)
         for st in states:
             st.take()
     return OverheadRow(
         backend, n_vocab, n_seq, k, mode, statistics.median(times), min(times), max(times),
-        statistics.median(cpu), rounds, statistics.mean(emitted),
+        statistics.median(cpu), rounds, statistics.mean(emitted), statistics.median(decodes),
     )  # fmt: skip
 
 
@@ -158,24 +182,31 @@ def zero_cost_grid(
     draft_lengths: Sequence[int] = DRAFT_LENGTHS,
     modes: Sequence[str] = MODES,
     rounds: int = 30,
+    top_ks: Sequence[int] = TOP_KS,
     progress: Callable[[str], None] | None = None,
 ) -> list[OverheadRow]:
     out = []
     for v in vocabs:
         pool = random_pool(v)
-        for n_seq in sequences:
-            for k in draft_lengths:
-                for mode in modes:
-                    if progress:
-                        progress(f"zero-cost vocab {v} x{n_seq} K={k} {mode}")
-                    n_ctx = 64 + (rounds + 4) * (k + 1)
-                    target = ZeroCostDecoder(pool, n_ctx=n_ctx, n_seq=n_seq)
-                    draft = ZeroCostDecoder(pool, n_ctx=n_ctx, n_seq=n_seq)
-                    out.append(
-                        measure(target, draft, backend="zero-cost", n_vocab=v, n_seq=n_seq, k=k, mode=mode,
-                                rounds=rounds)
-                    )  # fmt: skip
+        for top_k in top_ks:
+            name = rows_label("zero-cost", top_k)
+            for n_seq in sequences:
+                for k in draft_lengths:
+                    for mode in modes:
+                        if progress:
+                            progress(f"{name} vocab {v} x{n_seq} K={k} {mode}")
+                        n_ctx = 64 + (rounds + 4) * (k + 1)
+                        target = ZeroCostDecoder(pool, n_ctx=n_ctx, n_seq=n_seq, top_k=top_k)
+                        draft = ZeroCostDecoder(pool, n_ctx=n_ctx, n_seq=n_seq, top_k=top_k)
+                        out.append(
+                            measure(target, draft, backend=name, n_vocab=v, n_seq=n_seq, k=k, mode=mode,
+                                    rounds=rounds)
+                        )  # fmt: skip
     return out
+
+
+def rows_label(backend: str, top_k: int) -> str:
+    return f"{backend}, top-{top_k} rows" if top_k else backend
 
 
 def real_grid(
@@ -185,6 +216,7 @@ def real_grid(
     draft_lengths: Sequence[int] = DRAFT_LENGTHS,
     modes: Sequence[str] = MODES,
     rounds: int = 8,
+    top_ks: Sequence[int] = TOP_KS,
     progress: Callable[[str], None] | None = None,
 ) -> list[OverheadRow]:
     """The same grid on real models: the settings' target, drafted for by its draft (or by itself,
@@ -196,19 +228,20 @@ def real_grid(
         dm = llama.Model(settings.draft) if settings.draft else tm
         try:
             out = []
-            for n_seq in sequences:
+            for top_k, n_seq in itertools.product(top_ks, sequences):
+                name = rows_label(settings.target.name, top_k)
                 kw = dict(n_ctx=n_ctx, n_seq=n_seq, n_batch=max(512, n_seq * (max(draft_lengths) + 1)),
-                          n_threads=settings.n_threads)  # fmt: skip
+                          n_threads=settings.n_threads, backend_top_k=top_k)  # fmt: skip
                 with llama.Context(tm, **kw) as target, llama.Context(dm, **kw) as draft:
                     target.cpu_timing = draft.cpu_timing = True
                     for k in draft_lengths:
                         for mode in modes:
                             if progress:
-                                progress(f"{settings.target.name} x{n_seq} K={k} {mode}")
+                                progress(f"{name} x{n_seq} K={k} {mode}")
                             target.reset()
                             draft.reset()
                             out.append(
-                                measure(target, draft, backend=settings.target.name, n_vocab=tm.n_vocab,
+                                measure(target, draft, backend=name, n_vocab=tm.n_vocab,
                                         n_seq=n_seq, k=k, mode=mode, rounds=rounds)
                             )  # fmt: skip
             return out
@@ -222,12 +255,24 @@ def print_table(rows: Sequence[OverheadRow]) -> None:
     from rich.table import Table  # noqa: PLC0415
 
     table = Table(title="round overhead outside llama_decode (ms per round, median)")
-    for col in ("backend", "vocab", "seqs", "K", "mode", "ms/round", "min-max", "CPU ms", "tokens/round"):
+    for col in (
+        "backend",
+        "vocab",
+        "seqs",
+        "K",
+        "mode",
+        "ms/round",
+        "min-max",
+        "CPU ms",
+        "decode ms",
+        "tokens/round",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
             r.backend, str(r.n_vocab), str(r.n_seq), str(r.k), r.mode, f"{r.ms_per_round:.2f}",
-            f"{r.ms_min:.2f}-{r.ms_max:.2f}", f"{r.cpu_ms_per_round:.2f}", f"{r.tokens_per_round:.1f}",
+            f"{r.ms_min:.2f}-{r.ms_max:.2f}", f"{r.cpu_ms_per_round:.2f}", f"{r.decode_ms_per_round:.1f}",
+            f"{r.tokens_per_round:.1f}",
         )  # fmt: skip
     Console().print(table)
 

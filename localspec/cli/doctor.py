@@ -66,7 +66,9 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         verified, vplan = loaded.report, loaded.plan
         rpc_times = verify_times(loaded.target_ctx) if decision.mode == "rpc" else None
         _measured_rollback(out["memory"], loaded)
+        top_k = loaded.target_ctx.top_k
     out["verified"] = verified.to_dict() | {"n_ctx": vplan.rt.n_ctx, "summary": verified.summary()}
+    out["verified"]["backend_top_k"] = top_k
     out["verified"]["accuracy"] = {
         m.role: {
             k: f"{m.off_by(k):.1%} ({fmt_bytes(p)} planned, {fmt_bytes(s)} seen)"
@@ -301,6 +303,12 @@ def render(r: dict[str, Any]) -> str:
             rows.append(("", f"{role:<6} plan error: " + ", ".join(f"{k} {v}" for k, v in acc.items())))
         if not ver["problems"]:
             rows.append(("", "placement as planned"))
+        top_k = ver.get("backend_top_k", 0)
+        rows.append(
+            ("rows", f"sampled rows leave llama_decode as their {top_k} largest logits (backend top-k)")
+            if top_k
+            else ("rows", "whole logits rows (--backend-top-k: auto is off on a CPU)")
+        )
     net = r.get("network")
     if net:
         if "per_batch" in net:

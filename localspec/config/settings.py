@@ -76,6 +76,15 @@ class Settings:
     kv_type: str = _f(
         "f16", "KV cache type: f16, q8_0, q4_0 or f32.", group="model", choices=("f16", "q8_0", "q4_0", "f32")
     )
+    backend_top_k: int = _f(
+        -1,
+        "Rows come back from llama_decode as their N largest logits (llama.cpp's backend top-k: no "
+        "whole-vocabulary row is copied out or read) for requests that need no more of them; 0 = whole "
+        "rows, -1 = auto: 64 where the output layer is on a GPU, 0 on a CPU (slower there).",
+        group="model",
+        ge=-1,
+        le=4096,
+    )
     allow_partial_offload: bool = _f(
         False, "Run even if a model does not fit fully on the GPU.", group="model"
     )
@@ -294,7 +303,7 @@ class Settings:
 
     def context_args(self) -> dict[str, Any]:
         """The keyword arguments of `backend.Context` that these settings decide."""
-        names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type")
+        names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type", "backend_top_k")
         return {n: getattr(self, n) for n in names} | {"n_seq": self.parallel}
 
     @property

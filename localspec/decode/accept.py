@@ -13,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from localspec.decode.noise import KeyedGumbel
-from localspec.decode.sampling import Dist
+from localspec.decode.sampling import Dist, argmax
+from localspec.top_logits import TopLogits
 
 
-def greedy(p_logits: np.ndarray, x: int) -> tuple[bool, int]:
+def greedy(p_logits: np.ndarray | TopLogits, x: int) -> tuple[bool, int]:
     """Keep x iff it is the target's argmax; otherwise emit the argmax."""
-    best = int(np.argmax(p_logits))
+    best = argmax(p_logits)
     return best == x, best
 
 

@@ -31,6 +31,7 @@ from localspec.decode.rows import (
     sample_token,
     shape_rows,
     target_row,
+    top_logits_suffice,
     unbanned,
     verify_rows,
     verify_token,
@@ -48,6 +49,16 @@ def _eval(ctx: Evaluator, items: Sequence[Item]) -> list[np.ndarray]:
     with them before its next decode of that evaluator)."""
     views = getattr(ctx, "eval_views", None)
     return views(items) if views is not None else ctx.eval_batch(items)
+
+
+def _ask_for_rows(ctx: Evaluator | None, live: Sequence[SeqState]) -> None:
+    """Tell an evaluator that can give rows as their largest logits (`use_top_logits`: llama.cpp's
+    backend top-k, `top_k` of them) which sequences read no more of a row than that."""
+    use = getattr(ctx, "use_top_logits", None)
+    if use is not None:
+        width = ctx.top_k
+        for st in live:
+            use(st.seq, top_logits_suffice(st, width))
 
 
 def _prefill_items(
@@ -111,6 +122,8 @@ def decode_round(
         if st.finish is None:
             live.append(st)
     fill_items, fill_done = _prefill_items(target, filling, budget)
+    _ask_for_rows(target, live)
+    _ask_for_rows(draft, live)
     if not live:
         if fill_items:
             _eval(target, fill_items)

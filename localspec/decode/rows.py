@@ -13,6 +13,7 @@ from localspec.constrain import ConstraintStuck
 from localspec.decode import accept, noise
 from localspec.decode.sampling import Dist, Dists, argmax, logprobs, process, process_rows
 from localspec.decode.state import SeqState, Step
+from localspec.top_logits import TopLogits
 
 
 def shape_row(st: SeqState, row: np.ndarray, drafted: Sequence[int], i: int) -> np.ndarray:
@@ -30,6 +31,17 @@ def penalty_history(st: SeqState, drafted: Sequence[int], i: int) -> list[int]:
     if pen.last_n < 0:
         return st.tokens + list(drafted[:i])
     return (st.tokens[-pen.last_n :] + list(drafted[:i]))[-pen.last_n :] if pen.last_n else []
+
+
+def top_logits_suffice(st: SeqState, width: int) -> bool:
+    """Whether st reads no more of a row than its `width` largest logits (`TopLogits`): nothing edits
+    its rows first (penalties, logit_bias and masks need whole rows), and it samples with a top_k
+    within them - or greedily, from the argmax, without draft_p_min's whole-row softmax."""
+    if width <= 0 or needs_shaping(st):
+        return False
+    if st.sp.greedy and st.cfg.draft_p_min > 0:
+        return False
+    return (st.sp.greedy and st.logprobs < 0) or 0 < st.sp.top_k <= width
 
 
 def needs_shaping(st: SeqState) -> bool:
@@ -161,11 +173,11 @@ def distributions(
     by_sp: dict = {}
     for st, rows, pos in pairs:
         if not st.sp.greedy and len(rows):
-            key = (st.sp, st if needs_shaping(st) else None)
+            key = (st.sp, st if needs_shaping(st) else None, isinstance(rows, TopLogits))
             by_sp.setdefault(key, []).append((st, rows, pos))
     dists: dict[SeqState, Dists] = {}
     choices: dict[SeqState, list[int]] = {}
-    for (sp, _), group in by_sp.items():
+    for (sp, *_), group in by_sp.items():
         batch = process_rows(stack_rows([rows for _, rows, _ in group]), sp)
         keys, at, i = [], [], 0
         for st, rows, pos in group:
@@ -194,6 +206,8 @@ def stack_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
     first = parts[0]
     if len(parts) == 1:
         return first
+    if isinstance(first, TopLogits):
+        return TopLogits.concat(list(parts))
     row_bytes = first.strides[0]
     end = first.__array_interface__["data"][0] + len(first) * row_bytes
     for part in parts[1:]:

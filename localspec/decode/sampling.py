@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from localspec.top_logits import TopLogits
+
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
@@ -83,24 +85,32 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-def process(logits: np.ndarray, params: SamplingParams) -> Dist:
-    """The filtered, temperature-scaled distribution for one logits row."""
+def process(logits: np.ndarray | TopLogits, params: SamplingParams) -> Dist:
+    """The filtered, temperature-scaled distribution for one logits row (whole, or its largest)."""
+    if isinstance(logits, TopLogits):
+        return process_rows(TopLogits(logits.ids[None], logits.logits[None]), params)[0]
     return process_rows(np.asarray(logits, dtype=np.float32)[None], params)[0]
 
 
-def process_rows(rows: np.ndarray, params: SamplingParams) -> Dists:
+def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
     """`process` for every row of an (n, n_vocab) array at once: one pass over each row finds its
     top-k (`top_k`), and the filters then run on the (n, k) survivors, sorted by logit.
     The kept set and probabilities are the definitions': top-k, then top-p's smallest prefix of
     mass >= top_p, then min-p's logit_i >= logit_max + log(min_p), then softmax(logit / T).
+    Rows given as their largest logits (`TopLogits`, from the backend's top-k) skip the pass over
+    the row: their top-k is the row's when top_k <= their width.
     (Array methods rather than np.* functions, and no call that can be skipped: at k = 40 each
     call costs more than its arithmetic.)"""
-    rows = np.asarray(rows, dtype=np.float32)
-    n, v = rows.shape
     k = params.top_k
-    if not k or k >= v:  # no top-k: the nucleus needs the whole row (the rare setting)
-        return Dists.of([_process_full(r, params) for r in rows])
-    ids, x = top_k(rows, k)
+    if isinstance(rows, TopLogits):
+        ids, x = top_k_of(rows, k)
+        n = len(rows)
+    else:
+        rows = np.asarray(rows, dtype=np.float32)
+        n, v = rows.shape
+        if not k or k >= v:  # no top-k: the nucleus needs the whole row (the rare setting)
+            return Dists.of([_process_full(r, params) for r in rows])
+        ids, x = top_k(rows, k)
     x = x.astype(np.float64)
     top = x[:, :1]
     d = x - top
@@ -160,8 +170,27 @@ def top_k(rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         ids = groups[at, np.minimum(best // GROUP, k - 1)] + w * (best % GROUP)
         if v > GROUP * w:
             ids = np.where(best < GROUP * k, ids, GROUP * w - GROUP * k + best)
-    order = x.argsort(axis=1)[:, ::-1]
-    return ids[at, order], x[at, order]
+    return _by_logit(ids, x, at)
+
+
+def _by_logit(ids: np.ndarray, x: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's candidates largest logit first, equal logits by id: one order however they came
+    (the p/q rule samples along it, so a whole row and its backend top-k must agree)."""
+    order = np.lexsort((ids, -x), axis=1)
+    return ids[at, order].astype(np.int64, copy=False), x[at, order]
+
+
+def top_k_of(rows: TopLogits, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`top_k` of rows given as their largest logits: the k largest of those (k <= their width)."""
+    m = rows.width
+    if not 0 < k <= m:
+        raise ValueError(f"top_k={k} needs the whole row: these rows hold their {m} largest logits")
+    ids, x = rows.ids, rows.logits
+    at = _consts(len(ids), k)[0]
+    if k < m:
+        best = x.argpartition(m - k, axis=1)[:, m - k :]
+        ids, x = ids[at, best], x[at, best]
+    return _by_logit(ids, x, at)
 
 
 def _process_full(logits: np.ndarray, params: SamplingParams) -> Dist:
@@ -195,8 +224,8 @@ def _nucleus(ids: np.ndarray, x: np.ndarray, p: np.ndarray, top_p: float):
     return ids[keep], x[keep], p[keep]
 
 
-def argmax(logits: np.ndarray) -> int:
-    return int(np.argmax(logits))
+def argmax(logits: np.ndarray | TopLogits) -> int:
+    return logits.argmax() if isinstance(logits, TopLogits) else int(np.argmax(logits))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,9 @@ class Evaluator(Protocol):
     one verify may roll back: n_rs_seq on an rs context) and `source` (the stats' name for a draft
     context's tokens: "draft" for a draft model, "mtp" for the target's own MTP head), and
     `eval_views(items)`: eval_batch's rows as views valid until its next decode, no copy
-    (llama.Context has it); the round uses it when present."""
+    (llama.Context has it); the round uses it when present; `use_top_logits(seq, on)` with `top_k`:
+    the rows of sequence seq come back as their top_k largest logits (`TopLogits`, llama.cpp's
+    backend top-k) while on - the round turns it on where a sequence reads no more of a row."""
 
     n_ctx: int  # per sequence
     n_vocab: int  # token ids 0..n_vocab-1; llama.cpp refuses a whole batch for one id beyond

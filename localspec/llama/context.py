@@ -19,6 +19,7 @@ from localspec.errors import LocalspecError
 from localspec.llama import recurrent
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
+from localspec.top_logits import TopLogits
 
 KV_TYPES = {
     "f32": C.GGML_TYPE_F32,
@@ -54,6 +55,7 @@ class Context:
         kv_type: str = "f16",
         n_seq: int = 1,
         n_rs_seq: int = 0,
+        backend_top_k: int = 0,
     ) -> None:
         if kv_type not in KV_TYPES:
             raise LocalspecError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
@@ -76,9 +78,13 @@ class Context:
         params.type_v = KV_TYPES[kv_type]
         params.no_perf = True
         params.n_rs_seq = n_rs_seq  # recurrent states kept per sequence for rollback (rs-capable archs)
+        self.top_k = model.backend_top_k() if backend_top_k < 0 else min(backend_top_k, model.n_vocab)
+        # referenced while the context lives: llama.cpp keeps the chains' pointers
+        self._chains, self._chain_configs = _top_k_chains(params, n_seq, self.top_k)
         mark = log_mark()
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
+            self.close()
             raise LocalspecError(
                 f"llama.cpp could not create a context (n_ctx={n_ctx} x {n_seq} sequences): {last_error(mark)}"
             )
@@ -99,11 +105,17 @@ class Context:
         self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
         self.max_draft = getattr(self._rollback, "n_rs", None) if self.rollback == "rs" else None
         self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
+        self._top_on = [self.top_k > 0] * n_seq  # whose rows come back as their top_k largest
+        self._retired: list = []  # chains detached since the last decode
 
     def close(self) -> None:
         if getattr(self, "_ptr", None):
             C.llama_free(self._ptr)
             self._ptr = None
+        for chain in [*getattr(self, "_chains", ()), *getattr(self, "_retired", ())]:  # after the context
+            if chain is not None:
+                C.llama_sampler_free(chain)
+        self._chains, self._retired = [], []
 
     def __enter__(self) -> "Context":
         return self
@@ -141,18 +153,41 @@ class Context:
         Positions past `pos` must be empty (call `truncate` first). Long inputs are split into n_batch
         chunks; only the final chunk asks for logits."""
         self._check(seq, tokens, pos, n_logits)
+        self.use_top_logits(seq, False)
         return self._decode([(seq, tokens, pos, n_logits)], copy=False)[0]
+
+    def use_top_logits(self, seq: int, on: bool) -> bool:
+        """Whether `eval_views` gives seq's rows as their `top_k` largest logits (`TopLogits`, made
+        inside llama_decode by llama.cpp's backend top-k) rather than whole; returns what it gives.
+        Only contexts made with backend_top_k can; a change costs llama.cpp one graph reserve."""
+        on = on and self.top_k > 0
+        if self._top_on[seq] == on:
+            return on
+        old = self._chains[seq]
+        # a chain is initialised for the backend once (llama.cpp asserts): attach a new one each time
+        new = _top_k_chain(self.top_k) if on else None
+        if not C.llama_set_sampler(self.ptr, seq, new):
+            C.llama_sampler_free(new)  # the backend cannot run it: whole rows
+            new, on = None, False
+        self._chains[seq] = new
+        if old is not None:  # freed once a decode has rebuilt the graph that used it
+            self._retired.append(old)
+        self._top_on[seq] = on
+        return on
 
     def eval_batch(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
         """Several sequences at once: items are (seq, tokens, pos, n_logits); returns one
         (n_logits, n_vocab) array per item (copies). Everything goes into as few decodes as n_batch
-        allows - one, whenever the tokens fit."""
-        return self._decode(self._check_items(items), copy=True)
+        allows - one, whenever the tokens fit. Whole rows always."""
+        for seq, *_ in self._check_items(items):
+            self.use_top_logits(seq, False)
+        return self._decode(items, copy=True)
 
     def eval_views(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
         """`eval_batch` without the copy: the rows are views into llama.cpp's buffer, valid until the
         next decode of this context (copies only where the call itself needed several decodes).
-        The round uses it: it is done with a decode's rows before it asks for the next one."""
+        The round uses it: it is done with a decode's rows before it asks for the next one. A
+        sequence `use_top_logits` turned on gets `TopLogits`."""
         return self._decode(self._check_items(items), copy=False)
 
     def _check_items(self, items):  # noqa: ANN001, ANN202
@@ -190,18 +225,35 @@ class Context:
                 tok[start:end], pos[start:end], seqs[owner[start:end]], want[start:end]
             )
             if n_out:
-                logits = np.ctypeslib.as_array(C.llama_get_logits(self.ptr), shape=(n_out, self.n_vocab))
-                if copy or end < n:  # the next decode overwrites llama.cpp's buffer
-                    logits = logits.copy()
+                keep = copy or end < n  # the next decode overwrites llama.cpp's buffers
                 out_owner = owner[start:end][want[start:end]]  # the item of each row, in order
+                logits = None
                 for idx in np.unique(out_owner).tolist():
                     r0, r1 = np.searchsorted(out_owner, [idx, idx + 1]).tolist()
+                    if self._top_on[items[idx][0]]:
+                        top = self._top_rows(r0 - n_out, r1 - r0)
+                        parts[idx].append(top.copy() if keep else top)
+                        continue
+                    if logits is None:
+                        logits = np.ctypeslib.as_array(
+                            C.llama_get_logits(self.ptr), shape=(n_out, self.n_vocab)
+                        )
+                        logits = logits.copy() if keep else logits
                     parts[idx].append(logits[r0:r1])
             start = end
-        return [
-            ps[0] if len(ps) == 1 else np.concatenate(ps) if ps else np.zeros((0, self.n_vocab), np.float32)
-            for ps in parts
-        ]
+        return [_joined(ps, self.n_vocab) for ps in parts]
+
+    def _top_rows(self, first: int, n: int) -> TopLogits:
+        """Rows first.. (negative: counted from the decode's last output) as the backend's top-k
+        left them: views into llama.cpp's buffers, rows n_vocab apart."""
+        lp = C.llama_get_sampled_logits_ith(self.ptr, first)
+        cp = C.llama_get_sampled_candidates_ith(self.ptr, first)
+        m = int(C.llama_get_sampled_logits_count_ith(self.ptr, first))
+        if not lp or m != self.top_k:
+            raise LocalspecError(f"llama.cpp returned {m} top logits for a row, not {self.top_k}")
+        logits = np.ctypeslib.as_array(lp, shape=(n, self.n_vocab))[:, :m]
+        ids = np.ctypeslib.as_array(cp, shape=(n, self.n_vocab))[:, :m]
+        return TopLogits(ids, logits)
 
     def _decode_chunk(self, tok: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray) -> int:
         """One llama_decode of these tokens; returns how many logits rows it made."""
@@ -227,6 +279,9 @@ class Context:
                 self._past[s] = first_pos + 1  # so truncate drops whatever it left
                 self.truncate(first_pos, s)
             raise LocalspecError(f"llama_decode failed (code {rc}) at position {int(pos[0])}")
+        for chain in self._retired:  # the graph that used them is rebuilt
+            C.llama_sampler_free(chain)
+        self._retired.clear()
         for s, n in in_call.items():
             self._rollback.after_decode(s, n)
         if self.on_decode is not None:  # the MTP head reads this decode's hidden states now
@@ -299,6 +354,36 @@ class _Batch:
         m = len(tok)
         self.token[:m], self.pos[:m], self.seq[:m], self.logits[:m] = tok, pos, seq, want
         self.struct.n_tokens = m
+
+
+def _joined(parts: list, n_vocab: int):  # noqa: ANN202 - rows or TopLogits
+    """One item's rows from the decodes that made them."""
+    if not parts:
+        return np.zeros((0, n_vocab), np.float32)
+    if len(parts) == 1:
+        return parts[0]
+    return TopLogits.concat(parts) if isinstance(parts[0], TopLogits) else np.concatenate(parts)
+
+
+def _top_k_chain(k: int):  # noqa: ANN202 - a llama_sampler pointer
+    chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+    C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(k))  # the chain owns it
+    return chain
+
+
+def _top_k_chains(params, n_seq: int, k: int) -> tuple[list, object]:  # noqa: ANN001
+    """A top-k sampler chain per sequence, set on the context params (llama.cpp runs them in the
+    decode graph); none when k is 0. A sequence may then have any number of rows (a verify batch)."""
+    if k <= 0:
+        return [None] * n_seq, None
+    chains = [_top_k_chain(k) for _ in range(n_seq)]
+    configs = (C.llama_sampler_seq_config * n_seq)(
+        *(C.llama_sampler_seq_config(s, ctypes.cast(c, ctypes.c_void_p)) for s, c in enumerate(chains))
+    )
+    params.samplers = ctypes.cast(configs, ctypes.POINTER(C.llama_sampler_seq_config))
+    params.n_samplers = n_seq
+    params.n_outputs_max_per_seq = 0  # = n_outputs_max: as many rows per sequence as a batch holds
+    return chains, configs
 
 
 def _pack(items) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # noqa: ANN001

@@ -12,8 +12,10 @@ import llama_cpp as C
 
 from localspec.errors import LocalspecError
 from localspec.gguf.file import validate_gguf
-from localspec.llama.devices import device_array
+from localspec.llama.devices import device_array, supports_gpu_offload
 from localspec.llama.log import init_backend, last_error, log_mark, log_since
+
+AUTO_BACKEND_TOP_K = 64  # >= any top_k a request usually sends (llama.cpp's default is 40)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class Model:
         validate_gguf(self.path)
         init_backend()
         params = C.llama_model_default_params()
-        params.n_gpu_layers = n_gpu_layers
+        params.n_gpu_layers = self.n_gpu_layers = n_gpu_layers
+        self._cpu_only = devices is not None and not devices
         params.vocab_only = vocab_only
         params.load_mtp = self.load_mtp = load_mtp  # the MTP (nextn) layers, for --draft mtp
         if devices is not None:  # pin to these devices (llama.cpp otherwise spreads layers over every
@@ -121,6 +124,15 @@ class Model:
     @property
     def n_layer(self) -> int:
         return int(C.llama_model_n_layer(self.ptr))
+
+    def backend_top_k(self) -> int:
+        """`--backend-top-k auto` for this model: 64 where its output layer sits on a GPU (the top-k
+        runs there and no whole row is copied to the host), 0 on a CPU, where ggml's top-k - a
+        partial sort per row - costs the decode more than numpy's pass over the row costs the round
+        (docs/performance.md)."""
+        on_gpu = supports_gpu_offload() and not self._cpu_only
+        on_gpu = on_gpu and (self.n_gpu_layers < 0 or self.n_gpu_layers > self.n_layer)
+        return min(AUTO_BACKEND_TOP_K, self.n_vocab) if on_gpu else 0
 
     @property
     def n_ctx_train(self) -> int:

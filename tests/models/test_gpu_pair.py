@@ -71,6 +71,20 @@ def test_greedy_speculation_is_lossless(engine, k):
         assert gaps[i] <= MARGIN
 
 
+def test_top_rows_give_the_same_sampled_text(pair, engine):
+    """Rows as their 64 largest logits (the backend top-k, on by default where the output layer is on
+    a GPU) against whole rows: the same batches, so the same text, token for token."""
+    ask = dict(temperature=0.8, max_tokens=32, seed=5, spec_mode="coupled", draft_max="3")
+    got = engine.generate(PROMPT, **ask)
+    with Engine(Settings.load(pair=pair, n_ctx=1024, n_threads=THREADS, backend_top_k=0)) as whole:
+        want = whole.generate(PROMPT, **ask)
+    assert got.tokens == want.tokens
+    print(
+        f"backend top-k {engine._pair.target_ctx.top_k}: {got.stats.decode_tok_s:.1f} tok/s, whole rows "
+        f"{want.stats.decode_tok_s:.1f} tok/s"
+    )
+
+
 def test_draft_and_target_really_differ(engine):
     """Acceptance is partial: the noise makes the target a different model from its draft."""
     st = engine.generate(PROMPT, temperature=0, max_tokens=64, draft_max="4").stats

@@ -25,13 +25,12 @@ FILTERED = SamplingParams(temperature=0.8, top_k=6, top_p=0.95, min_p=0.05)
 CHI2_999_99, CHI2_999_80 = 148.2, 124.8
 
 
-def spec(t, d, prompt, sp, k, n, seed, counters=None, **cfg) -> list[int]:
+def spec(t, d, prompt, sp, k, n, seed, counters=None, top_k=0, **cfg) -> list[int]:
     ctl = FixedK(k) if isinstance(k, int) else k
     c = counters if counters is not None else Counters()
     cfg = SpecConfig(mode="coupled", **cfg)
-    steps = speculative_steps(
-        FakeContext(t), FakeContext(d), prompt, sp, cfg, np.random.default_rng(seed), c, ctl, max_new=n
-    )
+    target, draft = FakeContext(t, top_k=top_k), FakeContext(d, top_k=top_k)
+    steps = speculative_steps(target, draft, prompt, sp, cfg, np.random.default_rng(seed), c, ctl, max_new=n)
     return [s.token for s in steps]
 
 
@@ -153,6 +152,17 @@ def test_same_seed_same_text_for_any_k_and_draft():
             assert spec(t, d, prompt, FILTERED, k, 40, seed) == want, (seed, noise_level, k)
         assert spec(t, d, prompt, FILTERED, 4, 40, seed, draft_p_min=0.5) == want
         assert plain(t, prompt, FILTERED, 40, seed + 100) != want  # and the seed matters
+
+
+@pytest.mark.parametrize("width", [6, 9])
+def test_rows_as_their_largest_logits_give_the_same_text(width):
+    """Rows handed over as their `width` largest logits (llama.cpp's backend top-k) - exactly the
+    request's top_k, or more - give, seed for seed, the text of plain sampling over whole rows."""
+    for seed, noise_level in itertools.product(range(4), (0.3, 2.0)):
+        t, d = markov_tables(v=12, noise=noise_level, seed=seed, scale=1.5)
+        want = plain(t, [seed % 12], FILTERED, 40, seed)
+        for k in (1, 3, AutoK(k_min=1)):
+            assert spec(t, d, [seed % 12], FILTERED, k, 40, seed, top_k=width) == want, (seed, k)
 
 
 def test_coupled_accepts_and_uses_the_bonus_token():

@@ -222,16 +222,21 @@ def test_residual_is_normalised_positive_part():
     }
 
 
-@pytest.mark.parametrize("mode", ["pq", "match", "coupled"])
-def test_two_token_joint_distribution_matches_target_only_sampling(mode):
-    """End to end through the loop: P(t1, t2) must equal the target chain's, whatever the draft."""
+@pytest.mark.parametrize(
+    ("mode", "width"), [("pq", 0), ("match", 0), ("coupled", 0), ("pq", 4), ("match", 4)]
+)
+def test_two_token_joint_distribution_matches_target_only_sampling(mode, width):
+    """End to end through the loop: P(t1, t2) must equal the target chain's, whatever the draft -
+    and when both models hand their rows over as their `width` largest logits (the backend top-k)."""
     v = 5
     t, d = markov_tables(v=v, noise=1.0, seed=7, scale=1.0)
     sp = SamplingParams(temperature=0.9, top_k=4, top_p=0.95, min_p=0.0)
     counts = np.zeros((v, v))
     trials = 6000
     for s in range(trials):
-        got, _ = run(FakeContext(t), FakeContext(d), [0], sp=sp, k=3, n=2, mode=mode, seed=s)
+        target, draft = FakeContext(t, top_k=width), FakeContext(d, top_k=width)
+        got, _ = run(target, draft, [0], sp=sp, k=3, n=2, mode=mode, seed=s)
+        assert width == 0 or target.top_on[0] and draft.top_on[0]
         counts[got[0], got[1]] += 1
     p1 = process(t[0], sp).dense(v)
     joint = np.array([[p1[a] * process(t[a], sp).dense(v)[b] for b in range(v)] for a in range(v)])
