@@ -32,7 +32,8 @@ def peer_binary(name: str, bin_dir: Path | None = None) -> Path:
     path = (bin_dir or paths.peer_bin()) / name
     if not path.is_file():
         raise LocalspecError(
-            f"llama.cpp's {name} is not built ({path} is missing): run tools/build/build_peer.sh"
+            f"llama.cpp's {name} is not built ({path} is missing): in a checkout, `make peer` builds it"
+            " into third_party/llama.cpp-build/bin; point LOCALSPEC_PEER_BIN at that folder (make does)"
         )
     return path
 

@@ -204,7 +204,7 @@ def test_parse_speculative_simple():
 
 
 def test_peer_missing_binary_says_how_to_build(tmp_path):
-    with pytest.raises(LocalspecError, match="tools/build/build_peer.sh"):
+    with pytest.raises(LocalspecError, match="make peer.*LOCALSPEC_PEER_BIN"):
         peer.peer_binary("llama-speculative-simple", tmp_path)
 
 
