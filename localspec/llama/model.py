@@ -129,7 +129,7 @@ class Model:
         """`--backend-top-k auto` for this model: 64 where its output layer sits on a GPU (the top-k
         runs there and no whole row is copied to the host), 0 on a CPU, where ggml's top-k - a
         partial sort per row - costs the decode more than numpy's pass over the row costs the round
-        (docs/performance.md)."""
+        (docs/sampling.md)."""
         on_gpu = supports_gpu_offload() and not self._cpu_only
         on_gpu = on_gpu and (self.n_gpu_layers < 0 or self.n_gpu_layers > self.n_layer)
         return min(AUTO_BACKEND_TOP_K, self.n_vocab) if on_gpu else 0
