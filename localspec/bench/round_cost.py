@@ -90,9 +90,8 @@ class ZeroCostDecoder:
             first = len(rows)
             rows.extend(self._row(seq, p) for p in range(end - n_logits, end))
             spans.append((first, len(rows)))
-        whole = [i for i, it in enumerate(items) if not self._top_on[it[0]]]
         out = self._buf[: len(rows)]
-        if whole:
+        if not all(self._top_on[seq] for seq, *_ in items):  # some sequence takes whole rows
             np.take(self.pool, rows, axis=0, out=out)
         views = [
             out[a:b] if not self._top_on[it[0]] else self._top[np.array(rows[a:b])]
