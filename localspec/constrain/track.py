@@ -106,6 +106,13 @@ class Track:
         return apply_mask_(row, self.masks[i])
 
     @_timed
+    def take_back(self, n: int) -> None:
+        """Undraft the last n drafted tokens (the round verifies fewer than it drafted)."""
+        if n > 0:
+            self.matcher.rollback(n)
+            del self.masks[-n:]
+
+    @_timed
     def settle(self, kept: int, emitted: Sequence[int]) -> None:
         """After verification: the round kept the first `kept` drafts and then emitted `emitted`
         (the target's own token, usually); the matcher ends where the sequence does."""

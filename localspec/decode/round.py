@@ -86,11 +86,14 @@ def _prefill_items(
 
 
 # -- one round -----------------------------------------------------------------------------------
-def _offer_lookup(st: SeqState) -> list[int]:
-    """The lookup's proposal for this round, told to the K controller (which plans with it)."""
+def _offer_lookup(st: SeqState, forced: list[int]) -> list[int]:
+    """The lookup's proposal for this round past the grammar's forced tokens (only if it agrees with
+    them), told to the K controller (which plans with it)."""
     if st.lookup is None:
         return []
     tokens, match_len = st.lookup.propose(LOOKUP_MAX)
+    if forced:
+        tokens = tokens[len(forced) :] if tokens[: len(forced)] == forced else []
     st.k_ctl.offer(len(tokens), match_len)
     return tokens
 
@@ -129,10 +132,8 @@ def decode_round(
             _eval(target, fill_items)
         _charge_prefill(filling, time.perf_counter() - t_round)
         return fill_done
-    # -- draft length per sequence, for the batch it is in ---------------------------------------
-    drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
-    offered = {st: _offer_lookup(st) for st in drafting}
-    wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
+    # -- draft length per sequence, for the batch it is in: the grammar's forced tokens first (they
+    # ride in the batch, so the K controller prices its plans with them in front) ------------------
     forced, ks, looked, cap = {}, {}, {}, {}
     model_source = getattr(draft, "source", "draft")  # the draft model, or the target's MTP head
     max_draft = getattr(target, "max_draft", None)  # what the target's rollback can take back
@@ -144,12 +145,20 @@ def decode_round(
             cap[st] = 0  # a restored snapshot: this round replays the kept tokens (drafting on top of a
             # replay would put them back under a snapshot a rejection returns to)
         forced[st] = forced_run(st, min(cap[st], LOOKUP_MAX))
-        nf = len(forced[st])
+    drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
+    for st in drafting:
+        st.k_ctl.offer_forced(len(forced[st]))
+    offered = {st: _offer_lookup(st, forced[st]) for st in drafting}
+    wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
+    for st in live:
         k = wanted.get(st, 0)
+        if st in wanted and not k and st.k_ctl.forced_take < len(forced[st]):  # a cheaper batch size
+            constrained(st, st.track.take_back, len(forced[st]) - st.k_ctl.forced_take)
+            forced[st] = forced[st][: st.k_ctl.forced_take]
+            offered[st] = []  # it continued the whole run
+        nf = len(forced[st])
         k = max(0, min(k, cap[st] - nf))
         proposal = offered.get(st, [])
-        if nf:  # the lookup continues tokens; past the forced run only if it agrees with it
-            proposal = proposal[nf:] if proposal[:nf] == forced[st] else []
         looked[st] = unbanned(st, proposal[:k]) if k and st.k_ctl.lookup_first else []
         if grammar_aware(st):
             looked[st] = st.track.valid(looked[st])
@@ -205,12 +214,17 @@ def decode_round(
                 drafts[st].append(x)
                 qs[st].append(q)
                 srcs[st].append(model_source)
-                run = forced_run(st, cap[st] - len(drafts[st])) if aware and not draft.is_eog(x) else []
-                if run:  # free: they ride in the next draft step and do not count against K
+                # free: they ride in the next draft step; within the batch a tuned K priced (so
+                # they take the place of model drafts), on top of a fixed K
+                tuned = st.k_ctl.costs is not None
+                room = (total[st] if tuned else cap[st]) - len(drafts[st])
+                run = forced_run(st, room) if aware and not draft.is_eog(x) else []
+                if run:
                     drafts[st] += run
                     qs[st] += [one_point_q(st, t) for t in run]
                     srcs[st] += ["grammar"] * len(run)
-                    total[st] = min(total[st] + len(run), cap[st])
+                    if not tuned:
+                        total[st] = min(total[st] + len(run), cap[st])
                 if len(drafts[st]) < total[st] and not draft.is_eog(drafts[st][-1]):
                     still.append(st)
                     items.append((st.seq, [x, *run], len(st.tokens) + i, 1))
@@ -320,10 +334,11 @@ def decode_round(
             round_s=round_s - t_catch,
             batch_tokens=batch_tokens,
             n_lookup=n_look if reached else 0,
+            n_forced=len(src) - len(own),
             replay=replaying[st],
         )
         if offered.get(st) and not n_look:
-            st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new))
+            st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new[len(forced[st]) :]))
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
     return fill_done

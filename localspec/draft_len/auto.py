@@ -54,6 +54,10 @@ class AutoK:
     lookup_first: bool = False  # this round's plan: the lookup's tokens first, the model extends them
     _n_lookup: int = 0  # what this round's lookup offers: tokens, and its match's bucket
     _bucket: int = -1
+    # this round's leading run of tokens the grammar forces: drafted free and kept with certainty, but
+    # they ride in the verify batch, so every plan is priced with them in front
+    n_forced: int = 0
+    forced_take: int = 0  # of them, how many the plan puts in this round's batch (the rest: next round)
     recent: deque = field(default_factory=lambda: deque(maxlen=8))
     plain_left: int = 0
     fallbacks: int = 0
@@ -133,6 +137,10 @@ class AutoK:
         self._n_lookup = n_lookup if match_len > 0 else 0
         self._bucket = lookup_bucket(match_len) if self._n_lookup else -1
 
+    def offer_forced(self, n: int) -> None:
+        """The grammar forces the next n tokens (a constrained request; 0 otherwise)."""
+        self.n_forced = self.forced_take = n
+
     def _plan(self, lookup_first: bool | None) -> bool:
         return self.lookup_first if lookup_first is None else lookup_first
 
@@ -143,19 +151,20 @@ class AutoK:
     def expected_tokens(self, k: int, lookup_first: bool | None = None) -> float:
         """Tokens one round with K drafts emits, on average (the target's own token included)."""
         if k <= 0:
-            return 1.0
-        return 1.0 + float(np.cumprod(self._plan_probs(self._plan(lookup_first))[:k]).sum())
+            return 1.0 + self.n_forced
+        return 1.0 + self.n_forced + float(np.cumprod(self._plan_probs(self._plan(lookup_first))[:k]).sum())
 
     def expected_rate(self, k: int, lookup_first: bool | None = None) -> float:
         o = self.costs.t_overhead.value or 0.0
+        f = self.n_forced
         if k == 0:
-            return 1.0 / (self.verify_time(1) + o)
+            return (1.0 + f) / (self.verify_time(1 + f) + o)
         draft_s = self.model_tokens(k, lookup_first) * (self.costs.t_draft.value or 0.0)
         replay = 0.0
         if self.costs.replay:
             reach = np.cumprod(self._plan_probs(self._plan(lookup_first)))[:k]
-            replay = float(self.costs.replay_cost(reach, self.costs.curve(self.k_max))[k - 1])
-        return self.expected_tokens(k, lookup_first) / (draft_s + self.verify_time(k + 1) + o + replay)
+            replay = float(self.costs.replay_cost(reach, self.costs.curve(self.k_max + f))[k - 1])
+        return self.expected_tokens(k, lookup_first) / (draft_s + self.verify_time(f + k + 1) + o + replay)
 
     def _plans(self, sources: str) -> list[tuple[int, bool]]:
         """(K, lookup first) candidates. sources: both; model (the draft model alone); lookup (the
@@ -180,8 +189,10 @@ class AutoK:
         k = np.arange(1, self.k_max + 1)
         model = np.maximum(k - self._n_lookup, 0) if lookup_first else k
         reach = np.cumprod(self._plan_probs(lookup_first))
-        tokens = 1.0 + np.cumsum(reach)
-        cost = model * (self.costs.t_draft.value or 0.0) + curve[k + 1] + (self.costs.t_overhead.value or 0.0)
+        f = self.n_forced
+        tokens = 1.0 + f + np.cumsum(reach)
+        t_d, o = self.costs.t_draft.value or 0.0, self.costs.t_overhead.value or 0.0
+        cost = model * t_d + curve[f + k + 1] + o
         return tokens / (cost + self.costs.replay_cost(reach, curve))
 
     def best_plan(self, sources: str = "both") -> tuple[int, bool]:
@@ -189,7 +200,7 @@ class AutoK:
         plans = self._plans(sources)
         if not plans:
             return 0, False
-        curve = self.costs.curve(self.k_max)
+        curve = self.costs.curve(self.k_max + self.n_forced)
         rates = {lf: self._rates(lf, curve) for lf in {lf for _, lf in plans}}
         return max(plans, key=lambda p: rates[p[1]][p[0] - 1])
 
@@ -199,6 +210,26 @@ class AutoK:
 
     # -- protocol -----------------------------------------------------------------------------
     def choose(self) -> int:
+        k = self._choose_k()
+        if self.n_forced and not self.costs.probe:
+            take, rate = self._best_cut()
+            if k == 0 or rate > self.expected_rate(k):
+                self.forced_take, self.lookup_first = take, False
+                return 0
+        return k
+
+    def _best_cut(self) -> tuple[int, float]:
+        """(forced tokens to take, the rate) of the best plan without drafts: all of the forced run,
+        or only its first t where a batch of t + 1 tokens costs less per token (a saw-toothed CPU
+        curve); the target's token after the last one taken is forced too, so t + 1 are emitted."""
+        o = self.costs.t_overhead.value or 0.0
+        curve = self.costs.curve(self.n_forced)
+        t = np.arange(self.n_forced + 1)
+        rates = (t + 1) / (curve[t + 1] + o)
+        best = int(np.argmax(rates))
+        return best, float(rates[best])
+
+    def _choose_k(self) -> int:
         self.lookup_first = False
         if self.costs.probe:  # a few probe rounds measure the costs before the model is trusted
             return self.costs.probe.pop(0)
@@ -278,21 +309,24 @@ class AutoK:
         round_s: float,
         batch_tokens: int | None = None,
         n_lookup: int = 0,
+        n_forced: int = 0,
         replay: bool = False,
     ) -> None:
         """One round's outcome; `batch_tokens` is the verify batch's size over every sequence in it
-        (None or n_drafted + 1 when this sequence was alone); the first `n_lookup` drafts came from
-        the lookup (at no draft time), the rest from the draft model. A `replay` round re-evaluated
-        what a snapshot rollback undid: speculation's cost, so it counts in the realised rate."""
+        (None or n_drafted + n_forced + 1 when this sequence was alone); the first `n_lookup` drafts
+        came from the lookup (at no draft time), the rest from the draft model, and `n_forced` more
+        tokens of the batch were the grammar's (free, and not this controller's to learn from). A
+        `replay` round re-evaluated what a snapshot rollback undid: speculation's cost, so it counts
+        in the realised rate."""
         if replay:
             self._judge(n_emitted, round_s)
-        alone = batch_tokens is None or batch_tokens == n_drafted + 1
+        alone = batch_tokens is None or batch_tokens == n_drafted + n_forced + 1
         if not alone:
             self._observe_shared(n_drafted, n_accepted, verify_s, batch_tokens, n_lookup)
             return
         self._rounds += 1
         if self._seen_first:  # the first round pays one-off costs (graph building): not a timing
-            self.costs.add_verify(n_drafted + 1, verify_s, self._rounds)
+            self.costs.add_verify(n_drafted + n_forced + 1, verify_s, self._rounds)
             self.costs.t_overhead.add(max(round_s - draft_s - verify_s, 0.0))
             if n_drafted > n_lookup:
                 self.costs.t_draft.add(draft_s / (n_drafted - n_lookup))
@@ -300,8 +334,9 @@ class AutoK:
         if n_drafted == 0:
             return
         self._learn_acceptance(n_drafted, n_accepted, n_lookup)
-        if n_lookup:  # a lookup plan is judged each round by its match's own evidence; the window
-            return  # below is the draft model's verdict, and a few missed short matches must not sway it
+        if n_lookup or n_forced:  # a lookup plan is judged each round by its match's own evidence;
+            return  # the window below is the draft model's verdict, not swayed by short matches' misses
+            # or by the grammar's free tokens (a plain round takes those too)
         self._judge(n_emitted, round_s)
 
     def _judge(self, n_emitted: int, round_s: float) -> None:

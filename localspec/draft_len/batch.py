@@ -23,9 +23,12 @@ def choose_batch(ctls: Sequence[KController], draft_batch_cost: float = 0.15) ->
     if len(ctls) == 1 or not autos:
         return own
     costs = ctls[autos[0]].costs  # forks of one engine's tuner share these timings
+    for c in ctls:  # a batch takes every forced token: no cutting a run short for a cheaper size
+        c.forced_take = c.n_forced
     plain = [0 if i in autos else k for i, k in enumerate(own)]
+    forced = sum(c.n_forced for c in ctls)
     if (
-        costs.measured(sum(k + 1 for k in plain)) is None
+        costs.measured(forced + sum(k + 1 for k in plain)) is None
     ):  # time the plain batch first: a plain round is never a
         return plain  # bad one, and drafting must beat its measured cost, not a line's guess at it
     t_d = costs.t_draft.value or 0.0
@@ -36,7 +39,7 @@ def choose_batch(ctls: Sequence[KController], draft_batch_cost: float = 0.15) ->
         model = [c.model_tokens(k) for c, k in zip(ctls, ks)]  # lookup drafts cost no draft step
         n_drafting = sum(m > 0 for m in model)
         draft_s = max(model) * t_d * (1 + draft_batch_cost * max(n_drafting - 1, 0))
-        return tokens / (draft_s + costs.verify_time(sum(k + 1 for k in ks)) + o)
+        return tokens / (draft_s + costs.verify_time(forced + sum(k + 1 for k in ks)) + o)
 
     def at_depth(depth: int) -> list[int]:
         ks = list(own)

@@ -17,6 +17,11 @@ class KController(Protocol):
     started_plain: bool  # began plain because speculation was predicted to lose
     lookup_first: bool  # this round's plan puts the lookup's tokens first
     costs: "Costs | None"
+    n_forced: int  # this round's leading run of tokens the grammar forces (offer_forced)
+    forced_take: int  # of them, how many the plan puts in this round's batch
+
+    def offer_forced(self, n: int) -> None:
+        """The grammar forces the next n tokens: free drafts, kept for certain, in the batch."""
 
     def offer(self, n_lookup: int, match_len: int) -> None:
         """What this round's lookup proposes: n_lookup tokens from a match of match_len tokens."""

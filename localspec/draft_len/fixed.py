@@ -15,6 +15,10 @@ class FixedK:
         self.started_plain = False
         self.lookup_first = False
         self._n_lookup = 0
+        self.n_forced = self.forced_take = 0  # the grammar's free tokens: they ride on top of K
+
+    def offer_forced(self, n: int) -> None:
+        self.n_forced = self.forced_take = n
 
     def offer(self, n_lookup: int, match_len: int) -> None:
         self.lookup_first = n_lookup > 0 and (match_len >= FIXED_LOOKUP_MIN or not self.has_model)
@@ -24,7 +28,7 @@ class FixedK:
         return self.k if self.has_model else min(self.k, self._n_lookup)
 
     def expected_tokens(self, k: int) -> float:
-        return 1.0 + k
+        return 1.0 + self.n_forced + k
 
     def model_tokens(self, k: int) -> int:
         return k - min(k, self._n_lookup)

@@ -18,6 +18,7 @@ from localspec.decode.round import decode_round
 from localspec.decode.sampling import SamplingParams, process
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
+from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
 from tests.fake_backend import FakeContext, markov_tables
 from tests.helpers import plain_steps, prefill, speculative_steps
@@ -73,14 +74,15 @@ def _tables(seed: int, noise: float = 1.5):
 
 
 def spec(
-    t, d, sp=GREEDY, k=3, n=40, mode="pq", seed=0, lookup=False, grammar=GRAMMAR, counters=None, aware=True
-):
+    t, d, sp=GREEDY, k=3, n=40, mode="pq", seed=0, lookup=False, grammar=GRAMMAR, counters=None, aware=True,
+    k_ctl=None, target=None,
+):  # fmt: skip
     c = counters if counters is not None else Counters()
-    target = FakeContext(t, eog=frozenset({EOG}))
+    target = target or FakeContext(t, eog=frozenset({EOG}))
     draft = FakeContext(d, eog=frozenset({EOG})) if d is not None else None
     cfg = SpecConfig(mode=mode, grammar_drafts=aware)
     steps = speculative_steps(
-        target, draft, [1], sp, cfg, np.random.default_rng(seed), c, FixedK(k),
+        target, draft, [1], sp, cfg, np.random.default_rng(seed), c, k_ctl or FixedK(k),
         max_new=n, lookup=lookup, matcher=grammar.matcher(),
     )  # fmt: skip
     return [s.token for s in steps], c
@@ -168,6 +170,51 @@ def test_what_the_grammar_forces_after_a_draft_token_rides_along_for_free():
     assert (
         c.sources["draft"].drafted <= draft_evals < c.sources["draft"].drafted + c.sources["grammar"].drafted
     )
+
+
+# the stand-in pair's verify costs on the 2-core EPYC (seconds per batch of n tokens): saw-toothed,
+# an even batch no dearer than the odd one below it
+EPYC = {1: 0.090, 2: 0.147, 3: 0.192, 4: 0.189, 5: 0.292, 6: 0.285, 7: 0.368, 8: 0.352}
+
+
+def _tuned_on_epyc() -> AutoK:
+    ctl = AutoK(k_min=1, k_max=8)
+    ctl.prime(EPYC, 0.013, acc=[9.0, 8.0, 7.0, 6.0], tried=[10.0, 9.0, 8.0, 7.0])  # ~85% acceptance
+    return ctl
+
+
+def test_a_tuned_k_prices_the_forced_tokens_in_front_of_its_drafts():
+    """The forced run rides in the verify batch, so K is chosen for the batch it makes with it; a run
+    that would land on a dear batch size is cut short (the rest is forced again next round)."""
+    plans = {}
+    for nf in range(7):
+        ctl = _tuned_on_epyc()
+        ctl.offer_forced(nf)
+        k = ctl.choose()
+        plans[nf] = (k, ctl.forced_take)
+    assert plans[0] == (3, 0)  # alone: a batch of 4
+    assert plans[1] == (2, 1) and plans[2] == (1, 2)  # ... with the forced ones in it too
+    assert plans[3] == (0, 3) and plans[4] == (0, 3)  # 4 tokens for 189 ms beat 5 for 292 ms
+    assert plans[6] == (1, 6)  # 7 + 0.89 tokens for 352 + 13 ms beat 4 for 189
+
+
+@pytest.mark.parametrize("sp", [GREEDY, SamplingParams(temperature=0.9, top_k=0, top_p=1.0, min_p=0.0)])
+def test_a_tuned_k_keeps_the_batches_it_priced_and_the_text(sp):
+    """With the tuner on the EPYC's curve, every verify batch is one of the sizes its plans price
+    best (the grammar's runs after a draft token take the place of model drafts, and are not piled
+    on top), and the text is the constrained target's (coupled: same seed, same text)."""
+    sizes, c = set(), Counters()
+    for seed in range(10):
+        t, d = _tables(seed)
+        target = FakeContext(t, eog=frozenset({EOG}))
+        want = plain(t, sp=sp, mode="coupled", seed=seed)
+        got, _ = spec(
+            t, d, sp=sp, mode="coupled", seed=seed, counters=c, k_ctl=_tuned_on_epyc(), target=target
+        )
+        assert got == want, f"seed {seed}"
+        sizes |= {len(toks) for kind, toks, _ in target.calls if kind == "eval"}  # (the prompt: 0 tokens)
+    assert c.sources["grammar"].accepted and c.sources["draft"].accepted
+    assert not sizes & {5, 7}, sizes  # dearer than 6 and 8, and than 4 per token
 
 
 def test_a_complete_answer_ends_without_another_pass():
