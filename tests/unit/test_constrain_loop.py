@@ -214,7 +214,9 @@ def test_a_tuned_k_keeps_the_batches_it_priced_and_the_text(sp):
         assert got == want, f"seed {seed}"
         sizes |= {len(toks) for kind, toks, _ in target.calls if kind == "eval"}  # (the prompt: 0 tokens)
     assert c.sources["grammar"].accepted and c.sources["draft"].accepted
-    assert not sizes & {5, 7}, sizes  # dearer than 6 and 8, and than 4 per token
+    # never a batch past what the plans price (the forced runs piled on top once made 13 and 14
+    # tokens), nor 5 or 7 (dearer than 6 and 8, and than 4 per token)
+    assert sizes <= {1, 2, 3, 4, 6, 8}, sizes
 
 
 def test_a_complete_answer_ends_without_another_pass():
