@@ -108,8 +108,9 @@ def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
     else:
         rows = np.asarray(rows, dtype=np.float32)
         n, v = rows.shape
-        if not k or k >= v:  # no top-k: the nucleus needs the whole row (the rare setting)
+        if not k:  # no top-k: the nucleus needs the whole row (the rare setting)
             return Dists.of([_process_full(r, params) for r in rows])
+        k = min(k, v)  # a top-k as wide as the row: still in the one order rows' top-k agree on
         ids, x = top_k(rows, k)
     x = x.astype(np.float64)
     top = x[:, :1]
