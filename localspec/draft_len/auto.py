@@ -221,7 +221,7 @@ class AutoK:
     def _best_cut(self) -> tuple[int, float]:
         """(forced tokens to take, the rate) of the best plan without drafts: all of the forced run,
         or only its first t where a batch of t + 1 tokens costs less per token (a saw-toothed CPU
-        curve); the target's token after the last one taken is forced too, so t + 1 are emitted."""
+        curve). Either way t + 1 tokens come out: the target's token after the last one taken."""
         o = self.costs.t_overhead.value or 0.0
         curve = self.costs.curve(self.n_forced)
         t = np.arange(self.n_forced + 1)
