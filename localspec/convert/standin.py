@@ -30,8 +30,14 @@ from localspec.gguf.compat import pair_facts
 from localspec.gguf.file import validate_gguf
 
 DRAFT_NAME = "draft-q8_0.gguf"
-TARGET_NAME = "target-q4_k_m.gguf"
-BUILDER_VERSION = 1  # bump when the recipe changes so existing pairs are rebuilt
+# Q4_0, not Q4_K_M: the stand-in keeps SmolLM2's 576-wide rows, which K-quants (256-blocks) cannot
+# take, so "Q4_K_M" came out 79% Q5_0, a type the CPU has no repacked kernels for (1.8x slower per
+# token than a real-shaped 1.2B Q4_K_M). Q4_0 is INT4 in every matrix and runs on ggml's repacked 8x8
+# kernels, as a real target's Q4_K does (docs/benchmarks.md, "The stand-in's quantization").
+TARGET_QUANT = "q4_0"
+TARGET_NAME = f"target-{TARGET_QUANT}.gguf"
+OLD_TARGET_NAMES = ("target-q4_k_m.gguf",)  # earlier builders' targets, removed on a rebuild
+BUILDER_VERSION = 2  # bump when the recipe changes so existing pairs are rebuilt
 R = 16
 # Greedy acceptance vs the draft (research/standin_acceptance.py: 5 prompts x 64 positions, teacher-
 # forced on the target's greedy text): sigma 0.25 -> 0.79, 0.35 -> 0.77, 0.5 -> ~0.65 (on the
@@ -90,13 +96,21 @@ def build_standin(
     with scratch_output(out_dir / "target-f16.gguf") as wide:
         log(f"target   widening every FFN x{r} (sigma={sigma}, seed={seed}) -> f16")
         _write_widened(src, wide, r=r, sigma=sigma, seed=seed, progress=_stage(progress, "widen f16"))
-        log(f"target   quantizing to q4_k_m -> {target.name}")
-        quantize_file(wide, target, "q4_k_m", progress=_stage(progress, "target q4_k_m"))
+        log(f"target   quantizing to {TARGET_QUANT} -> {target.name}")
+        quantize_file(wide, target, TARGET_QUANT, progress=_stage(progress, f"target {TARGET_QUANT}"))
 
-    info = {"stand_in": True, "target_quant": "q4_k_m", "draft_quant": "q8_0", "source": src.name, **recipe}
+    info = {
+        "stand_in": True,
+        "target_quant": TARGET_QUANT,
+        "draft_quant": "q8_0",
+        "source": src.name,
+        **recipe,
+    }
     write_pair_toml(
         out_dir, target, draft, info={**pair_facts(target, draft), **info}, runtime={"draft_max": "auto"}
     )
+    for name in OLD_TARGET_NAMES:  # only once the new pair.toml no longer points at it
+        (out_dir / name).unlink(missing_ok=True)
     log(f"done     {toml_path} in {time.perf_counter() - t0:.0f} s")
     return toml_path
 

@@ -55,9 +55,12 @@ def test_build_is_atomic_and_idempotent(smollm2_path, tmp_path):
     from localspec.config.settings import Settings
 
     lines: list[str] = []
+    (tmp_path / "target-q4_k_m.gguf").write_bytes(b"an earlier builder's target")
     toml = standin.build_standin(smollm2_path, tmp_path, r=2, sigma=0.1, seed=3, log=lines.append)
     pair = read_pair(toml)
     assert pair.info["stand_in"] is True and pair.info["r"] == 2 and pair.info["sigma"] == 0.1
+    # INT4 in every matrix (llama.cpp's file type 2 is Q4_0), and the old Q4_K_M file is gone
+    assert pair.info["target_quant"] == "q4_0" and pair.info["target_file_type"] == 2
     assert pair.target.name == standin.TARGET_NAME and pair.draft.name == standin.DRAFT_NAME
     assert pair.runtime == {"draft_max": "auto"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
