@@ -22,7 +22,9 @@ class CityWeather(BaseModel):
 
 
 class Person(BaseModel):
-    name: str
+    # bounded, as an app's schema would be: a 135M-quality model may otherwise ramble in the string
+    # until max_tokens, and outlines hands back the cut text with no finish_reason to look at
+    name: str = Field(max_length=20)
     age: int = Field(ge=0, le=150)
 
 
