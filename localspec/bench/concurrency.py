@@ -187,8 +187,15 @@ class PeerServer:
             self.proc.stderr.close()
 
     def complete(
-        self, text: str, *, gen_tokens: int, temperature: float, seed: int, ps: peer_mod.PeerSettings
-    ) -> dict:  # noqa: E501
+        self,
+        text: str,
+        *,
+        gen_tokens: int,
+        temperature: float,
+        seed: int,
+        ps: peer_mod.PeerSettings,
+        json_schema: str | None = None,
+    ) -> dict:
         body = {
             "prompt": text,
             "n_predict": gen_tokens,
@@ -197,6 +204,8 @@ class PeerServer:
             "ignore_eos": False,
             **peer_mod.server_sampling(ps, temperature),
         }
+        if json_schema is not None:  # llama-server converts it to its grammar, as for response_format
+            body["json_schema"] = json.loads(json_schema)
         req = urllib.request.Request(
             f"http://127.0.0.1:{self.port}/completion",
             data=json.dumps(body).encode(),
