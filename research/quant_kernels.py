@@ -5,7 +5,7 @@ target is Q4_0: a 576-wide "Q4_K_M" is mostly Q5_0, which ggml's CPU backend has
 kernel for, and Q4_0's repacked GEMM makes a 4-token verify the cheapest of all.
 
     make peer   # llama-bench, built with the wheel's flags
-    .venv/bin/python research/quant_kernels.py [--work /tmp/quant_kernels] [--reps 3]
+    LOCALSPEC_PEER_BIN=$PWD/third_party/llama.cpp-build/bin .venv/bin/python research/quant_kernels.py [--work /tmp/quant_kernels] [--reps 3]
 
 Needs ~5 GB of scratch space and ~10 minutes on two cores (most of it quantizing and benching).
 """
@@ -15,16 +15,15 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import subprocess
 from pathlib import Path
 
+from localspec.bench.peer import peer_binary
 from localspec.convert import standin, synthetic
 from localspec.convert.quant import quantize_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOLLM2 = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-BENCH_BIN = ROOT / "third_party" / "llama.cpp-build" / "bin"
 # ~1.2B, TinyLlama-like: d 2048, 22 layers, 32/8 heads, FFN 5632 (the draft part is unused)
 REAL_SHAPED = synthetic.Recipe(synthetic.Shape(512, 8, 8, 2, 1408), widen=4, ff_mult=4.0, n_layer=22)
 BATCHES = (1, 2, 4, 8)
@@ -48,7 +47,6 @@ def f16_models(work: Path) -> dict[str, Path]:
 
 
 def ms_per_batch(model: Path, reps: int) -> dict[int, float]:
-    env = {**os.environ, "LD_LIBRARY_PATH": str(BENCH_BIN)}
     args = [
         "-m",
         str(model),
@@ -63,9 +61,7 @@ def ms_per_batch(model: Path, reps: int) -> dict[int, float]:
         "-o",
         "csv",
     ]
-    out = subprocess.run(
-        [str(BENCH_BIN / "llama-bench"), *args], env=env, capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([str(peer_binary("llama-bench")), *args], capture_output=True, text=True, check=True)
     rows = csv.DictReader(io.StringIO(out.stdout))
     return {int(r["n_prompt"]): int(r["avg_ns"]) / 1e6 for r in rows}  # one batch of n_prompt tokens
 
