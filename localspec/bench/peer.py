@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from localspec import paths
-from localspec.bench.aggregate import Sample, Spread, spread
+from localspec.bench.aggregate import Sample
 from localspec.bench.peer_variants import PEER_VARIANTS, PeerVariant
 from localspec.bench.prompts import FittedPrompt
-from localspec.bench.runner import BenchConfig
+from localspec.bench.runner import PLAIN, BenchConfig
 from localspec.errors import LocalspecError
 
 _ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds")
@@ -228,7 +228,10 @@ def _run(cmd: list[str], timeout_s: float) -> str:
 
 
 class PeerSide:
-    """llama-speculative-simple at fixed draft lengths (it has no automatic one), as a `runner.Side`.
+    """llama.cpp as a `runner.Side`: `llama-bench`'s plain decode of the target (with `plain`), then
+    llama-speculative-simple at fixed draft lengths (it has no automatic one). Plain runs inside
+    the interleave, at each prompt's depth, so each of its samples pairs with our plain one of the
+    same run and prompt: the machine's drift between them is seconds, not the whole benchmark.
     `prompt_text` turns fitted tokens back into the text the tool re-tokenizes (adding BOS itself);
     the prompt length it reports is kept in each sample."""
 
@@ -244,10 +247,11 @@ class PeerSide:
         gen_tokens: int,
         bin_dir: Path | None = None,
         variants: Sequence[str] = ("draft-simple",),
+        plain: bool = True,
     ) -> None:
         self.ps, self.prompt_text, self.bin_dir = ps, prompt_text, bin_dir
         self.temperature, self.gen_tokens = temperature, gen_tokens
-        self.configs = []
+        self.configs = [PLAIN] if plain else []
         for name in variants:  # the draft model's variants per fixed K; a lookup alone once
             if not PEER_VARIANTS[name].uses_draft:
                 self.configs.append(BenchConfig(name, True, str(max(draft_lengths)), name))
@@ -257,6 +261,8 @@ class PeerSide:
                 self.configs.append(BenchConfig(label, True, str(k), name))
 
     def one(self, cfg: BenchConfig, prompt: FittedPrompt, run: int, seed: int) -> Sample:
+        if not cfg.spec:
+            return self._plain(prompt, run)
         cmd = speculative_simple_cmd(
             self.ps,
             self.prompt_text(prompt),
@@ -284,45 +290,46 @@ class PeerSide:
             n_accepted=r.n_accepted,
         )
 
+    def _plain(self, prompt: FittedPrompt, run: int) -> Sample:
+        depth, n = len(prompt.tokens), self.gen_tokens
+        cmd = llama_bench_cmd(
+            self.ps, self.ps.target, depth=depth, gen_tokens=n, runs=1, bin_dir=self.bin_dir
+        )
+        (tok_s,) = parse_llama_bench(_run(cmd, self.ps.timeout_s))
+        ms = n / tok_s * 1e3 if tok_s > 0 else 0.0
+        return Sample(
+            config=PLAIN.name, run=run, prompt_id=prompt.id, kind=prompt.kind, n_prompt=depth,
+            n_generated=n, finish_reason="length", decode_tokens=n, decode_ms=ms, total_ms=ms,
+        )  # fmt: skip
 
-def plain_tok_s(
+
+def llama_bench_cmd(
     ps: PeerSettings, model: Path, *, depth: int, gen_tokens: int, runs: int, bin_dir: Path | None = None
-) -> Spread:
-    """llama-bench's plain token-generation speed of `model` at a context depth of `depth` tokens."""
-    cmd = [
+) -> list[str]:
+    """llama-bench timing `gen_tokens` plain decode steps of `model` after `depth` context tokens."""
+    return [
         str(peer_binary("llama-bench", bin_dir)),
-        "-m",
-        str(model),
-        "-p",
-        "0",
-        "-n",
-        str(gen_tokens),
-        "-d",
-        str(depth),
-        "-r",
-        str(runs),
-        "-t",
-        str(ps.n_threads),
-        "-ngl",
-        "0",
-        "-b",
-        str(ps.n_batch),
-        "-ub",
-        str(ps.n_ubatch),
-        "-fa",
-        "0" if ps.flash_attn == "off" else "1",
-        "-ctk",
-        ps.kv_type,
-        "-ctv",
-        ps.kv_type,
-        "-o",
-        "json",
-    ]
-    out = _run(cmd, ps.timeout_s)
-    start = out.find("[")
+        "-m", str(model),
+        "-p", "0",
+        "-n", str(gen_tokens),
+        "-d", str(depth),
+        "-r", str(runs),
+        "-t", str(ps.n_threads),
+        "-ngl", "0",
+        "-b", str(ps.n_batch),
+        "-ub", str(ps.n_ubatch),
+        "-fa", "0" if ps.flash_attn == "off" else "1",
+        "-ctk", ps.kv_type,
+        "-ctv", ps.kv_type,
+        "-o", "json",
+    ]  # fmt: skip
+
+
+def parse_llama_bench(output: str) -> list[float]:
+    """The tok/s of each repetition, from llama-bench's JSON output."""
+    start = output.find("[")
     try:
-        rows = json.loads(out[start : out.rindex("]") + 1])
-        samples = rows[0]["samples_ts"]
-    except (ValueError, KeyError, IndexError):
+        rows = json.loads(output[start : output.rindex("]") + 1])
+        return [float(x) for x in rows[0]["samples_ts"]]
+    except (ValueError, KeyError, IndexError, TypeError):
         raise LocalspecError("could not read llama-bench's JSON output") from None
-    return spread(samples)

@@ -22,7 +22,10 @@ from localspec.errors import LocalspecError
 if TYPE_CHECKING:
     from localspec.llama import VocabFacts
 
-KINDS = ("chat", "chinese", "code", "long", "copy", "json")  # json: each prompt's answer follows its schema
+# json: each answer follows its schema. completion, edit and summary came after the set's own gaps
+# closed: a document continued in its own pattern, a text returned with edits, a summary of a text
+# (the lookup finds the prompt's n-grams everywhere, and the answer continues few of them).
+KINDS = ("chat", "chinese", "code", "long", "copy", "json", "completion", "edit", "summary")
 _SENTINEL = "\u0000LOCALSPEC-BENCH\u0000"
 
 

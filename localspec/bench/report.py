@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localspec.bench.aggregate import ConfigSummary, Spread, best
-from localspec.bench.runner import BenchTable
+from localspec.bench.aggregate import ConfigSummary, Spread, best, spread
+from localspec.bench.runner import PLAIN, BenchTable
 from localspec.files import write_text_atomic
 
 
@@ -19,7 +19,6 @@ class TempResult:
 
     ours: BenchTable
     peer: BenchTable | None = None
-    peer_plain: Spread | None = None  # llama-bench plain decode of the target
     spec_mode: str = "pq"  # localspec's verification rule (only matters at T > 0)
 
     @property
@@ -30,6 +29,23 @@ class TempResult:
     def label(self) -> str:
         """'T=0', or 'T=0.8 pq' / 'T=0.8 match' where the rule matters."""
         return f"T={self.temperature:g}" + (f" {self.spec_mode}" if self.temperature > 0 else "")
+
+    def peer_plain(self) -> ConfigSummary | None:
+        """llama-bench's plain decode of the target, when it ran in the interleave."""
+        return next((s for s in self.peer.summaries if not s.speculative), None) if self.peer else None
+
+    def plain_ratio(self) -> Spread | None:
+        """Our plain decode over llama-bench's, each run's pair (same run, same prompt) a ratio of
+        their tok/s: the drift between two samples taken seconds apart, not the whole benchmark's."""
+        if self.peer is None:
+            return None
+        theirs = {(s.run, s.prompt_id): s for s in self.peer.samples if s.config == PLAIN.name}
+        ratios = []
+        for s in self.ours.samples:
+            t = theirs.get((s.run, s.prompt_id))
+            if s.config == PLAIN.name and t is not None and s.decode_ms > 0 and t.decode_ms > 0:
+                ratios.append((s.decode_tokens / s.decode_ms) / (t.decode_tokens / t.decode_ms))
+        return spread(ratios) if ratios else None
 
     def comparison(self) -> dict[str, Any] | None:
         """Each side at its best draft length, and localspec's speed over llama.cpp's."""
@@ -45,6 +61,7 @@ class TempResult:
             "llamacpp_config": b.config,
             "llamacpp_tok_s": b.decode_tok_s.median,
             "ratio": ratio,
+            "plain_ratio": asdict(pr) if (pr := self.plain_ratio()) else None,
         }
 
 
@@ -66,7 +83,7 @@ def to_dict(rep: BenchReport, *, samples: bool = True) -> dict[str, Any]:
         }
         if r.peer is not None:
             t["llamacpp"] = [s.to_dict() for s in r.peer.summaries]
-            t["llamacpp_plain_tok_s"] = asdict(r.peer_plain) if r.peer_plain else None
+            t["llamacpp_plain_tok_s"] = asdict(pp.decode_tok_s) if (pp := r.peer_plain()) else None
             t["comparison"] = r.comparison()
         if samples:
             t["samples"] = [asdict(s) for s in r.ours.samples]
@@ -129,24 +146,16 @@ PEER_HEADERS = ["llama.cpp config", "decode tok/s (min-max)", "e2e tok/s", "acce
 def _peer_rows(r: TempResult) -> list[list[str]]:
     ours = {s.config: s for s in r.ours.summaries}
     rows = []
-    if r.peer_plain is not None:
-        plain = ours.get("plain")
-        ratio = plain.decode_tok_s.median / r.peer_plain.median if plain and r.peer_plain.median else 0.0
-        rows.append(
-            ["plain (llama-bench)", _tok_s(r.peer_plain), "-", "-", f"{ratio:.2f}x" if ratio else "-"]
-        )
     for s in r.peer.summaries if r.peer else []:
         mine = ours.get(s.config)
         ratio = mine.decode_tok_s.median / s.decode_tok_s.median if mine and s.decode_tok_s.median else 0.0
-        rows.append(
-            [
-                s.config,
-                _tok_s(s.decode_tok_s),
-                _tok_s(s.e2e_tok_s),
-                _pct(s.acceptance_rate),
-                f"{ratio:.2f}x" if ratio else "-",
-            ]
-        )
+        if s.speculative:
+            rows.append([s.config, _tok_s(s.decode_tok_s), _tok_s(s.e2e_tok_s), _pct(s.acceptance_rate)])
+        else:  # llama-bench times the decode steps alone, and the pairs give the steadier ratio
+            rows.append([f"{s.config} (llama-bench)", _tok_s(s.decode_tok_s), "-", "-"])
+            pr = r.plain_ratio()
+            ratio = pr.median if pr else ratio
+        rows[-1].append(f"{ratio:.2f}x" if ratio else "-")
     return rows
 
 
@@ -154,10 +163,16 @@ def _comparison_line(r: TempResult) -> str | None:
     c = r.comparison()
     if c is None:
         return None
-    return (
+    line = (
         f"best K: localspec {c['localspec_config']} {c['localspec_tok_s']:.1f} tok/s vs llama.cpp "
         f"{c['llamacpp_config']} {c['llamacpp_tok_s']:.1f} tok/s -> {c['ratio']:.2f}x"
     )
+    if (pr := r.plain_ratio()) is not None:
+        line += (
+            f"; plain: localspec / llama-bench {pr.median:.2f}x ({pr.lo:.2f}-{pr.hi:.2f},"
+            f" {pr.n} paired samples)"
+        )
+    return line
 
 
 # -- Markdown ------------------------------------------------------------------------------------
@@ -256,11 +271,12 @@ def plot(rep: BenchReport, path: Path) -> None:
             ax_t.axhline(
                 plain.decode_tok_s.median, color=color, linestyle="--", linewidth=1, label=f"plain {label}"
             )
-        if r.peer is not None:
-            px = [int(s.draft_max) for s in r.peer.summaries]
+        peer = [s for s in r.peer.summaries if s.speculative] if r.peer else []
+        if peer:
+            px = [int(s.draft_max) for s in peer]
             ax_t.plot(
                 px,
-                [s.decode_tok_s.median for s in r.peer.summaries],
+                [s.decode_tok_s.median for s in peer],
                 marker="s",
                 color=color,
                 linestyle=":",
@@ -268,7 +284,7 @@ def plot(rep: BenchReport, path: Path) -> None:
             )
             ax_a.plot(
                 px,
-                [s.acceptance_rate for s in r.peer.summaries],
+                [s.acceptance_rate for s in peer],
                 marker="s",
                 color=color,
                 linestyle=":",

@@ -100,14 +100,6 @@ def run_benchmark(
                 progress=progress,
             )
             results.append(TempResult(*tables, spec_mode=mode))
-        if ps is not None:
-            if progress:
-                progress("llama-bench: plain decode of the target")
-            plain = peer_mod.plain_tok_s(
-                ps, ps.target, depth=plan.prompt_tokens, gen_tokens=plan.gen_tokens, runs=plan.runs
-            )
-            # plain decoding does not depend on temperature in llama-bench: one measurement for all
-            results = [TempResult(r.ours, r.peer, plain, spec_mode=r.spec_mode) for r in results]
     params = {
         "target": str(settings.target),
         "draft": str(settings.draft) if settings.draft else None,

@@ -81,7 +81,7 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
     "--kinds",
     "kinds",
     default=None,
-    help="Only prompts of these kinds, comma-separated (chat, chinese, code, long, copy, json); "
+    help="Only prompts of these kinds, comma-separated (chat, chinese, code, long, copy, json, completion, edit, summary); "
     "default: all.",
 )
 @click.option(

@@ -67,6 +67,7 @@ class AutoK:
     _explores: int = 0
     _predict_start: bool = False  # primed: a request's first choice may be "plain" outright
     _stretch: int = 1  # plain stretches between re-probes grow while speculation keeps losing
+    _stretch_len: int = 0  # plain steps in the current stretch
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
 
     def __post_init__(self) -> None:
@@ -247,10 +248,16 @@ class AutoK:
             return self._lookup_or_plain()
         if self._reprobe and self.has_model:  # one real round after a fallback, at the K measured
             self._reprobe = False  # longest ago: fresh evidence where the estimate is stalest
+            # the stretch moved the text on as far as its steps' rounds would have: the misses
+            # that caused the fallback fade as those rounds' would, or one kept re-probe could
+            # never outweigh them (a reply whose first tokens the draft misses stays plain)
+            self.evidence.age_model(self.decay**self._stretch_len)
             k, self.lookup_first = self.best_plan("model")  # can win speculation back
             return self._stalest(range(self.k_min, k + 1), k)
         if self.expected_rate(k) < self.expected_rate(0):
-            if self.has_model and self.evidence.tried[0] >= self.min_evidence:
+            # the evidence gate guards a request's first rounds; after a fallback this request has
+            # judged the model once already, and a re-probe that loses falls back at once
+            if self.has_model and (self.evidence.tried[0] >= self.min_evidence or self.fallbacks):
                 self._fall_back()
                 return self._lookup_or_plain()
             if self.lookup_first or not self.has_model:  # this round's lookup cannot pay: a plain step
@@ -294,7 +301,7 @@ class AutoK:
         """Plain rounds before the next re-probe: a re-probe is not free (the draft first catches up
         on every token since it last drafted), so each one that finds speculation still losing
         doubles the wait, up to 16x."""
-        self.plain_left = self.reprobe_after * self._stretch - 1
+        self.plain_left = self._stretch_len = self.reprobe_after * self._stretch - 1
         self._stretch = min(2 * self._stretch, 16)
 
     def observe(

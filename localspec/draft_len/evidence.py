@@ -48,6 +48,11 @@ class Evidence:
             self.acc * w, self.tried * w, self.lk_acc * w, self.lk_tried * w,
         )  # fmt: skip
 
+    def age_model(self, w: float) -> None:
+        """The draft model's evidence weighed by w: text it did not draft over has moved on."""
+        self.acc *= w
+        self.tried *= w
+
     def take(self, other: "Evidence") -> None:
         """Take another's evidence as this one's (a finished request's, for the next to start from)."""
         self.acc, self.tried = other.acc.copy(), other.tried.copy()

@@ -122,7 +122,7 @@ def test_fit_cuts_and_pads():
 def test_bundled_prompts_cover_every_kind():
     prompts = load_prompts()
     kinds = {p.kind for p in prompts}
-    assert {"chat", "chinese", "code", "long"} <= kinds
+    assert kinds == set(KINDS)
     assert all(sum(p.kind == k for p in prompts) >= 3 for k in kinds)
     assert [p.kind for p in select(prompts, 1)] == sorted(kinds, key=[p.kind for p in prompts].index)
 
@@ -237,9 +237,12 @@ def _fake_report() -> report.BenchReport:
     samples += [_s("auto", r, tokens=25, ms=1000, drafted=12, accepted=9, rounds=5) for r in range(2)]
     cfgs = [("plain", False, ""), ("K=2", True, "2"), ("auto", True, "auto")]
     ours = BenchTable(0.0, agg.summarize_all(samples, cfgs, 10), samples)
-    psamples = [_s("K=2", r, tokens=15, ms=1000, drafted=10, accepted=6) for r in range(2)]
-    theirs = BenchTable(0.0, agg.summarize_all(psamples, [("K=2", True, "2")], 10), psamples)
-    res = report.TempResult(ours, theirs, agg.spread([12.0, 13.0]))
+    # llama-bench's plain in the interleave: run 0 at 12.5 tok/s (ours 10: 0.8x), run 1 at 8 (1.25x)
+    psamples = [_s("plain", 0, tokens=10, ms=800), _s("plain", 1, tokens=10, ms=1250)]
+    psamples += [_s("K=2", r, tokens=15, ms=1000, drafted=10, accepted=6) for r in range(2)]
+    pcfgs = [("plain", False, ""), ("K=2", True, "2")]
+    theirs = BenchTable(0.0, agg.summarize_all(psamples, pcfgs, 10), psamples)
+    res = report.TempResult(ours, theirs)
     return report.BenchReport(
         params={"n_prompts": 1, "kinds": ["chat"]}, machine={"cpu": "test"}, results=[res]
     )
@@ -249,11 +252,17 @@ def test_reports_from_fixed_numbers(tmp_path):
     rep = _fake_report()
     c = rep.results[0].comparison()
     assert c["localspec_config"] == "auto" and c["ratio"] == pytest.approx(25 / 15)
+    # the plain ratio pairs samples by run: 0.8x and 1.25x, not the ratio of the two medians
+    pr = rep.results[0].plain_ratio()
+    assert (pr.n, pr.lo, pr.hi) == (2, pytest.approx(0.8), pytest.approx(1.25))
     md = report.markdown(rep, plot="bench.png")
     assert "| K=2 | 20.0 (20.0-20.0) |" in md and "2.00x" in md and "1.67x" in md and "bench.png" in md
+    assert "| plain (llama-bench) | 10.2 (8.0-12.5) | - | - | 1.02x |" in md
+    assert "plain: localspec / llama-bench 1.02x (0.80-1.25, 2 paired samples)" in md
     report.write_json(rep, tmp_path / "r.json")
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["tables"][0]["comparison"]["llamacpp_config"] == "K=2"
+    assert data["tables"][0]["llamacpp_plain_tok_s"]["median"] == pytest.approx(10.25)
     report.plot(rep, tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -366,9 +375,11 @@ def test_peer_runs_llama_cpp(smollm2_path):
     )
     side = peer.PeerSide(ps, lambda _p: "The capital of France is", [2], temperature=0, gen_tokens=8)
     (table,) = measure(
-        [side], [FittedPrompt("x", "long", (1,))], temperature=0, gen_tokens=8, runs=1, warmup=0
+        [side], [FittedPrompt("x", "long", (1, 2, 3))], temperature=0, gen_tokens=8, runs=1, warmup=0
     )
-    (k2,) = table.summaries
+    plain, k2 = table.summaries  # llama-bench's plain decode first, inside the interleave
+    assert not plain.speculative and plain.decode_tok_s.median > 0
+    assert table.samples[0].n_prompt == 3 and table.samples[0].decode_tokens == 8
     assert k2.decode_tok_s.median > 0 and k2.acceptance_rate > 0.9
 
 

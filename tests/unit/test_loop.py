@@ -346,6 +346,27 @@ def test_auto_k_reprobes_less_often_while_speculation_keeps_losing():
     assert 1 <= probes <= 8, probes  # every 32nd round would be 31 probes
 
 
+def test_auto_k_resumes_after_a_kept_reprobe_when_the_text_turned_draftable():
+    """A reply whose opening the draft misses (a chat preamble), then drafts well: the misses that
+    caused the fallback fade over the plain stretch as rounds' evidence would, so one kept re-probe
+    wins speculation back (research/replay_autok.py found zh-explain plain for 64 more steps)."""
+    ctl = AutoK()
+    ctl.prime(dict(_SAW), 0.018)  # calibrated at load, as a fresh process is
+    verify = lambda n: _SAW[min(n, 9)]  # noqa: E731
+    text = [0] * 8 + [1] * 400  # the draft's guess at each position: wrong, then right
+    t, ks = 0, []
+    while t < 200:
+        k = ctl.choose()
+        run = next((i for i in range(k) if not text[t + i]), k)
+        ks.append(k)
+        ctl.observe(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=0.018 * k,
+                    verify_s=verify(k + 1), round_s=0.018 * k + verify(k + 1))  # fmt: skip
+        t += run + 1
+    assert ctl.fallbacks == 1  # the opening's misses: one fallback, then one plain stretch
+    first_probe = next(i for i, k in enumerate(ks) if i > 8 and k > 0)
+    assert all(k > 0 for k in ks[first_probe : first_probe + 20]), ks  # speculating again, at once
+
+
 def test_auto_k_carries_its_measurements_to_the_next_request():
     ctl = feed(AutoK(), 0.8, 0.010, lambda n: 0.113 + 0.0237 * (n - 1), rounds=100)
     best, timed = ctl.best_k(), dict(ctl.costs.verify)
