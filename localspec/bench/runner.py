@@ -207,8 +207,10 @@ def measure(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> list[BenchTable]:
-    """One table per side. Runs are interleaved across sides and configurations (run 1: every
-    configuration of every side, run 2: ...), so load that comes and goes hits all of them alike."""
+    """One table per side. Runs are interleaved across sides and configurations, so load that comes
+    and goes hits all of them alike: run 1 takes each configuration in turn (plain, K=1, ...), and
+    within one, each prompt on every side that has that configuration before the next prompt - so
+    our plain sample of a prompt and llama.cpp's are seconds apart, and their ratio is steady."""
     if runs < 1:
         raise LocalspecError("--runs must be at least 1")
     if not prompts:
@@ -219,12 +221,21 @@ def measure(
             for cfg in side.configs:
                 say(f"warm-up {w + 1}/{warmup} {side.label} {cfg.name}")
                 side.one(cfg, prompts[0], -1, seed)
+    names = list(dict.fromkeys(cfg.name for side in sides for cfg in side.configs))
     samples: list[list[Sample]] = [[] for _ in sides]
     for run in range(runs):
-        for side, out in zip(sides, samples):
-            for cfg in side.configs:
-                say(f"T={temperature:g} run {run + 1}/{runs} {side.label} {cfg.name}")
-                for i, prompt in enumerate(prompts):
+        for name in names:
+            having = [
+                (side, out, cfg)
+                for side, out in zip(sides, samples)
+                for cfg in side.configs
+                if cfg.name == name
+            ]
+            say(
+                f"T={temperature:g} run {run + 1}/{runs} {name} ({', '.join(side.label for side, _, _ in having)})"
+            )
+            for i, prompt in enumerate(prompts):
+                for side, out, cfg in having:
                     # the same seeds for every configuration and side: at T>0 they share the random stream
                     out.append(side.one(cfg, prompt, run, seed + 1000 * run + i))
     return [
