@@ -25,6 +25,7 @@ LABEL is a row of its table, e.g. "RPC split, 20 ms RTT"): a target split over r
 
     .venv/bin/python research/replay_autok.py                 # models/default, ~10 min on 2 cores
     .venv/bin/python research/replay_autok.py --traces t.json --fresh --memory --curve gpu
+    .venv/bin/python research/replay_autok.py --traces t.json --fresh --curve xeon --per-prompt
 """
 
 from __future__ import annotations
@@ -200,6 +201,7 @@ def main() -> int:
     ap.add_argument("--memory", action="store_true", help="with --fresh: each starts from the last's memory")
     ap.add_argument("--curve", choices=sorted(CURVES), help="replay with another machine's costs")
     ap.add_argument("--curve-json", metavar="FILE:LABEL", help="replay with a curve bench_rpc.py measured")
+    ap.add_argument("--per-prompt", action="store_true", help="also auto / best fixed K for each prompt")
     args = ap.parse_args()
     if args.traces and args.traces.exists():
         saved = json.loads(args.traces.read_text())
@@ -250,7 +252,25 @@ def main() -> int:
             f"| {np.mean(got) / rates[best]:.3f} (min {min(got) / rates[best]:.3f}) "
             f"| {np.mean(got) / bar:.3f} | {np.mean(got) / rates[0]:.3f} |"
         )
+    if args.per_prompt:
+        per_prompt(traces, n, verify, draft, fresh, args.memory, args.seeds)
     return 0
+
+
+def per_prompt(traces, n, verify, draft, fresh, memory, seeds) -> None:  # noqa: ANN001
+    """One request per prompt: where a set's gap comes from (one text, or all of them a little)."""
+    print("\n| prompt | draft keeps | best fixed K | tok/s | auto tok/s | auto / best | auto / plain |")
+    print("|---|--:|---|--:|--:|--:|--:|")
+    for pid, m in traces.items():
+        rates = {k: np.mean([replay_bench(fixed(k), traces, [pid], n, 1, verify, draft, s) for s in range(3)])
+                 for k in range(0, K_MAX + 1)}  # fmt: skip
+        best = max((k for k in rates if k), key=rates.get)
+        make = auto(fresh, memory, verify, draft)
+        got = np.mean(
+            [replay_bench(make, traces, [pid], n, 1, verify, draft, s, fresh) for s in range(seeds)]
+        )
+        print(f"| {pid} | {np.mean(m[:n]):.2f} | K={best} | {rates[best]:.2f} | {got:.2f} "
+              f"| {got / rates[best]:.3f} | {got / rates[0]:.3f} |")  # fmt: skip
 
 
 if __name__ == "__main__":
