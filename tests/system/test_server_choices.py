@@ -65,7 +65,9 @@ def test_n_choices_evaluate_a_new_prompt_once(server, model_id):
     before = server.metrics()
     text, timings = _streamed(client, model=model_id, messages=fresh, n=3, **SAMPLED)
     after = server.metrics()
-    assert sorted(timings) == [0, 1, 2] and len(set(text.values())) == 3
+    # (not: three different texts - the random word makes them a draw, and two 16-token answers that
+    # copy it can agree; that the choices are their seeds' answers is the test above)
+    assert sorted(timings) == [0, 1, 2] and all(text.values())
     n_prompt = timings[0]["prompt_n"]
     evaluated = sorted(t["prompt_n"] - t["cache_n"] for t in timings.values())
     # the first choice evaluated what no slot held (its hex word at least); the others copied the
