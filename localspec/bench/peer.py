@@ -228,7 +228,7 @@ def _run(cmd: list[str], timeout_s: float) -> str:
 
 
 class PeerSide:
-    """llama.cpp as a `runner.Side`: `llama-bench`'s plain decode of the target (with `plain`), then
+    """llama.cpp as a `runner.Side`: `llama-bench`'s plain decode of the target, then
     llama-speculative-simple at fixed draft lengths (it has no automatic one). Plain runs inside
     the interleave, at each prompt's depth, so each of its samples pairs with our plain one of the
     same run and prompt: the machine's drift between them is seconds, not the whole benchmark.
@@ -247,11 +247,10 @@ class PeerSide:
         gen_tokens: int,
         bin_dir: Path | None = None,
         variants: Sequence[str] = ("draft-simple",),
-        plain: bool = True,
     ) -> None:
         self.ps, self.prompt_text, self.bin_dir = ps, prompt_text, bin_dir
         self.temperature, self.gen_tokens = temperature, gen_tokens
-        self.configs = [PLAIN] if plain else []
+        self.configs = [PLAIN]
         for name in variants:  # the draft model's variants per fixed K; a lookup alone once
             if not PEER_VARIANTS[name].uses_draft:
                 self.configs.append(BenchConfig(name, True, str(max(draft_lengths)), name))
