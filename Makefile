@@ -36,7 +36,8 @@ WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS) $(NO_AMX) $(CPU_KEY)";
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml $(HIDDEN_TABLES)
+# setup.py and the row kernels' source: a changed kernel is compiled again
+$(VENV)/.installed: pyproject.toml setup.py localspec/decode/_kernels.c $(HIDDEN_TABLES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@if ! ls $(WHEEL_DIR)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*.whl >/dev/null 2>&1; then \

@@ -5,7 +5,9 @@
 
 The grid's code (localspec/bench/round_cost.py) is this checkout's for both sides, so a checkout
 from before the bench mode existed is measured the same way. The figure per cell is the lower of
-the runs' medians of CPU ms per round outside the decodes (a shared machine inflates wall time).
+the runs' medians of CPU ms per round outside the decodes (a shared machine inflates wall time), or
+with --wall of wall ms: the figure to read where a side's row kernels use a second thread, whose
+CPU time the calling thread's clock does not see.
 """
 
 from __future__ import annotations
@@ -36,17 +38,20 @@ def _one(repo: str, vocab: int, rounds: int, out: str) -> None:
     Path(out).write_text(json.dumps(rc.to_dicts(rows)))
 
 
-def _table(runs: dict[str, list[list[dict]]], vocab: int) -> list[str]:
+def _table(runs: dict[str, list[list[dict]]], vocab: int, figure: str, backend: str) -> list[str]:
     best: dict[str, dict] = {}
     for side, side_runs in runs.items():
         cells: dict = {}
         for run in side_runs:
             for r in run:
+                if r["backend"] != backend:
+                    continue
                 key = (r["n_seq"], r["k"], r["mode"])
-                cells[key] = min(cells.get(key, float("inf")), r["cpu_ms_per_round"])
+                cells[key] = min(cells.get(key, float("inf")), r[figure])
         best[side] = cells
     a, b = best["a"], best["b"]
-    lines = [f"**vocabulary {vocab}** (CPU ms per round outside the decodes, A → B)", ""]
+    what = "wall" if figure == "ms_per_round" else "CPU"
+    lines = [f"**{backend}, vocabulary {vocab}** ({what} ms per round outside the decodes, A → B)", ""]
     lines += ["| seqs | K | " + " | ".join(MODES) + " |", "|--:|--:|" + "--:|" * len(MODES)]
     for n, k in sorted({(n, k) for n, k, _ in a}):
         row = [f"{a[n, k, m]:.2f} → {b[n, k, m]:.2f} ({a[n, k, m] / b[n, k, m]:.1f}×)" for m in MODES]
@@ -62,6 +67,7 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--wall", action="store_true", help="wall ms, not the calling thread's CPU ms")
     ap.add_argument("--one", nargs=4, help=argparse.SUPPRESS)  # REPO VOCAB ROUNDS OUT: a child
     args = ap.parse_args()
     if args.one:
@@ -88,7 +94,9 @@ def main() -> None:
                     subprocess.run(cmd, check=True)
                     runs[side].append(json.loads(Path(out).read_text()))
                     print(f"done {side} vocab {vocab} pass {p + 1}", file=sys.stderr)
-            lines += _table(runs, vocab)
+            figure = "ms_per_round" if args.wall else "cpu_ms_per_round"
+            for backend in dict.fromkeys(r["backend"] for r in runs["a"][0]):
+                lines += _table(runs, vocab, figure, backend)
     text = "\n".join(lines)
     print(text)
     if args.markdown:

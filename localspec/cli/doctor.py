@@ -39,6 +39,7 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         "rpc_support": llama.rpc_supported(),
         "system_info": llama.system_info(),
         "cpu_variant": _variant(llama.cpu_variant()),
+        "row_kernels": _row_kernels(),
         "devices": [d.__dict__ | {"offloads": d.offloads, "remote": d.remote} for d in devices],
     }
     if settings.target is None:
@@ -83,6 +84,13 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
 
 def _variant(v: Any) -> dict[str, Any]:
     return {"name": v.name, "path": str(v.path) if v.path else None, "score": v.score, "reason": v.reason}
+
+
+def _row_kernels() -> str | None:
+    """The vector instructions the sampler's compiled row kernels run on; None where they did not build."""
+    from localspec.decode import sampling  # noqa: PLC0415
+
+    return sampling.KERNEL.isa() if sampling.KERNEL is not None else None
 
 
 def _variant_line(v: dict[str, Any]) -> str:
@@ -183,6 +191,12 @@ def render(r: dict[str, Any]) -> str:
         ),
         ("features", r["system_info"]),
         ("kernels", _variant_line(r["cpu_variant"])),
+        (
+            "sampler",
+            f"compiled row kernels ({r['row_kernels']})"
+            if r["row_kernels"]
+            else "numpy only: the compiled row kernels did not build (reinstall with a C compiler)",
+        ),
     ]
     for i, d in enumerate(r["devices"]):
         rows.append(

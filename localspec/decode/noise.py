@@ -16,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from localspec.decode import sampling
 from localspec.decode.sampling import Dist
 
 _MASK = (1 << 64) - 1
@@ -74,7 +75,7 @@ class KeyedGumbel:
 
     def sample(self, d: Dist, pos: int) -> int:
         """The Gumbel-max choice argmax_v(log d(v) + g_pos(v)): exactly a draw from d."""
-        return int(choose([self.pos_key(pos)], d.ids[None], d.probs[None])[0])
+        return choose([self.pos_key(pos)], d.ids[None], d.probs[None])[0]
 
 
 def _uniform(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -82,10 +83,13 @@ def _uniform(keys: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return ((h >> _S11).astype(np.float64) + 0.5) * (1.0 / (1 << 53))
 
 
-def choose(pos_keys: Sequence[int], ids: np.ndarray, probs: np.ndarray) -> np.ndarray:
+def choose(pos_keys: Sequence[int], ids: np.ndarray, probs: np.ndarray) -> list[int]:
     """`KeyedGumbel.sample` of several rows at once: row i's argmax over its ids of
     log probs + g (keyed by pos_keys[i]). Probability 0 (underflow, or padding) never wins."""
+    ids, probs = np.asarray(ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+    if sampling.KERNEL is not None and ids.strides[1] == 8 and probs.strides[1] == 8:
+        return sampling.KERNEL.choose(pos_keys, ids, probs)
     keys = np.array(pos_keys, dtype=np.uint64)[:, None]
     with np.errstate(divide="ignore"):
         score = np.log(probs) - np.log(-np.log(_uniform(keys, ids.astype(np.uint64))))
-    return ids[np.arange(len(ids)), np.argmax(score, axis=1)]
+    return ids[np.arange(len(ids)), np.argmax(score, axis=1)].tolist()

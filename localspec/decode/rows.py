@@ -192,7 +192,7 @@ def distributions(
                 sel = np.array(at)
                 ids, probs = ids[sel], probs[sel]
             w = int(batch.keep.max())  # the columns past every kept set have probability 0: none wins
-            ys = noise.choose(keys, ids[:, :w], probs[:, :w]).tolist()
+            ys = noise.choose(keys, ids[:, :w], probs[:, :w])
             j = 0
             for st, rows, _ in group:
                 if st.noise is not None:

@@ -15,6 +15,12 @@ import numpy as np
 
 from localspec.top_logits import TopLogits
 
+try:  # the compiled row kernels (setup.py, _kernels.c): the same arithmetic as the numpy below, the
+    # definition, which does the work where they did not build
+    from localspec.decode import _kernels as KERNEL
+except ImportError:  # pragma: no cover - a build without a C compiler
+    KERNEL = None
+
 
 @dataclass(frozen=True, kw_only=True)
 class SamplingParams:
@@ -103,6 +109,8 @@ def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
     call costs more than its arithmetic.)"""
     k = params.top_k
     if isinstance(rows, TopLogits):
+        if KERNEL is not None and 0 < k <= rows.width:
+            return _kernel(KERNEL.process_candidates, len(rows), k, params, rows.ids, rows.logits)
         ids, x = top_k_of(rows, k)
         n = len(rows)
     else:
@@ -111,6 +119,10 @@ def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
         if not k:  # no top-k: the nucleus needs the whole row (the rare setting)
             return Dists.of([_process_full(r, params) for r in rows])
         k = min(k, v)  # a top-k as wide as the row: still in the one order rows' top-k agree on
+        if KERNEL is not None:
+            if rows.strides[1] != rows.itemsize:
+                rows = np.ascontiguousarray(rows)
+            return _kernel(KERNEL.process_rows, n, k, params, rows)
         ids, x = top_k(rows, k)
     x = x.astype(np.float64)
     top = x[:, :1]
@@ -131,6 +143,14 @@ def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
         e = np.exp(d / t)
     e[_consts(n, k)[1] >= keep[:, None]] = 0.0
     return Dists(ids, e / e.sum(axis=1, keepdims=True), keep)
+
+
+def _kernel(fn, n: int, k: int, params: SamplingParams, *rows: np.ndarray) -> Dists:  # noqa: ANN001
+    """`process_rows` by the compiled kernel `fn` (whole rows or candidates): top-k, the filters and
+    the softmax in one call, into arrays made here."""
+    ids, probs, keep = np.empty((n, k), np.int64), np.empty((n, k)), np.empty(n, np.int64)
+    fn(*rows, k, params.temperature, params.top_p, params.min_p, ids, probs, keep)
+    return Dists(ids, probs, keep)
 
 
 GROUP = 64  # top_k: tokens per stride group

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -31,6 +32,8 @@ def test_no_models_shows_build_and_devices():
     assert "none given" in out
     variant = llama.cpu_variant()  # the CPU kernels in use: a DL build's variant, or the one built in
     assert f"kernels    {variant.name} (" in out
+    # this checkout's build compiled the sampler's row kernels, for this CPU's vectors
+    assert re.search(r"sampler +compiled row kernels \((avx512f|avx2|scalar)\)", out), out
 
 
 def test_no_models_json():

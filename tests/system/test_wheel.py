@@ -83,3 +83,11 @@ def test_the_wheel_runs_outside_the_checkout(installed, tmp_path, smollm2_path):
         cwd=tmp_path, capture_output=True, text=True,
     )  # fmt: skip
     assert page.stdout.strip() == "True", page.stderr
+
+    # the sampler's row kernels are compiled into the wheel, and load from the installed package
+    kernel = subprocess.run(
+        [installed / "bin" / "python", "-c",
+         "from localspec.decode import sampling as s; print(s.KERNEL.__file__, s.KERNEL.isa())"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    assert kernel.returncode == 0 and str(installed) in kernel.stdout, kernel.stdout + kernel.stderr
