@@ -326,6 +326,13 @@ static void write_row(buf *bs, Py_ssize_t r, cand *c, int k, params p) {
     ((int64_t *)bs[2].b.buf)[r * bs[2].b.strides[0] / 8] = finish_row(c, k, p, probs);
 }
 
+/* k and the sampler's parameters, from args[0..3] */
+static int read_params(PyObject *const *args, long *k, params *p) {
+    *k = PyLong_AsLong(args[0]);
+    *p = (params){PyFloat_AsDouble(args[1]), PyFloat_AsDouble(args[2]), PyFloat_AsDouble(args[3])};
+    return PyErr_Occurred() ? -1 : 0;
+}
+
 /* process_rows(rows, k, temperature, top_p, min_p, ids_out, probs_out, keep_out): every row of a
  * float32 (n, n_vocab) array; 0 < k <= n_vocab. */
 static PyObject *process_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -334,9 +341,9 @@ static PyObject *process_rows(PyObject *self, PyObject *const *args, Py_ssize_t 
     PyObject *res = NULL;
     cand *h = NULL;
     float *maxima = NULL;
-    long k = PyLong_AsLong(args[1]);
-    params p = {PyFloat_AsDouble(args[2]), PyFloat_AsDouble(args[3]), PyFloat_AsDouble(args[4])};
-    if (PyErr_Occurred()) return NULL;
+    long k;
+    params p;
+    if (read_params(args + 1, &k, &p) < 0) return NULL;
     if (get(args[0], &bs[3], PyBUF_SIMPLE, 2, 4, "f", "rows") < 0) goto done;
     Py_ssize_t n = bs[3].b.shape[0], v = bs[3].b.shape[1];
     if (k <= 0 || k > v || k > INT32_MAX) {
@@ -353,7 +360,7 @@ static PyObject *process_rows(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS;
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (Py_ssize_t r = 0; r < n; r++) {
         int t = thread_num();
         heap hp = {h + t * k, 0, (int)k};
@@ -377,9 +384,9 @@ static PyObject *process_candidates(PyObject *self, PyObject *const *args, Py_ss
     buf bs[5] = {{.ok = 0}};
     PyObject *res = NULL;
     cand *h = NULL;
-    long k = PyLong_AsLong(args[2]);
-    params p = {PyFloat_AsDouble(args[3]), PyFloat_AsDouble(args[4]), PyFloat_AsDouble(args[5])};
-    if (PyErr_Occurred()) return NULL;
+    long k;
+    params p;
+    if (read_params(args + 2, &k, &p) < 0) return NULL;
     if (get(args[0], &bs[3], PyBUF_SIMPLE, 2, 0, "ilq", "ids") < 0) goto done;
     int wide = (int)bs[3].b.itemsize;
     if (get(args[1], &bs[4], PyBUF_SIMPLE, 2, 4, "f", "logits") < 0) goto done;
