@@ -209,6 +209,17 @@ CHI2_999 = {3: 16.27, 4: 18.47, 5: 20.52, 7: 24.32, 15: 37.70, 24: 51.18, 35: 66
 
 # -- real models: greedy equality is tie-aware (llama.cpp is not batch-invariant) ---------------------
 MARGIN = 0.25  # logits; measured flips were at ~0.06
+# ... on AVX2 builds. A native AVX-512 build (EPYC, Q4_0 stand-in) moved one token of a Chinese
+# answer by 0.32 and made 3 of 28 tokens of a 4-request batch near-tie flips, main as well
+NOISY_MARGIN = 0.5
+
+
+def assert_near_argmax(gaps, label: object = "") -> None:  # noqa: ANN001
+    """Tie-aware greedy equality: every emitted token within MARGIN of the target's argmax but at
+    most one (within NOISY_MARGIN), and nearly all exactly it (a bug's wrong token is seldom a tie)."""
+    assert (gaps > MARGIN).sum() <= 1 and gaps.max() <= NOISY_MARGIN, (label, gaps.round(3).tolist())
+    assert (gaps == 0).mean() >= 0.85, (label, gaps.round(3).tolist())
+
 
 PROMPTS = {
     "english": "Explain in two sentences why the sky is blue.",

@@ -333,47 +333,68 @@ static int read_params(PyObject *const *args, long *k, params *p) {
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* process_rows(rows, k, temperature, top_p, min_p, ids_out, probs_out, keep_out): every row of a
- * float32 (n, n_vocab) array; 0 < k <= n_vocab. */
+/* process_rows(blocks, k, temperature, top_p, min_p, ids_out, probs_out, keep_out): every row of a
+ * list of float32 (n_i, n_vocab) arrays, taken one after another (a round's rows of one step, as
+ * the decodes left them: no copy joins them); 0 < k <= n_vocab. */
 static PyObject *process_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 8) return PyErr_Format(PyExc_TypeError, "process_rows takes 8 arguments");
-    buf bs[4] = {{.ok = 0}};
-    PyObject *res = NULL;
+    buf out[3] = {{.ok = 0}}, *in = NULL;
+    PyObject *res = NULL, *blocks = NULL;
+    const float **rows = NULL;
     cand *h = NULL;
     float *maxima = NULL;
     long k;
     params p;
     if (read_params(args + 1, &k, &p) < 0) return NULL;
-    if (get(args[0], &bs[3], PyBUF_SIMPLE, 2, 4, "f", "rows") < 0) goto done;
-    Py_ssize_t n = bs[3].b.shape[0], v = bs[3].b.shape[1];
+    if (!(blocks = PySequence_Fast(args[0], "process_rows: a list of 2-D arrays"))) return NULL;
+    Py_ssize_t nb = PySequence_Fast_GET_SIZE(blocks), n = 0, v = -1;
+    if (!(in = calloc(nb ? nb : 1, sizeof(buf)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        if (get(PySequence_Fast_GET_ITEM(blocks, i), &in[i], PyBUF_SIMPLE, 2, 4, "f", "rows") < 0) goto done;
+        if (v >= 0 && in[i].b.shape[1] != v) {
+            PyErr_SetString(PyExc_ValueError, "process_rows: blocks of different widths");
+            goto done;
+        }
+        v = in[i].b.shape[1], n += in[i].b.shape[0];
+    }
     if (k <= 0 || k > v || k > INT32_MAX) {
         PyErr_Format(PyExc_ValueError, "k=%ld outside 1..%zd", k, v);
         goto done;
     }
-    if (outputs(args + 5, bs, n, (int)k) < 0) goto done;
+    if (outputs(args + 5, out, n, (int)k) < 0) goto done;
     /* two threads share the rows of a bigger call: the row reads are the cost, and one core alone
      * does not draw all the memory bandwidth; llama.cpp's own OpenMP threads are idle here */
     int threads = n >= 4 && v >= 4096 ? n_threads : 1;
     int64_t scratch = scratch_size(v, (int)k);
-    if (!(h = malloc(sizeof(cand) * k * threads)) || !(maxima = malloc(sizeof(float) * scratch * threads))) {
+    if (!(rows = malloc(sizeof(float *) * n)) || !(h = malloc(sizeof(cand) * k * threads)) ||
+        !(maxima = malloc(sizeof(float) * scratch * threads))) {
         PyErr_NoMemory();
         goto done;
     }
+    for (Py_ssize_t i = 0, r = 0; i < nb; i++)
+        for (Py_ssize_t j = 0; j < in[i].b.shape[0]; j++) rows[r++] = (const float *)ROW(in[i].b, j);
     Py_BEGIN_ALLOW_THREADS;
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
     for (Py_ssize_t r = 0; r < n; r++) {
         int t = thread_num();
         heap hp = {h + t * k, 0, (int)k};
-        top_k_row((const float *)ROW(bs[3].b, r), v, (int)k, maxima + t * scratch, &hp);
+        top_k_row(rows[r], v, (int)k, maxima + t * scratch, &hp);
         sort_kept(hp.h, (int)k);
-        write_row(bs, r, hp.h, (int)k, p);
+        write_row(out, r, hp.h, (int)k, p);
     }
     Py_END_ALLOW_THREADS;
     res = Py_NewRef(Py_None);
 done:
+    free(rows);
     free(h);
     free(maxima);
-    release(bs, 4);
+    if (in) release(in, (int)nb);
+    free(in);
+    release(out, 3);
+    Py_XDECREF(blocks);
     return res;
 }
 
@@ -465,6 +486,24 @@ done:
     return out;
 }
 
+/* pos_keys(key, first, n) -> [noise.KeyedGumbel(key).pos_key(first + j) for j < n]: splitmix64
+ * with its counter increment, of the key xor that of the position */
+static PyObject *pos_keys(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) return PyErr_Format(PyExc_TypeError, "pos_keys takes 3 arguments");
+    uint64_t key = PyLong_AsUnsignedLongLongMask(args[0]);
+    long long first = PyLong_AsLongLong(args[1]);
+    Py_ssize_t n = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *out = PyList_New(n < 0 ? 0 : n);
+    for (Py_ssize_t j = 0; out && j < n; j++) {
+        uint64_t at = mix((uint64_t)(first + j) + 0x9E3779B97F4A7C15ULL);
+        PyObject *x = PyLong_FromUnsignedLongLong(mix((key ^ at) + 0x9E3779B97F4A7C15ULL));
+        if (!x) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, j, x);
+    }
+    return out;
+}
+
 static PyObject *isa(PyObject *self, PyObject *unused) { return PyUnicode_FromString(isa_name); }
 
 static PyObject *threads(PyObject *self, PyObject *unused) { return PyLong_FromLong(n_threads); }
@@ -473,6 +512,7 @@ static PyMethodDef methods[] = {
     {"process_rows", (PyCFunction)(void (*)(void))process_rows, METH_FASTCALL, NULL},
     {"process_candidates", (PyCFunction)(void (*)(void))process_candidates, METH_FASTCALL, NULL},
     {"choose", (PyCFunction)(void (*)(void))choose, METH_FASTCALL, NULL},
+    {"pos_keys", (PyCFunction)(void (*)(void))pos_keys, METH_FASTCALL, NULL},
     {"isa", isa, METH_NOARGS, "The vector instructions the row scan runs on this CPU."},
     {"threads", threads, METH_NOARGS, "The threads a call of many long rows shares them among."},
     {NULL, NULL, 0, NULL},

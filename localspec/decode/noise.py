@@ -65,6 +65,12 @@ class KeyedGumbel:
         """The key of position pos: g_pos(v) hashes it with v."""
         return _mix(self.key ^ _mix(int(pos)))
 
+    def pos_keys(self, first: int, n: int) -> list[int]:
+        """The keys of positions first .. first + n - 1."""
+        if sampling.KERNEL is not None:
+            return sampling.KERNEL.pos_keys(self.key, first, n)
+        return [self.pos_key(first + j) for j in range(n)]
+
     def uniform(self, pos: int, ids: np.ndarray) -> np.ndarray:
         """U(0,1) per id at position pos, never exactly 0 or 1 (53 bits, centred in its bucket)."""
         return _uniform(np.uint64(self.pos_key(pos)), np.asarray(ids, dtype=np.uint64))

@@ -178,12 +178,12 @@ def distributions(
     dists: dict[SeqState, Dists] = {}
     choices: dict[SeqState, list[int]] = {}
     for (sp, *_), group in by_sp.items():
-        batch = process_rows(stack_rows([rows for _, rows, _ in group]), sp)
+        batch = process_rows([rows for _, rows, _ in group], sp)
         keys, at, i = [], [], 0
         for st, rows, pos in group:
             dists[st] = batch[i : i + len(rows)]
             if st.noise is not None:
-                keys += [st.noise.pos_key(pos + j) for j in range(len(rows))]
+                keys += st.noise.pos_keys(pos, len(rows))
                 at += range(i, i + len(rows))
             i += len(rows)
         if keys:
@@ -191,33 +191,13 @@ def distributions(
             if len(at) < len(batch):  # some rows' sequences sample otherwise
                 sel = np.array(at)
                 ids, probs = ids[sel], probs[sel]
-            w = int(batch.keep.max())  # the columns past every kept set have probability 0: none wins
+            w = max(batch.kept)  # the columns past every kept set have probability 0: none wins
             ys = noise.choose(keys, ids[:, :w], probs[:, :w])
             j = 0
             for st, rows, _ in group:
                 if st.noise is not None:
                     choices[st], j = ys[j : j + len(rows)], j + len(rows)
     return dists, choices
-
-
-def stack_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
-    """Several (n_i, n_vocab) arrays as one: a view when they lie back to back in memory (an
-    evaluator's rows of one decode do: they are slices of one logits buffer), else a copy."""
-    first = parts[0]
-    if len(parts) == 1:
-        return first
-    if isinstance(first, TopLogits):
-        return TopLogits.concat(list(parts))
-    row_bytes = first.strides[0]
-    end = first.__array_interface__["data"][0] + len(first) * row_bytes
-    for part in parts[1:]:
-        if part.strides != first.strides or part.__array_interface__["data"][0] != end:
-            return np.concatenate(parts)
-        end += len(part) * row_bytes
-    if not first.flags.c_contiguous or first.dtype != parts[-1].dtype:
-        return np.concatenate(parts)
-    n = sum(len(part) for part in parts)
-    return np.lib.stride_tricks.as_strided(first, shape=(n, first.shape[1]), writeable=False)
 
 
 def verify_rows(st: SeqState, rows: np.ndarray, drafted: Sequence[int]) -> np.ndarray:

@@ -66,7 +66,7 @@ class Dists(Sequence[Dist]):
 
     def __init__(self, ids: np.ndarray, probs: np.ndarray, keep: np.ndarray) -> None:
         self.ids, self.probs, self.keep = ids, probs, keep
-        self._keep = keep.tolist()
+        self.kept: list[int] = keep.tolist()  # keep, as ints
 
     @classmethod
     def of(cls, dists: Sequence[Dist]) -> "Dists":
@@ -77,12 +77,12 @@ class Dists(Sequence[Dist]):
         return cls(ids, probs, np.array([len(d.ids) for d in dists]))
 
     def __len__(self) -> int:
-        return len(self._keep)
+        return len(self.kept)
 
     def __getitem__(self, i):  # noqa: ANN001, ANN204 - an int or a slice
         if isinstance(i, slice):
             return Dists(self.ids[i], self.probs[i], self.keep[i])
-        m = self._keep[i]
+        m = self.kept[i]
         return Dist(self.ids[i, :m], self.probs[i, :m])
 
 
@@ -98,9 +98,10 @@ def process(logits: np.ndarray | TopLogits, params: SamplingParams) -> Dist:
     return process_rows(np.asarray(logits, dtype=np.float32)[None], params)[0]
 
 
-def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
-    """`process` for every row of an (n, n_vocab) array at once: one pass over each row finds its
-    top-k (`top_k`), and the filters then run on the (n, k) survivors, sorted by logit.
+def process_rows(rows: np.ndarray | TopLogits | list, params: SamplingParams) -> Dists:
+    """`process` for every row of an (n, n_vocab) array at once (or of a list of such blocks, taken
+    one after another): one pass over each row finds its top-k (`top_k`), and the filters then run
+    on the (n, k) survivors, sorted by logit.
     The kept set and probabilities are the definitions': top-k, then top-p's smallest prefix of
     mass >= top_p, then min-p's logit_i >= logit_max + log(min_p), then softmax(logit / T).
     Rows given as their largest logits (`TopLogits`, from the backend's top-k) skip the pass over
@@ -108,6 +109,11 @@ def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
     (Array methods rather than np.* functions, and no call that can be skipped: at k = 40 each
     call costs more than its arithmetic.)"""
     k = params.top_k
+    if isinstance(rows, list):
+        if KERNEL is not None and k and all(_whole_f32(b) for b in rows):  # the kernel takes blocks
+            n, v = sum(len(b) for b in rows), rows[0].shape[1]
+            return _kernel(KERNEL.process_rows, n, min(k, v), params, rows)
+        rows = stack_rows(rows)
     if isinstance(rows, TopLogits):
         if KERNEL is not None and 0 < k <= rows.width:
             return _kernel(KERNEL.process_candidates, len(rows), k, params, rows.ids, rows.logits)
@@ -120,9 +126,7 @@ def process_rows(rows: np.ndarray | TopLogits, params: SamplingParams) -> Dists:
             return Dists.of([_process_full(r, params) for r in rows])
         k = min(k, v)  # a top-k as wide as the row: still in the one order rows' top-k agree on
         if KERNEL is not None:
-            if rows.strides[1] != rows.itemsize:
-                rows = np.ascontiguousarray(rows)
-            return _kernel(KERNEL.process_rows, n, k, params, rows)
+            return _kernel(KERNEL.process_rows, n, k, params, [rows if _whole_f32(rows) else rows.copy()])
         ids, x = top_k(rows, k)
     x = x.astype(np.float64)
     top = x[:, :1]
@@ -151,6 +155,33 @@ def _kernel(fn, n: int, k: int, params: SamplingParams, *rows: np.ndarray) -> Di
     ids, probs, keep = np.empty((n, k), np.int64), np.empty((n, k)), np.empty(n, np.int64)
     fn(*rows, k, params.temperature, params.top_p, params.min_p, ids, probs, keep)
     return Dists(ids, probs, keep)
+
+
+def _whole_f32(rows: object) -> bool:
+    """A block the kernel reads as it is: a 2-D float32 array whose rows are contiguous."""
+    return (
+        isinstance(rows, np.ndarray) and rows.dtype == np.float32 and rows.ndim == 2 and rows.strides[1] == 4
+    )
+
+
+def stack_rows(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Several (n_i, n_vocab) arrays as one: a view when they lie back to back in memory (an
+    evaluator's rows of one decode do: they are slices of one logits buffer), else a copy."""
+    first = parts[0]
+    if len(parts) == 1:
+        return first
+    if isinstance(first, TopLogits):
+        return TopLogits.concat(list(parts))
+    row_bytes = first.strides[0]
+    end = first.__array_interface__["data"][0] + len(first) * row_bytes
+    for part in parts[1:]:
+        if part.strides != first.strides or part.__array_interface__["data"][0] != end:
+            return np.concatenate(parts)
+        end += len(part) * row_bytes
+    if not first.flags.c_contiguous or first.dtype != parts[-1].dtype:
+        return np.concatenate(parts)
+    n = sum(len(part) for part in parts)
+    return np.lib.stride_tricks.as_strided(first, shape=(n, first.shape[1]), writeable=False)
 
 
 GROUP = 64  # top_k: tokens per stride group

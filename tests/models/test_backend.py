@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -87,8 +88,8 @@ def test_greedy_generation_is_deterministic_and_coherent(engine):
     b = engine.generate("Write a haiku about the sea.", chat=True, temperature=0, max_tokens=32)
     assert a.tokens == b.tokens and a.text == b.text
     assert len(a.tokens) >= 8
-    words = a.text.lower().split()
-    assert any(w.strip(",.!") in {"sea", "waves", "ocean", "blue", "tide", "shore"} for w in words), a.text
+    # on topic, as whole words ("The ocean's a mirror" on an AVX-512 build; the text varies by kernels)
+    assert re.search(r"\b(sea|waves?|ocean|blue|tides?|shore)\b", a.text.lower()), a.text
 
 
 def test_seeded_sampling_reproducible_and_seed_dependent(engine):

@@ -154,13 +154,31 @@ def test_a_fully_masked_row_is_defined():
 
 def test_wrong_arrays_are_one_clear_error():
     ids, probs, keep = np.empty((1, 4), np.int64), np.empty((1, 4)), np.empty(1, np.int64)
+    f32 = np.zeros((1, 10), np.float32)
     with pytest.raises(TypeError, match="rows: a 2-D array"):
-        KERNEL.process_rows(np.zeros((1, 10)), 4, 0.8, 0.95, 0.05, ids, probs, keep)  # float64
+        KERNEL.process_rows([np.zeros((1, 10))], 4, 0.8, 0.95, 0.05, ids, probs, keep)  # float64
+    with pytest.raises(TypeError, match="a list of 2-D arrays"):
+        KERNEL.process_rows(3, 4, 0.8, 0.95, 0.05, ids, probs, keep)
+    with pytest.raises(ValueError, match="blocks of different widths"):
+        KERNEL.process_rows([f32, np.zeros((1, 11), np.float32)], 4, 0.8, 0.95, 0.05, ids, probs, keep)
     with pytest.raises(ValueError, match="k=11 outside 1..10"):
-        KERNEL.process_rows(np.zeros((1, 10), np.float32), 11, 0.8, 0.95, 0.05, ids, probs, keep)
+        KERNEL.process_rows([f32], 11, 0.8, 0.95, 0.05, ids, probs, keep)
     with pytest.raises(ValueError, match="smaller than"):
-        KERNEL.process_rows(np.zeros((2, 10), np.float32), 4, 0.8, 0.95, 0.05, ids, probs, keep)
+        KERNEL.process_rows([f32, f32], 4, 0.8, 0.95, 0.05, ids, probs, keep)
     with pytest.raises(TypeError, match="probs_out"):
-        KERNEL.process_rows(np.zeros((1, 10), np.float32), 4, 0.8, 0.95, 0.05, ids, ids, keep)
+        KERNEL.process_rows([f32], 4, 0.8, 0.95, 0.05, ids, ids, keep)
     with pytest.raises(ValueError, match="one key per row"):
         KERNEL.choose([1, 2], ids, probs)
+
+
+def test_blocks_are_taken_one_after_another():
+    """A step's rows come as one block per sequence (views of the decode's buffer, not joined)."""
+    rows = _rows(7, 6, 49152, "random")
+    blocks = [rows[0:1], rows[1:4].copy(), rows[4:6]]
+    joined, apart = process_rows(rows, SamplingParams()), process_rows(blocks, SamplingParams())
+    assert joined.ids.tolist() == apart.ids.tolist() and joined.probs.tobytes() == apart.probs.tobytes()
+
+
+def test_position_keys_are_the_definition():
+    g = noise.KeyedGumbel(2**70 + 12345)
+    assert g.pos_keys(1000, 5) == [g.pos_key(1000 + j) for j in range(5)]

@@ -7,8 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.decode.rows import stack_rows
-from localspec.decode.sampling import SamplingParams, process, process_rows, top_k
+from localspec.decode.sampling import SamplingParams, process, process_rows, stack_rows, top_k
 
 PARAMS = [
     SamplingParams(),  # llama.cpp's defaults: top-k 40, top-p 0.95, min-p 0.05, T 0.8
