@@ -92,18 +92,18 @@ static float max16(const float *m) {
     return x;
 }
 
+/* the 16 lane maxima m of the n logits x (a chunk, or the row's partial last one); returns their
+ * maximum. NaN never wins a maximum */
+static float lane_max(const float *x, int64_t n, float *m) {
+    for (int l = 0; l < LANES; l++) m[l] = -INFINITY;
+    for (int64_t j = 0; j < n; j++) m[j % LANES] = x[j] > m[j % LANES] ? x[j] : m[j % LANES];
+    return max16(m);
+}
+
 /* the group maxima of the row's first nc full chunks of `size` (a multiple of 64), 16 a chunk, and
- * each chunk's maximum; NaN never wins a maximum */
+ * each chunk's maximum */
 static void group_max_scalar(const float *row, int64_t nc, int64_t size, float *out, float *chunk) {
-    for (int64_t c = 0; c < nc; c++) {
-        float *m = out + c * LANES;
-        for (int l = 0; l < LANES; l++) m[l] = -INFINITY;
-        for (int64_t j = 0; j < size; j++) {
-            float x = row[c * size + j];
-            m[j % LANES] = x > m[j % LANES] ? x : m[j % LANES];
-        }
-        chunk[c] = max16(m);
-    }
+    for (int64_t c = 0; c < nc; c++) chunk[c] = lane_max(row + c * size, size, out + c * LANES);
 }
 
 #ifdef LS_X86
@@ -191,12 +191,8 @@ static void top_k_row(const float *row, int64_t v, int k, float *maxima, heap *h
     int64_t size = chunk_for(v, k), nc = v / size, nt = (v + size - 1) / size, ng = nt * LANES;
     float *chunk = maxima + ng, *kept = chunk + nt, *h = kept + ng;
     group_max(row, nc, size, maxima, chunk);
-    if (nt > nc) { /* the last, partial chunk's groups (some may be empty: -inf) */
-        float *m = maxima + nc * LANES;
-        for (int l = 0; l < LANES; l++) m[l] = -INFINITY;
-        for (int64_t i = nc * size; i < v; i++) m[i % LANES] = row[i] > m[i % LANES] ? row[i] : m[i % LANES];
-        chunk[nc] = max16(m);
-    }
+    if (nt > nc) /* the last, partial chunk's groups (some may be empty: -inf) */
+        chunk[nc] = lane_max(row + nc * size, v - nc * size, maxima + nc * LANES);
     /* tau is found among the group maxima >= the k-th largest chunk maximum (a chunk's maximum is
      * one of its groups', so that is a lower bound of tau): a few dozen of the thousands */
     float floor = nt > k ? kth_largest(chunk, nt, k, h) : -INFINITY;
