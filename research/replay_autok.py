@@ -151,7 +151,7 @@ def auto(fresh: bool, memory: bool, verify: dict, draft: float):  # noqa: ANN201
             return prev or AutoK()
         ctl = AutoK()
         if memory and prev is not None:  # what the previous process saved, as tuner_memory does
-            v, d = prev.costs.snapshot()
+            v, d, _ = prev.costs.snapshot()  # the replays price no catch-up
             ctl.prime(v, d, prev.evidence.acc.tolist(), prev.evidence.tried.tolist())
         else:
             prime_as_loaded(ctl, verify, draft, rng)

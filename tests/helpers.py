@@ -183,6 +183,21 @@ def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0
     return ctl
 
 
+def follow_text(ctl: AutoK, hits: Sequence[int], t_draft: float, verify, tokens: int) -> list[int]:  # noqa: ANN001
+    """Rounds over a text whose positions the draft guesses or misses (hits[t] = 1: it guesses token
+    t), until `tokens` are emitted; verify(n) is an n-token batch's seconds. Returns each round's K."""
+    t, ks = 0, []
+    while t < tokens:
+        k = ctl.choose()
+        run = next((i for i in range(k) if not hits[t + i]), k)
+        ks.append(k)
+        v = verify(k + 1)
+        ctl.observe(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=t_draft * k,
+                    verify_s=v, round_s=t_draft * k + v)  # fmt: skip
+        t += run + 1
+    return ks
+
+
 def text_deltas(ts, steps, clock):  # noqa: ANN001, ANN201
     """(text, steps) deltas of a TextStream fed one step at a time, closing the steps once decided."""
     try:

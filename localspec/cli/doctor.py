@@ -143,6 +143,7 @@ def _remembered(settings: Any, decision: Any) -> dict[str, Any]:
             "saved_at": rec.saved_at,
             "verify_ms": {n: round(t * 1e3, 2) for n, t in sorted(rec.verify_s.items())},
             "draft_ms_per_token": round(rec.draft_s * 1e3, 2) if rec.draft_s else None,
+            "catch_up_ms_per_token": round(rec.catch_s * 1e3, 3) if rec.catch_s else None,
             "acceptance_by_pos": [round(a / t, 3) for a, t in zip(rec.acc, rec.tried) if t > 0][:8],
             "evidence_rounds": round(reached[0], 1) if reached else 0.0,
         }
@@ -304,7 +305,14 @@ def render(r: dict[str, Any]) -> str:
             rows.append(
                 ("", "verify ms by batch: " + ", ".join(f"{n}: {t}" for n, t in tm["verify_ms"].items()))
             )
-            rows.append(("", f"draft ms/token: {tm['draft_ms_per_token']}"))
+            catch = tm["catch_up_ms_per_token"]
+            rows.append(
+                (
+                    "",
+                    f"draft ms/token: {tm['draft_ms_per_token']}"
+                    + (f", catching up {catch}" if catch else ""),
+                )
+            )
             if tm["acceptance_by_pos"]:
                 acc = ", ".join(f"{a:.0%}" for a in tm["acceptance_by_pos"])
                 rows.append(("", f"acceptance by position: {acc} (~{tm['evidence_rounds']:.0f} rounds)"))

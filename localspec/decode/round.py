@@ -134,12 +134,12 @@ def decode_round(
         return fill_done
     # -- draft length per sequence, for the batch it is in: the grammar's forced tokens first (they
     # ride in the batch, so the K controller prices its plans with them in front) ------------------
-    forced, ks, looked, cap = {}, {}, {}, {}
+    forced, ks, looked, cap, lefts = {}, {}, {}, {}, {}
     model_source = getattr(draft, "source", "draft")  # the draft model, or the target's MTP head
     max_draft = getattr(target, "max_draft", None)  # what the target's rollback can take back
     for st in live:
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
-        left = st.max_new - st.n_new - 1 if st.max_new is not None else room
+        left = lefts[st] = st.max_new - st.n_new - 1 if st.max_new is not None else room
         cap[st] = min(room - 1, left, max_draft if max_draft is not None else room)  # drafts, every source
         if target.past(st.seq) < len(st.tokens) - 1:
             cap[st] = 0  # a restored snapshot: this round replays the kept tokens (drafting on top of a
@@ -148,6 +148,8 @@ def decode_round(
     drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
     for st in drafting:
         st.k_ctl.offer_forced(len(forced[st]))
+        lag = len(st.tokens) - 1 - draft.past(st.seq) if draft is not None and st.draft_model else 0
+        st.k_ctl.offer_lag(lag, lefts[st])  # a draft far behind pays a catch-up before it drafts
     offered = {st: _offer_lookup(st, forced[st]) for st in drafting}
     wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
     for st in live:
@@ -177,7 +179,7 @@ def decode_round(
     t0 = time.perf_counter()
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
     active = [st for st in live if total[st] > len(drafts[st]) and not _ended(st, drafts[st], draft)]
-    t_catch = _draft_catch_up(draft, active)  # the draft's prompt pass, late: prefill, not drafting
+    t_catch, caught = _draft_catch_up(draft, active)  # the draft's prompt pass, late: prefill, not drafting
     if active:
         items = []
         for st in active:
@@ -336,6 +338,8 @@ def decode_round(
             n_lookup=n_look if reached else 0,
             n_forced=len(src) - len(own),
             replay=replaying[st],
+            catch_tokens=caught.get(st, 0),
+            catch_s=t_catch * caught.get(st, 0) / max(sum(caught.values()), 1),
         )
         if offered.get(st) and not n_look:
             st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new[len(forced[st]) :]))
@@ -375,10 +379,11 @@ def _charge_prefill(filling: Sequence[SeqState], dt: float) -> None:
         st.counters.prefill_s += dt
 
 
-def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> float:
+def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> tuple[float, dict[SeqState, int]]:
     """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it lags
     by more than a round's worth (its prompt, or the tokens of plain rounds), counted as those
-    sequences' prefill; returns the seconds. A short lag (the last draft and the bonus token) rides
+    sequences' prefill; returns the seconds and the tokens each caught up on (for the tuner, which
+    prices the next catch-up). A short lag (the last draft and the bonus token) rides
     in the first draft step. A draft that rolls back through snapshots catches up whenever it lags
     by more than one token and settles there: its snapshot is taken at the first draft step, and a
     replay riding in that step would be undone with the drafts at every rejection. Such a replay
@@ -394,13 +399,13 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> floa
             behind.append(st)
             replay_only &= snapshots and upto - have <= LOOKUP_MAX + 2
     if not items:
-        return 0.0
+        return 0.0, {}
     _eval(draft, items)
     if snapshots:
         for st in behind:
             draft.truncate(len(st.tokens) - 1, st.seq)
     if replay_only:
-        return 0.0
+        return 0.0, {}
     dt = time.perf_counter() - t0
     _charge_prefill(behind, dt)
-    return dt
+    return dt, {st: len(toks) for st, (_, toks, _, _) in zip(behind, items)}

@@ -23,6 +23,7 @@ plan and K together.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -31,6 +32,10 @@ import numpy as np
 
 from localspec.draft_len.costs import Costs
 from localspec.draft_len.evidence import LOOKUP_PRIORS, Evidence, lookup_bucket
+
+PROBE_SHARE = 0.03  # a lost re-probe may cost this much of the plain stretch before it
+MIN_REPROBE_GAP = 4  # plain steps, at least, between re-probes
+CATCH_UP_FREE = 2  # a draft this many tokens behind catches up within its first draft step (round.py)
 
 
 @dataclass
@@ -43,7 +48,7 @@ class AutoK:
     prior_lookup: tuple[float, ...] = LOOKUP_PRIORS
     has_model: bool = True  # False: lookup drafts only (--lookup only, no draft model)
     window: int = 16  # rounds over which the realised speculative rate is judged
-    reprobe_after: int = 32  # plain steps before speculation is tried again
+    reprobe_after: int = 32  # plain steps before speculation is tried again, at most (see _reprobe_gap)
     decay: float = 0.95  # per-round forgetting of acceptance evidence (~20-round memory)
     explore_every: int = 32  # every Nth round tries a neighbour of the best K, so its cost stays measured
     min_evidence: float = 6.0  # drafted rounds (decayed) before the model may switch to plain: a few
@@ -69,6 +74,8 @@ class AutoK:
     _stretch: int = 1  # plain stretches between re-probes grow while speculation keeps losing
     _stretch_len: int = 0  # plain steps in the current stretch
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
+    behind: int = 0  # tokens the draft model must catch up on before it drafts (offer_lag)
+    left: int | None = None  # tokens this request may still emit (None: unknown)
 
     def __post_init__(self) -> None:
         self.k_min = min(max(1, self.k_min), self.k_max)
@@ -141,6 +148,11 @@ class AutoK:
     def offer_forced(self, n: int) -> None:
         """The grammar forces the next n tokens (a constrained request; 0 otherwise)."""
         self.n_forced = self.forced_take = n
+
+    def offer_lag(self, behind: int, left: int) -> None:
+        """The draft model's cache is `behind` tokens behind the text (its prompt, before its first
+        draft; a plain stretch's tokens), and the request may emit `left` more tokens."""
+        self.behind, self.left = behind, left
 
     def _plan(self, lookup_first: bool | None) -> bool:
         return self.lookup_first if lookup_first is None else lookup_first
@@ -253,21 +265,58 @@ class AutoK:
             # never outweigh them (a reply whose first tokens the draft misses stays plain)
             self.evidence.age_model(self.decay**self._stretch_len)
             k, self.lookup_first = self.best_plan("model")  # can win speculation back
+            if not self._catch_up_pays(k, probe=True):  # too little of the request left to repay it
+                self._plain_stretch()
+                return self._lookup_or_plain()
             return self._stalest(range(self.k_min, k + 1), k)
         if self.expected_rate(k) < self.expected_rate(0):
-            # the evidence gate guards a request's first rounds; after a fallback this request has
-            # judged the model once already, and a re-probe that loses falls back at once
-            if self.has_model and (self.evidence.tried[0] >= self.min_evidence or self.fallbacks):
+            # the evidence gate guards a request's first rounds; after a fallback, or a start the
+            # costs predicted plain, this request has judged the model once already, and a re-probe
+            # that loses falls back at once
+            judged = self.fallbacks or self.started_plain
+            if self.has_model and (self.evidence.tried[0] >= self.min_evidence or judged):
                 self._fall_back()
                 return self._lookup_or_plain()
             if self.lookup_first or not self.has_model:  # this round's lookup cannot pay: a plain step
                 self.lookup_first = False
                 return 0
             # else: too little evidence to judge the draft model yet; its best K keeps measuring
+        if not self._catch_up_pays(k):  # not a fallback: the draft model was never judged here
+            return self._lookup_or_plain()
         self._stretch = 1  # speculation pays again: the next fallback re-probes soon
         if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
         return k
+
+    def _catch_up_pays(self, k: int, *, probe: bool = False) -> bool:
+        """Whether drafting with the model at K can repay the draft's catch-up (its prompt pass, on
+        a request's first model draft): the seconds its expected rate saves over the best plan
+        without it (the lookup's or plain), for every token the request may still emit, against the
+        catch-up's measured seconds. A short request whose drafts gain little stays without it. A
+        re-probe is exploration: it is judged by what drafts that were all kept would save, so only
+        one that could not pay even then is skipped."""
+        if (
+            not self.has_model
+            or self.behind <= CATCH_UP_FREE
+            or self.left is None
+            or not self.model_tokens(k)
+        ):
+            return True
+        per_token = self.costs.t_catch.value
+        if per_token is None:  # not measured yet: the first catch-up measures it
+            return True
+        alt_k, _ = self.best_plan("lookup")
+        alt = max(self.expected_rate(0), self.expected_rate(alt_k, True) if alt_k else 0.0)
+        rate = self._all_kept_rate() if probe else self.expected_rate(k)
+        saved = self.left * (1.0 / alt - 1.0 / rate)
+        return saved > self.behind * per_token
+
+    def _all_kept_rate(self) -> float:
+        """The draft model's rate at its best K if it drafted every token right."""
+        f, k = self.n_forced, np.arange(1, self.k_max + 1)
+        curve = self.costs.curve(self.k_max + f)
+        t_d, o = self.costs.t_draft.value or 0.0, self.costs.t_overhead.value or 0.0
+        return float(np.max((1 + f + k) / (k * t_d + curve[f + k + 1] + o)))
 
     def _lookup_or_plain(self) -> int:
         """While the draft model sits out, a lookup match may still pay on its own (it costs no
@@ -301,8 +350,21 @@ class AutoK:
         """Plain rounds before the next re-probe: a re-probe is not free (the draft first catches up
         on every token since it last drafted), so each one that finds speculation still losing
         doubles the wait, up to 16x."""
-        self.plain_left = self._stretch_len = self.reprobe_after * self._stretch - 1
+        self.plain_left = self._stretch_len = self._reprobe_gap() * self._stretch - 1
         self._stretch = min(2 * self._stretch, 16)
+
+    def _reprobe_gap(self) -> int:
+        """The first stretch's plain steps: long enough that a re-probe which loses (one drafted
+        token, rejected) costs the stretch at most PROBE_SHARE of its time. On a flat GPU curve that
+        is a few steps, so a reply whose draft turns good after a bad opening is not left plain for
+        32 steps; on a steep CPU curve, where a lost probe costs a whole plain step, it is 32. (The
+        draft's catch-up on the stretch grows with it: the same share at any length.)"""
+        plain = self.verify_time(1)
+        loss = (self.costs.t_draft.value or 0.0) + self.verify_time(2) - plain
+        if plain <= 0 or not self.has_model:
+            return self.reprobe_after
+        gap = math.ceil(max(loss, 0.0) / (PROBE_SHARE * plain))
+        return min(max(gap, MIN_REPROBE_GAP), self.reprobe_after)
 
     def observe(
         self,
@@ -318,13 +380,18 @@ class AutoK:
         n_lookup: int = 0,
         n_forced: int = 0,
         replay: bool = False,
+        catch_tokens: int = 0,
+        catch_s: float = 0.0,
     ) -> None:
         """One round's outcome; `batch_tokens` is the verify batch's size over every sequence in it
         (None or n_drafted + n_forced + 1 when this sequence was alone); the first `n_lookup` drafts
         came from the lookup (at no draft time), the rest from the draft model, and `n_forced` more
         tokens of the batch were the grammar's (free, and not this controller's to learn from). A
         `replay` round re-evaluated what a snapshot rollback undid: speculation's cost, so it counts
-        in the realised rate."""
+        in the realised rate. Before drafting, the draft caught up on `catch_tokens` tokens in
+        `catch_s` seconds (its share of the round's catch-up decode; not in `round_s`)."""
+        if catch_tokens > CATCH_UP_FREE:
+            self.costs.t_catch.add(catch_s / catch_tokens)
         if replay:
             self._judge(n_emitted, round_s)
         alone = batch_tokens is None or batch_tokens == n_drafted + n_forced + 1

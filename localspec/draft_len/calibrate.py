@@ -94,6 +94,19 @@ def measure(
     return verify, draft_s
 
 
+def catch_up_time(draft: Evaluator, prefix: Sequence[int], tries: int = 2) -> float:
+    """The draft's seconds per token when it catches up on many tokens in one decode, as it does on
+    its prompt before its first draft, the fastest of `tries`. The cache is left empty."""
+    best = float("inf")
+    for _ in range(tries):
+        draft.truncate(0)
+        t0 = time.perf_counter()
+        draft.eval(list(prefix), 0, 1)
+        best = min(best, time.perf_counter() - t0)
+    draft.truncate(0)
+    return best / len(prefix)
+
+
 def rollback_cost(ctx, prefix: Sequence[int], k: int = 4, tries: int = 5) -> dict:  # noqa: ANN001
     """What rolling back a verify of k drafts costs on this context (half of them kept), per round:
     the rollback itself, and the replay a restored snapshot needs (recurrent memories only). The

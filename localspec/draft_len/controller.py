@@ -23,6 +23,9 @@ class KController(Protocol):
     def offer_forced(self, n: int) -> None:
         """The grammar forces the next n tokens: free drafts, kept for certain, in the batch."""
 
+    def offer_lag(self, behind: int, left: int) -> None:
+        """The draft model lags the text by `behind` tokens; the request may emit `left` more."""
+
     def offer(self, n_lookup: int, match_len: int) -> None:
         """What this round's lookup proposes: n_lookup tokens from a match of match_len tokens."""
 

@@ -53,6 +53,9 @@ class Floor:
 @dataclass
 class Costs:
     t_draft: Floor = field(default_factory=Floor)
+    # the draft's seconds per token when it catches up in one batched decode: its prompt pass, or
+    # the tokens of a plain stretch, paid before its first draft after them
+    t_catch: Floor = field(default_factory=Floor)
     t_overhead: Ema = field(default_factory=Ema)
     verify: dict[int, Floor] = field(default_factory=dict)  # batch size -> its timings
     seen_at: dict[int, int] = field(default_factory=dict)  # batch size -> round last measured
@@ -78,19 +81,21 @@ class Costs:
         n = np.clip(np.rint(kept).astype(int) + 2, 2, len(curve) - 1)
         return (1.0 - reach) * np.maximum(curve[n] - curve[1], 0.0)
 
-    def prime(self, verify: dict[int, float], draft_s: float | None) -> None:
+    def prime(self, verify: dict[int, float], draft_s: float | None, catch_s: float | None = None) -> None:
         """Start from known costs (calibrated at load, or remembered): no probe rounds."""
         for n, t in verify.items():
             self.verify.setdefault(n, Floor()).add(t)
             self.seen_at[n] = 0
         if draft_s is not None:
             self.t_draft.add(draft_s)
+        if catch_s is not None:
+            self.t_catch.add(catch_s)
         self.probe = []
 
-    def snapshot(self) -> tuple[dict[int, float], float | None]:
+    def snapshot(self) -> tuple[dict[int, float], float | None, float | None]:
         """What `prime` takes: the cost floors, to remember."""
         verify = {n: f.value for n, f in self.verify.items() if f.value is not None}
-        return verify, self.t_draft.value
+        return verify, self.t_draft.value, self.t_catch.value
 
     def add_verify(self, n: int, seconds: float, round_no: int) -> None:
         self.verify.setdefault(n, Floor()).add(seconds)

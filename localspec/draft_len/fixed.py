@@ -20,6 +20,9 @@ class FixedK:
     def offer_forced(self, n: int) -> None:
         self.n_forced = self.forced_take = n
 
+    def offer_lag(self, behind: int, left: int) -> None:  # a fixed K drafts whatever the catch-up
+        pass
+
     def offer(self, n_lookup: int, match_len: int) -> None:
         self.lookup_first = n_lookup > 0 and (match_len >= FIXED_LOOKUP_MIN or not self.has_model)
         self._n_lookup = n_lookup if self.lookup_first else 0

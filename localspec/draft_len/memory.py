@@ -33,6 +33,7 @@ class TunerRecord:
     acc: list[float] = field(default_factory=list)  # decayed accepted counts by draft position
     tried: list[float] = field(default_factory=list)  # decayed reached counts by draft position
     saved_at: float = 0.0
+    catch_s: float | None = None  # the draft's catch-up seconds per token (None in older records)
 
     def to_json(self, key: dict[str, Any]) -> str:
         d = asdict(self)
@@ -55,7 +56,17 @@ class TunerRecord:
         acc, tried = [float(x) for x in d.get("acc", [])], [float(x) for x in d.get("tried", [])]
         if len(acc) != len(tried) or not all(0 <= a <= t + 1e-9 < math.inf for a, t in zip(acc, tried)):
             raise ValueError("acceptance counts inconsistent")
-        return cls(verify, None if draft is None else float(draft), acc, tried, float(d.get("saved_at", 0)))
+        catch = d.get("catch_s")
+        if catch is not None and not 0 < float(catch) < 3600:
+            raise ValueError("catch-up timing out of range")
+        return cls(
+            verify,
+            None if draft is None else float(draft),
+            acc,
+            tried,
+            float(d.get("saved_at", 0)),
+            None if catch is None else float(catch),
+        )
 
 
 def cpu_name() -> str:

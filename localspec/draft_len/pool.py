@@ -94,15 +94,17 @@ class TunerPool:
         tuner = self.by_kind[self.key(s, ctl.has_model)]
         tuner.absorb(ctl)
         if self.memory is not None and (ctl.has_model or not self.has_draft):  # the record is the pair's
-            verify, draft_s = tuner.costs.snapshot()
+            verify, draft_s, catch_s = tuner.costs.snapshot()
             ev = tuner.evidence
-            self.memory.save(TunerRecord(verify, draft_s, ev.acc.tolist(), ev.tried.tolist()))
+            self.memory.save(
+                TunerRecord(verify, draft_s, ev.acc.tolist(), ev.tried.tolist(), catch_s=catch_s)
+            )
 
     def _new_tuner(self, k_min: int, k_max: int, has_model: bool, sampled: bool) -> AutoK:
         if self.costs is None:
             self.costs = Costs.unmeasured(min(max(1, k_min), k_max), k_max, replay=self.replay)
             if self.known is not None:
-                self.costs.prime(self.known.verify_s, self.known.draft_s)
+                self.costs.prime(self.known.verify_s, self.known.draft_s, self.known.catch_s)
         priors = LOOKUP_PRIORS_SAMPLED if sampled else LOOKUP_PRIORS
         tuner = AutoK(k_min=k_min, k_max=k_max, has_model=has_model, prior_lookup=priors, costs=self.costs)
         if self.known is not None:
@@ -121,4 +123,7 @@ def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
     creep = 64 if getattr(target_ctx, "rollback", "") == "rs" else 0  # rs timings run a position on each
     prefix = prefix[: target_ctx.n_ctx - max([max_batch, *also]) - creep]
     verify, draft_s = calibrate.measure(target_ctx, draft_ctx, prefix, max_batch=max_batch, also=also)
-    return TunerRecord(verify, draft_s)
+    # the target's MTP head follows the target's cache: it never catches up
+    own_cache = draft_s is not None and getattr(draft_ctx, "source", "draft") == "draft"
+    catch_s = calibrate.catch_up_time(draft_ctx, prefix) if own_cache else None
+    return TunerRecord(verify, draft_s, catch_s=catch_s)

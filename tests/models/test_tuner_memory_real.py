@@ -19,6 +19,7 @@ def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypat
     s = Settings.load(target=smollm2_path, draft=smollm2_path, temperature=0.0, max_tokens=12, n_ctx=256)
     with Engine(s) as eng:
         assert eng.calibration == "measured" and len(calls) == 1
+        assert 0 < eng.tuners.known.catch_s < eng.tuners.known.draft_s  # a batched pass: cheaper a token
         predicted = AutoK()
         predicted.prime(eng.tuners.known.verify_s, eng.tuners.known.draft_s)
         predicted = predicted.fork()
@@ -52,6 +53,7 @@ def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypat
     r = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
     tm = json.loads(r.output)["tuner_memory"]
     assert tm["path"] == str(files[0]) and tm["verify_ms"]["1"] > 0 and tm["draft_ms_per_token"] > 0
+    assert 0 < tm["catch_up_ms_per_token"] < tm["draft_ms_per_token"]
     text = CliRunner().invoke(cli, args, catch_exceptions=False).output
     assert "auto-K" in text and "remembered" in text and "verify ms by batch: 1:" in text
 

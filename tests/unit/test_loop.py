@@ -16,7 +16,17 @@ from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
 
 from ..fake_backend import FakeContext, markov_tables
-from ..helpers import CHI2_999, GREEDY, ContextFull, chi2, feed, plain, speculative_steps, text_deltas
+from ..helpers import (
+    CHI2_999,
+    GREEDY,
+    ContextFull,
+    chi2,
+    feed,
+    follow_text,
+    plain,
+    speculative_steps,
+    text_deltas,
+)
 
 
 def run(target, draft, prompt, sp=GREEDY, k=4, n=20, mode="pq", seed=0, counters=None, **cfg):
@@ -354,17 +364,67 @@ def test_auto_k_resumes_after_a_kept_reprobe_when_the_text_turned_draftable():
     ctl.prime(dict(_SAW), 0.018)  # calibrated at load, as a fresh process is
     verify = lambda n: _SAW[min(n, 9)]  # noqa: E731
     text = [0] * 8 + [1] * 400  # the draft's guess at each position: wrong, then right
-    t, ks = 0, []
-    while t < 200:
-        k = ctl.choose()
-        run = next((i for i in range(k) if not text[t + i]), k)
-        ks.append(k)
-        ctl.observe(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=0.018 * k,
-                    verify_s=verify(k + 1), round_s=0.018 * k + verify(k + 1))  # fmt: skip
-        t += run + 1
+    ks = follow_text(ctl, text, 0.018, verify, 200)
     assert ctl.fallbacks == 1  # the opening's misses: one fallback, then one plain stretch
     first_probe = next(i for i, k in enumerate(ks) if i > 8 and k > 0)
     assert all(k > 0 for k in ks[first_probe : first_probe + 20]), ks  # speculating again, at once
+
+
+@pytest.mark.parametrize(
+    "curve,t_draft,most_plain",
+    [
+        ({n: 0.020 + 0.0004 * n for n in range(1, 18)}, 0.002, 16),  # flat (GPU-like): a lost probe is cheap
+        (_SAW, 0.018, 40),  # the Xeon's steep CPU curve: a lost probe costs a fifth of a plain step
+    ],
+)
+def test_auto_k_reprobes_as_soon_as_a_lost_probe_is_cheap(curve, t_draft, most_plain):
+    """After a fallback the plain stretch is priced: long enough that a re-probe that loses costs at
+    most a few percent of it. On a flat curve that is a few steps, so a reply whose draft turns good
+    after a bad opening is not left plain for 32 (research/replay_autok.py, zh-explain on the GPU
+    curve: 0.80x the best fixed K in fresh processes)."""
+    ctl = AutoK()
+    ctl.prime(dict(curve), t_draft)
+    ctl = ctl.fork()
+    text = [0] * 12 + [1] * 600  # the opening the draft misses, then text it keeps
+    ks = follow_text(ctl, text, t_draft, lambda n: curve[min(n, max(curve))], 300)
+    assert ctl.fallbacks >= 1 or ctl.started_plain
+    assert 1 <= ks.count(0) <= most_plain, ks
+
+
+_FLAT = {n: 0.020 + 0.0004 * n for n in range(1, 18)}  # a GPU's verify curve
+
+
+@pytest.mark.parametrize("left,drafts", [(16, False), (64, True)])
+def test_auto_k_drafts_with_the_model_only_where_what_is_left_repays_its_catch_up(left, drafts):
+    """Before its first draft the draft model catches up on the prompt in one decode (here 128
+    tokens at 2 ms: 0.26 s). Drafting saves ~10 ms a token on this curve at the prior acceptance:
+    16 tokens left cannot repay that, and the round is a plain step; 64 can."""
+    ctl = AutoK()
+    ctl.prime(dict(_FLAT), 0.002)
+    ctl.costs.t_catch.add(0.002)
+    ctl = ctl.fork()
+    ctl.offer(0, 0)
+    ctl.offer_lag(128, left)
+    assert (ctl.choose() > 0) == drafts
+
+
+@pytest.mark.parametrize("catch_s,drafts", [(0.05, False), (1e-7, True)])
+def test_a_draft_whose_catch_up_cannot_pay_is_never_evaluated(catch_s, drafts):
+    """Through the real round: a 20-token request on a pair whose draft catches up at 50 ms a token
+    (1 s for the prompt) never evaluates the draft, and its text is plain decoding's; where the
+    catch-up is cheap the draft drafts, and the round's catch-up decode is measured for the next."""
+    t, d = markov_tables(v=16, noise=0.5, seed=2)
+    target, draft = FakeContext(t), FakeContext(d)
+    ctl = AutoK()
+    ctl.prime(dict(_FLAT), 0.002)
+    ctl.costs.t_catch.add(catch_s)
+    ctl = ctl.fork()
+    prompt = list(range(1, 16)) + [1, 2, 3, 4, 5]
+    got, c = run(target, draft, prompt, k=ctl, n=20)
+    assert got == plain(t, prompt, n=20)
+    assert any(kind == "eval" for kind, _, _ in draft.calls) == drafts
+    assert (c.n_drafted > 0) == drafts
+    assert len(ctl.costs.t_catch.samples) == (2 if drafts else 1)  # the prompt's catch-up, timed
 
 
 def test_auto_k_carries_its_measurements_to_the_next_request():

@@ -3,6 +3,7 @@ starts from them instead of probing every K."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -12,13 +13,23 @@ from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
 from localspec.draft_len.memory import TunerMemory, TunerRecord
 
+from ..helpers import follow_text
+
 KEY = {"target": "abc", "draft": "def", "llama_cpp": "0.3.36", "cpu": "test"}
 # verify seconds by batch size for the stand-in pair: the Xeon's as measured; the EPYC's measured at
 # 1, 2, 3, 4 and 8 tokens (issue #15/#17) with the sizes between interpolated; and a GPU-like flat one
 XEON = {1: 0.129, 2: 0.136, 3: 0.216, 4: 0.202, 5: 0.279, 6: 0.286, 7: 0.365, 8: 0.387, 9: 0.474}
 EPYC = {1: 0.057, 2: 0.079, 3: 0.124, 4: 0.131, 5: 0.190, 6: 0.205, 7: 0.260, 8: 0.299, 9: 0.350}
 GPU = {n: 0.020 + 0.0004 * n for n in range(1, 18)}
-CURVES = {"xeon": (XEON, 0.018), "epyc": (EPYC, 0.0092), "gpu": (GPU, 0.002)}
+# the AVX-512 EPYC with a native build (research/replay_lookup.py, 2026-12-02): 2 tokens cost 1.7x one,
+# so a draft model pays only when it keeps nearly everything
+EPYC_NATIVE = {1: 0.030, 2: 0.051, 3: 0.076, 4: 0.088, 5: 0.119, 6: 0.148, 7: 0.148, 8: 0.149, 9: 0.169}
+CURVES = {
+    "xeon": (XEON, 0.018),
+    "epyc": (EPYC, 0.0092),
+    "epyc-native": (EPYC_NATIVE, 0.0077),
+    "gpu": (GPU, 0.002),
+}
 
 
 def _mem(tmp_path, notes, key=KEY) -> TunerMemory:
@@ -27,11 +38,11 @@ def _mem(tmp_path, notes, key=KEY) -> TunerMemory:
 
 def test_record_round_trip(tmp_path):
     notes: list[str] = []
-    rec = TunerRecord({1: 0.1, 2: 0.12, 4: 0.2}, 0.01, [3.0, 1.5], [4.0, 3.0])
+    rec = TunerRecord({1: 0.1, 2: 0.12, 4: 0.2}, 0.01, [3.0, 1.5], [4.0, 3.0], catch_s=0.002)
     _mem(tmp_path, notes).save(rec)
     got = _mem(tmp_path, notes).load()
     assert got is not None and notes == []
-    assert got.verify_s == rec.verify_s and got.draft_s == rec.draft_s
+    assert got.verify_s == rec.verify_s and got.draft_s == rec.draft_s and got.catch_s == 0.002
     assert got.acc == rec.acc and got.tried == rec.tried and got.saved_at > 0
     assert not list(tmp_path.glob(".tuner-*"))  # the temporary file was renamed, not left behind
 
@@ -52,6 +63,7 @@ def test_record_round_trip(tmp_path):
         (json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": float("nan")}}), "out of range"),
         (json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "draft_s": float("nan")}), "range"),
         (json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "draft_s": -0.01}), "range"),
+        (json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "catch_s": float("inf")}), "range"),
         *[
             (
                 json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "acc": a, "tried": t}),
@@ -75,6 +87,17 @@ def test_corrupt_or_stale_cache_is_ignored_with_one_note(tmp_path, content, why)
     assert len(notes) == 1 and why in notes[0] and str(mem.path) in notes[0]
     mem.save(TunerRecord({1: 0.1}, 0.01))  # the next save replaces it
     assert _mem(tmp_path, notes).load() is not None
+
+
+def test_a_record_from_before_the_catch_up_timing_still_loads(tmp_path):
+    """Records written before the draft's catch-up was timed have no catch_s: the costs they hold
+    still hold, and the first catch-up measures the rest."""
+    notes: list[str] = []
+    mem = _mem(tmp_path, notes)
+    mem.path.parent.mkdir(parents=True, exist_ok=True)
+    mem.path.write_text(json.dumps({"schema": 1, "key": KEY, "verify_s": {"1": 0.1}, "draft_s": 0.01}))
+    got = mem.load()
+    assert got is not None and got.catch_s is None and notes == []
 
 
 def test_unwritable_cache_is_a_warning_not_an_error(tmp_path):
@@ -141,7 +164,8 @@ def test_primed_tuner_starts_plain_when_speculation_cannot_pay():
 @pytest.mark.parametrize("a", [0.55, 0.8, 0.92])
 def test_one_shot_request_with_calibrated_costs_is_near_the_best_fixed_k(curve, a):
     """A fresh process: costs known from calibration, acceptance not yet (the prior). A 96-token
-    request must reach 0.95x the best of plain, K=1 and K=3, and never lose to plain by > 3%."""
+    request must reach 0.95x the best of plain, K=1 and K=3, and never lose to plain by > 1% (on the
+    native EPYC's steep curve a start predicted plain re-probed for six losing rounds: 0.97-0.99x)."""
     verify, t_draft = CURVES[curve]
     autos, refs = [], {k: [] for k in (0, 1, 3)}
     for seed in range(30):
@@ -153,7 +177,24 @@ def test_one_shot_request_with_calibrated_costs_is_near_the_best_fixed_k(curve, 
     auto = float(np.mean(autos))
     ref = {k: float(np.mean(v)) for k, v in refs.items()}
     assert auto >= 0.95 * max(ref.values()), (auto, ref)
-    assert auto >= 0.97 * ref[0], (auto, ref)
+    assert auto >= 0.99 * ref[0], (auto, ref)
+
+
+def test_a_start_predicted_plain_judges_its_reprobe_at_once():
+    """The costs said plain at the start, so the request has judged the draft model once already: a
+    re-probe that loses falls back at once, as one after a fallback does, instead of drafting for
+    the six rounds of evidence a request's very first rounds get."""
+    verify, t_draft = CURVES["epyc-native"]
+    ctl = AutoK()
+    ctl.prime(verify, t_draft)
+    ctl = ctl.fork()
+    text = [1, 1, 0] * 200  # the draft keeps two tokens in three: far below what pays on this curve
+    ks = follow_text(ctl, text, t_draft, verify.get, 300)
+    assert ctl.started_plain and ks[0] == 0
+    drafted = [i for i, k in enumerate(ks) if k]
+    # each re-probe is at most two rounds (a kept one, then the miss), not a run of six or more
+    runs = [len(list(g)) for drafting, g in itertools.groupby(bool(k) for k in ks) if drafting]
+    assert drafted and max(runs) <= 2, ks
 
 
 def test_remembered_acceptance_moves_the_first_choice():
@@ -175,3 +216,26 @@ def test_the_memory_is_this_users_alone(tmp_path):
     assert mem.path.stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
     assert (tmp_path / "cache" / "tuner").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("left,probes", [(40, False), (5000, True)])
+def test_a_reprobe_that_all_kept_drafts_could_not_repay_is_skipped(left, probes):
+    """A request that started plain re-probes the draft model after its stretch, and the draft first
+    catches up on the prompt and the stretch (~160 tokens, 0.3 s). With 9 tokens left when the
+    stretch ends, even drafts that were all kept could not repay that, and the request stays plain;
+    with thousands left the re-probe runs as before."""
+    verify, t_draft = CURVES["epyc-native"]
+    ctl = AutoK()
+    ctl.prime(verify, t_draft)
+    ctl.costs.t_catch.add(0.002)
+    ctl = ctl.fork()
+    ks: list[int] = []
+    for t in range(min(left, 40) - 1):
+        ctl.offer(0, 0)
+        ctl.offer_lag(128 + t, left - t)
+        ks.append(ctl.choose())
+        k = ks[-1]
+        ctl.observe(k=k, n_drafted=k, n_accepted=k, n_emitted=k + 1, draft_s=t_draft * k,
+                    verify_s=verify[k + 1], round_s=t_draft * k + verify[k + 1])  # fmt: skip
+    assert ctl.started_plain and ks[0] == 0
+    assert any(ks) == probes, ks
