@@ -180,6 +180,7 @@ def decode_round(
     t_deval = 0.0  # time inside the draft's decodes, for the overhead figure
     active = [st for st in live if total[st] > len(drafts[st]) and not _ended(st, drafts[st], draft)]
     t_catch, caught = _draft_catch_up(draft, active)  # the draft's prompt pass, late: prefill, not drafting
+    catch_per_token = t_catch / max(sum(caught.values()), 1)
     if active:
         items = []
         for st in active:
@@ -339,7 +340,7 @@ def decode_round(
             n_forced=len(src) - len(own),
             replay=replaying[st],
             catch_tokens=caught.get(st, 0),
-            catch_s=t_catch * caught.get(st, 0) / max(sum(caught.values()), 1),
+            catch_s=catch_per_token * caught.get(st, 0),
         )
         if offered.get(st) and not n_look:
             st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new[len(forced[st]) :]))

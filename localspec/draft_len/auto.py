@@ -197,11 +197,12 @@ class AutoK:
         n = min(self._n_lookup, self.k_max)
         return np.concatenate([self.evidence.lookup_probs(self._bucket)[:n], probs[: self.k_max - n]])
 
-    def _rates(self, lookup_first: bool, curve: np.ndarray) -> np.ndarray:
-        """expected_rate for K = 1..k_max at once (this runs every round: no Python loop over K)."""
+    def _rates(self, lookup_first: bool, curve: np.ndarray, probs: np.ndarray | None = None) -> np.ndarray:
+        """expected_rate for K = 1..k_max at once (this runs every round: no Python loop over K);
+        `probs`: acceptance by position in place of the plan's evidence."""
         k = np.arange(1, self.k_max + 1)
         model = np.maximum(k - self._n_lookup, 0) if lookup_first else k
-        reach = np.cumprod(self._plan_probs(lookup_first))
+        reach = np.cumprod(self._plan_probs(lookup_first) if probs is None else probs)
         f = self.n_forced
         tokens = 1.0 + f + np.cumsum(reach)
         t_d, o = self.costs.t_draft.value or 0.0, self.costs.t_overhead.value or 0.0
@@ -313,10 +314,8 @@ class AutoK:
 
     def _all_kept_rate(self) -> float:
         """The draft model's rate at its best K if it drafted every token right."""
-        f, k = self.n_forced, np.arange(1, self.k_max + 1)
-        curve = self.costs.curve(self.k_max + f)
-        t_d, o = self.costs.t_draft.value or 0.0, self.costs.t_overhead.value or 0.0
-        return float(np.max((1 + f + k) / (k * t_d + curve[f + k + 1] + o)))
+        curve = self.costs.curve(self.k_max + self.n_forced)
+        return float(self._rates(False, curve, np.ones(self.k_max)).max())
 
     def _lookup_or_plain(self) -> int:
         """While the draft model sits out, a lookup match may still pay on its own (it costs no
@@ -390,7 +389,7 @@ class AutoK:
         `replay` round re-evaluated what a snapshot rollback undid: speculation's cost, so it counts
         in the realised rate. Before drafting, the draft caught up on `catch_tokens` tokens in
         `catch_s` seconds (its share of the round's catch-up decode; not in `round_s`)."""
-        if catch_tokens > CATCH_UP_FREE:
+        if catch_tokens:  # the round's catch-up decode, timed (round.py runs one only for a real lag)
             self.costs.t_catch.add(catch_s / catch_tokens)
         if replay:
             self._judge(n_emitted, round_s)

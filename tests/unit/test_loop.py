@@ -370,10 +370,13 @@ def test_auto_k_resumes_after_a_kept_reprobe_when_the_text_turned_draftable():
     assert all(k > 0 for k in ks[first_probe : first_probe + 20]), ks  # speculating again, at once
 
 
+_FLAT = {n: 0.020 + 0.0004 * n for n in range(1, 18)}  # a GPU's verify curve
+
+
 @pytest.mark.parametrize(
     "curve,t_draft,most_plain",
     [
-        ({n: 0.020 + 0.0004 * n for n in range(1, 18)}, 0.002, 16),  # flat (GPU-like): a lost probe is cheap
+        (_FLAT, 0.002, 16),  # flat (GPU-like): a lost probe is cheap
         (_SAW, 0.018, 40),  # the Xeon's steep CPU curve: a lost probe costs a fifth of a plain step
     ],
 )
@@ -389,9 +392,6 @@ def test_auto_k_reprobes_as_soon_as_a_lost_probe_is_cheap(curve, t_draft, most_p
     ks = follow_text(ctl, text, t_draft, lambda n: curve[min(n, max(curve))], 300)
     assert ctl.fallbacks >= 1 or ctl.started_plain
     assert 1 <= ks.count(0) <= most_plain, ks
-
-
-_FLAT = {n: 0.020 + 0.0004 * n for n in range(1, 18)}  # a GPU's verify curve
 
 
 @pytest.mark.parametrize("left,drafts", [(16, False), (64, True)])
