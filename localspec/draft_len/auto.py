@@ -36,6 +36,10 @@ from localspec.draft_len.evidence import LOOKUP_PRIORS, Evidence, lookup_bucket
 PROBE_SHARE = 0.03  # a lost re-probe may cost this much of the plain stretch before it
 MIN_REPROBE_GAP = 4  # plain steps, at least, between re-probes
 CATCH_UP_FREE = 2  # a draft this many tokens behind catches up within its first draft step (round.py)
+# rounds after which a plain step retakes the plain step's timing while speculating: one taken at
+# load only (once, and perhaps under another process's load), and one taken since
+RETAKE_LOADED = 8
+RETAKE_PLAIN = 128
 
 
 @dataclass
@@ -76,6 +80,7 @@ class AutoK:
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
     behind: int = 0  # tokens the draft model must catch up on before it drafts (offer_lag)
     left: int | None = None  # tokens this request may still emit (None: unknown)
+    _retaken_at: int = 0  # the round this request last took a plain step to retake its timing
 
     def __post_init__(self) -> None:
         self.k_min = min(max(1, self.k_min), self.k_max)
@@ -285,6 +290,9 @@ class AutoK:
         if not self._catch_up_pays(k):  # not a fallback: the draft model was never judged here
             return self._lookup_or_plain()
         self._stretch = 1  # speculation pays again: the next fallback re-probes soon
+        if self._plain_is_stale():
+            self._retaken_at, self.lookup_first = self._rounds, False
+            return 0
         if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
         return k
@@ -311,6 +319,17 @@ class AutoK:
         rate = self._all_kept_rate() if probe else self.expected_rate(k)
         saved = self.left * (1.0 / alt - 1.0 / rate)
         return saved > self.behind * per_token
+
+    def _plain_is_stale(self) -> bool:
+        """Whether a plain step should retake its own timing: every plan is priced against it, and
+        no speculative round measures it. One taken only at load may be a stall (another process
+        busy then), which makes every draft look cheap for good - a CI machine kept a never-kept MTP
+        head drafting; it is retaken after a few rounds, and any other after RETAKE_PLAIN."""
+        last = self.costs.seen_at.get(1)
+        if last is None:  # never measured: the probe rounds will
+            return False
+        loaded = last == 0 and not self._retaken_at
+        return self._rounds - max(last, self._retaken_at) >= (RETAKE_LOADED if loaded else RETAKE_PLAIN)
 
     def _all_kept_rate(self) -> float:
         """The draft model's rate at its best K if it drafted every token right."""

@@ -53,10 +53,13 @@ def test_mtp_drafts_are_verified_losslessly_with_stats_per_source(mtp_models):
         assert sampled.stats.sources["mtp"]["drafted"] > 0
 
 
-def test_the_tuner_drops_a_head_that_does_not_pay(mtp_models):
+@pytest.mark.parametrize("stall", [1, 5])
+def test_the_tuner_drops_a_head_that_does_not_pay(mtp_models, stall):
     """An MTP head whose drafts are all rejected costs a decode per token and buys nothing: auto K
-    ends up decoding plain, and the text is still the target's."""
+    ends up decoding plain, and the text is still the target's. Also where the load-time timing of a
+    plain step stalled (5x: another process busy then), which made every draft look cheap."""
     with mtp_engine(mtp_models["noise"], lookup="off") as eng:
+        eng.tuners.known.verify_s[1] *= stall  # the tuner is made, from this, by the first spec request
         plain = eng.generate(PROMPT, temperature=0, max_tokens=60, spec=False)
         spec = eng.generate(PROMPT, temperature=0, max_tokens=60)
         lossless(eng, plain, spec)

@@ -309,6 +309,7 @@ def test_nucleus_on_a_big_flat_vocabulary_is_exact():
 
 
 _SAW = {1: 0.129, 2: 0.136, 3: 0.216, 4: 0.202, 5: 0.279, 6: 0.286, 7: 0.365, 8: 0.387, 9: 0.474}
+_FLAT = {n: 0.020 + 0.0004 * n for n in range(1, 18)}  # a GPU's verify curve
 
 
 def _true_rate(k, accept_p, t_draft, verify):
@@ -342,6 +343,21 @@ def test_auto_k_falls_back_when_speculation_loses_and_reprobes():
     assert ks.count(0) >= 25 and any(k > 0 for k in ks)  # mostly plain, with periodic re-probes
 
 
+@pytest.mark.parametrize("curve,t_draft", [(_FLAT, 0.002), (_SAW, 0.018)])
+def test_a_plain_timing_stalled_at_load_is_retaken(curve, t_draft):
+    """Calibration timed the plain step once, while another process held the CPU (3x its cost):
+    priced against that, a draft every round misses looked cheaper than plain, and no speculative
+    round ever measures a plain step. A few rounds in, one plain step retakes it, and the useless
+    draft is dropped (a CI machine kept a never-kept MTP head drafting for a whole reply)."""
+    stalled = dict(curve) | {1: 3 * curve[1]}
+    ctl = AutoK()
+    ctl.prime(stalled, t_draft)
+    ctl = ctl.fork()
+    ks = follow_text(ctl, [0] * 400, t_draft, lambda n: curve[min(n, max(curve))], 200)
+    assert ctl.costs.verify_time(1) == pytest.approx(curve[1])
+    assert ctl.fallbacks >= 1 and ks[-100:].count(0) >= 85, ks  # re-probes aside
+
+
 def test_auto_k_reprobes_less_often_while_speculation_keeps_losing():
     """Each re-probe makes the draft catch up on every token since it last drafted, so a pair that
     cannot pay (a self-draft as dear as its target) must not re-probe every 32 rounds forever."""
@@ -368,9 +384,6 @@ def test_auto_k_resumes_after_a_kept_reprobe_when_the_text_turned_draftable():
     assert ctl.fallbacks == 1  # the opening's misses: one fallback, then one plain stretch
     first_probe = next(i for i, k in enumerate(ks) if i > 8 and k > 0)
     assert all(k > 0 for k in ks[first_probe : first_probe + 20]), ks  # speculating again, at once
-
-
-_FLAT = {n: 0.020 + 0.0004 * n for n in range(1, 18)}  # a GPU's verify curve
 
 
 @pytest.mark.parametrize(
