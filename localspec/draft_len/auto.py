@@ -36,10 +36,7 @@ from localspec.draft_len.evidence import LOOKUP_PRIORS, Evidence, lookup_bucket
 PROBE_SHARE = 0.03  # a lost re-probe may cost this much of the plain stretch before it
 MIN_REPROBE_GAP = 4  # plain steps, at least, between re-probes
 CATCH_UP_FREE = 2  # a draft this many tokens behind catches up within its first draft step (round.py)
-# rounds after which a plain step retakes the plain step's timing while speculating: one taken at
-# load only (once, and perhaps under another process's load), and one taken since
-RETAKE_LOADED = 8
-RETAKE_PLAIN = 128
+RETAKE_AFTER = 8  # rounds into speculating before a suspect plain timing from load is retaken
 
 
 @dataclass
@@ -80,7 +77,7 @@ class AutoK:
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
     behind: int = 0  # tokens the draft model must catch up on before it drafts (offer_lag)
     left: int | None = None  # tokens this request may still emit (None: unknown)
-    _retaken_at: int = 0  # the round this request last took a plain step to retake its timing
+    _retaken: bool = False  # this request took a plain step to retake a suspect plain timing
 
     def __post_init__(self) -> None:
         self.k_min = min(max(1, self.k_min), self.k_max)
@@ -290,8 +287,8 @@ class AutoK:
         if not self._catch_up_pays(k):  # not a fallback: the draft model was never judged here
             return self._lookup_or_plain()
         self._stretch = 1  # speculation pays again: the next fallback re-probes soon
-        if self._plain_is_stale():
-            self._retaken_at, self.lookup_first = self._rounds, False
+        if self._plain_is_suspect():
+            self._retaken, self.lookup_first = True, False
             return 0
         if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
@@ -320,16 +317,21 @@ class AutoK:
         saved = self.left * (1.0 / alt - 1.0 / rate)
         return saved > self.behind * per_token
 
-    def _plain_is_stale(self) -> bool:
-        """Whether a plain step should retake its own timing: every plan is priced against it, and
-        no speculative round measures it. One taken only at load may be a stall (another process
-        busy then), which makes every draft look cheap for good - a CI machine kept a never-kept MTP
-        head drafting; it is retaken after a few rounds, and any other after RETAKE_PLAIN."""
-        last = self.costs.seen_at.get(1)
-        if last is None:  # never measured: the probe rounds will
-            return False
-        loaded = last == 0 and not self._retaken_at
-        return self._rounds - max(last, self._retaken_at) >= (RETAKE_LOADED if loaded else RETAKE_PLAIN)
+    def _plain_is_suspect(self) -> bool:
+        """Whether to take a plain step to retake its timing: every plan is priced against it, and
+        no speculative round measures it. One taken only at load that is above a 2-token verify's is
+        a stall (a single token never costs more than two; another process was busy then), and
+        priced against it every draft looks cheap for good: a CI machine kept a never-kept MTP head
+        drafting. Milder staleness is the explorer's (`_explore`)."""
+        t1, t2 = self.costs.measured(1), self.costs.measured(2)
+        return (
+            t1 is not None
+            and t2 is not None
+            and t1 > t2
+            and self.costs.seen_at.get(1) == 0
+            and not self._retaken
+            and self._rounds >= RETAKE_AFTER
+        )
 
     def _all_kept_rate(self) -> float:
         """The draft model's rate at its best K if it drafted every token right."""
@@ -348,15 +350,14 @@ class AutoK:
     def _explore(self, best: int) -> int:
         """In turn: whichever of the two K above the best was measured longer ago (a hill climb for
         flat GPU verify curves that can step over a bad batch size on a saw-toothed CPU curve), and
-        the smaller K measured longest ago (so a timing a one-off stall left too high is retaken)."""
+        the smaller K, or the plain step, measured longest ago (so a timing a one-off stall left too
+        high is retaken; every plan is priced against the plain step, and only a plain step retakes it)."""
         self._explores += 1
         if self._explores % 2 and best < self.k_max:
             return self._stalest(range(best + 1, min(best + 2, self.k_max) + 1), best)
-        if best == self.k_min:
-            return min(best + 1, self.k_max)
-        return self._stalest(range(self.k_min, best), best)
+        return self._stalest([0, *range(self.k_min, best)], best)
 
-    def _stalest(self, ks: range, best: int) -> int:
+    def _stalest(self, ks: Sequence[int], best: int) -> int:
         return min(ks, key=lambda j: (self.costs.seen_at.get(j + 1, -1), abs(best - j)))
 
     def _fall_back(self) -> None:
