@@ -36,7 +36,7 @@ from localspec.draft_len.evidence import LOOKUP_PRIORS, Evidence, lookup_bucket
 PROBE_SHARE = 0.03  # a lost re-probe may cost this much of the plain stretch before it
 MIN_REPROBE_GAP = 4  # plain steps, at least, between re-probes
 CATCH_UP_FREE = 2  # a draft this many tokens behind catches up within its first draft step (round.py)
-RETAKE_AFTER = 8  # rounds into speculating before a suspect plain timing from load is retaken
+RETAKE_AFTER = 8  # rounds into speculating before a suspect plain timing is retaken (then 16, 32...)
 
 
 @dataclass
@@ -77,7 +77,8 @@ class AutoK:
     started_plain: bool = False  # this request began plain because speculation was predicted to lose
     behind: int = 0  # tokens the draft model must catch up on before it drafts (offer_lag)
     left: int | None = None  # tokens this request may still emit (None: unknown)
-    _retaken: bool = False  # this request took a plain step to retake a suspect plain timing
+    _retake_at: int | None = None  # the round this request retakes a suspect plain timing at
+    _retake_gap: int = RETAKE_AFTER
 
     def __post_init__(self) -> None:
         self.k_min = min(max(1, self.k_min), self.k_max)
@@ -288,7 +289,7 @@ class AutoK:
             return self._lookup_or_plain()
         self._stretch = 1  # speculation pays again: the next fallback re-probes soon
         if self._plain_is_suspect():
-            self._retaken, self.lookup_first = True, False
+            self.lookup_first = False
             return 0
         if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
             return self._explore(k)
@@ -318,20 +319,22 @@ class AutoK:
         return saved > self.behind * per_token
 
     def _plain_is_suspect(self) -> bool:
-        """Whether to take a plain step to retake its timing: every plan is priced against it, and
-        no speculative round measures it. One taken only at load that is above a 2-token verify's is
-        a stall (a single token never costs more than two; another process was busy then), and
-        priced against it every draft looks cheap for good: a CI machine kept a never-kept MTP head
-        drafting. Milder staleness is the explorer's (`_explore`)."""
+        """Whether this round is a plain step to retake the plain step's timing: every plan is priced
+        against it, and no speculative round measures it. One above a 2-token verify's is a stall (a
+        single token never costs more than two; another process was busy when it was taken, as at
+        load), and priced against it every draft looks cheap for good: a CI machine kept a never-kept
+        MTP head drafting. It is retaken RETAKE_AFTER rounds in, and while it stays above, at doubling
+        intervals (a retake can stall too). Milder staleness is the explorer's (`_explore`)."""
         t1, t2 = self.costs.measured(1), self.costs.measured(2)
-        return (
-            t1 is not None
-            and t2 is not None
-            and t1 > t2
-            and self.costs.seen_at.get(1) == 0
-            and not self._retaken
-            and self._rounds >= RETAKE_AFTER
-        )
+        if t1 is None or t2 is None or t1 <= t2:
+            return False
+        if self._retake_at is None:
+            self._retake_at = self._rounds + self._retake_gap
+        if self._rounds < self._retake_at:
+            return False
+        self._retake_gap *= 2
+        self._retake_at = self._rounds + self._retake_gap
+        return True
 
     def _all_kept_rate(self) -> float:
         """The draft model's rate at its best K if it drafted every token right."""

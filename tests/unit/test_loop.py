@@ -344,18 +344,29 @@ def test_auto_k_falls_back_when_speculation_loses_and_reprobes():
 
 
 @pytest.mark.parametrize("curve,t_draft", [(_FLAT, 0.002), (_SAW, 0.018)])
-def test_a_plain_timing_stalled_at_load_is_retaken(curve, t_draft):
+@pytest.mark.parametrize("stalled_retakes", [0, 1])
+def test_a_plain_timing_stalled_at_load_is_retaken(curve, t_draft, stalled_retakes):
     """Calibration timed the plain step once, while another process held the CPU (3x its cost):
     priced against that, a draft every round misses looked cheaper than plain, and no speculative
     round ever measures a plain step. A few rounds in, one plain step retakes it, and the useless
-    draft is dropped (a CI machine kept a never-kept MTP head drafting for a whole reply)."""
+    draft is dropped (a CI machine kept a never-kept MTP head drafting for a whole reply). A retake
+    that stalls too is retaken again."""
     stalled = dict(curve) | {1: 3 * curve[1]}
     ctl = AutoK()
     ctl.prime(stalled, t_draft)
     ctl = ctl.fork()
-    ks = follow_text(ctl, [0] * 400, t_draft, lambda n: curve[min(n, max(curve))], 200)
+    stalls = [stalled_retakes]
+
+    def verify(n: int) -> float:
+        if n == 1 and stalls[0]:
+            stalls[0] -= 1
+            return stalled[1]
+        return curve[min(n, max(curve))]
+
+    ks = follow_text(ctl, [0] * 400, t_draft, verify, 200)
     assert ctl.costs.verify_time(1) == pytest.approx(curve[1])
     assert ctl.fallbacks >= 1 and ks[-100:].count(0) >= 85, ks  # re-probes aside
+    assert sum(k > 0 for k in ks[:60]) <= 30, ks  # dropped by the second retake, not an explore at 64
 
 
 def test_auto_k_reprobes_less_often_while_speculation_keeps_losing():
