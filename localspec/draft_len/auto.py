@@ -288,7 +288,7 @@ class AutoK:
         if not self._catch_up_pays(k):  # not a fallback: the draft model was never judged here
             return self._lookup_or_plain()
         self._stretch = 1  # speculation pays again: the next fallback re-probes soon
-        if self._plain_is_suspect():
+        if self._retake_plain_now():
             self.lookup_first = False
             return 0
         if not self.lookup_first and self._rounds and self._rounds % self.explore_every == 0:
@@ -318,7 +318,7 @@ class AutoK:
         saved = self.left * (1.0 / alt - 1.0 / rate)
         return saved > self.behind * per_token
 
-    def _plain_is_suspect(self) -> bool:
+    def _retake_plain_now(self) -> bool:
         """Whether this round is a plain step to retake the plain step's timing: every plan is priced
         against it, and no speculative round measures it. One above a 2-token verify's is a stall (a
         single token never costs more than two; another process was busy when it was taken, as at
