@@ -14,6 +14,10 @@ _XDG = tempfile.mkdtemp(prefix="localspec-tests-")
 for _var in ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CONFIG_HOME"):
     os.environ[_var] = os.path.join(_XDG, _var.lower())
 
+# every round checks that its caches and matchers hold exactly the emitted tokens (decode/invariants.py);
+# set before localspec is imported, and inherited by the processes the tests start
+os.environ["LOCALSPEC_CHECK_INVARIANTS"] = "1"
+
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
 # the checkout's models/ (what `make models` fills), for the tests and the processes they start

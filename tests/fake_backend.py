@@ -70,12 +70,20 @@ class FakeContext:
             assert pos + len(tokens) <= self.n_ctx
             cache.extend(int(t) for t in tokens)
             self._record(seq, ("eval", [int(t) for t in tokens], pos))
-            rows = self.table[np.asarray(tokens[len(tokens) - n_logits :])]
+            rows = self._rows(seq, pos + len(tokens) - n_logits, n_logits)
             out.append(TopLogits.of_rows(rows, self.top_k) if self.top_on[seq] else rows)
         self.decodes.append([s for s, *_ in items])
         if self.hook:
             self.hook(self)
         return out
+
+    def _rows(self, seq: int, first: int, n: int) -> np.ndarray:
+        """The logits rows of positions first.. (cached already): the next token's, from the token there."""
+        return self.table[np.asarray(self.caches[seq][first : first + n])]
+
+    def cached_tokens(self, seq: int = 0) -> list[int]:
+        """The token evaluated at each cached position (the round's invariant checks read it)."""
+        return self.caches[seq]
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         del self.caches[seq][pos:]
@@ -101,6 +109,29 @@ class FakeContext:
 
     def is_eog(self, token: int) -> bool:
         return token in self.eog
+
+
+class AttentionContext(FakeContext):
+    """Rows that read the cache as attention does: the row at position p depends on the token there
+    and on every token *cached* before it (a hash of them picks one of `ctx` rows to add), so a cache
+    holding a token the sequence never emitted changes what comes next - which a Markov fake, whose
+    rows see only their own token, cannot show."""
+
+    def __init__(self, table: np.ndarray, ctx: np.ndarray, **kw) -> None:  # noqa: ANN003
+        super().__init__(table, **kw)
+        self.ctx = np.asarray(ctx, dtype=np.float32)
+
+    def _rows(self, seq: int, first: int, n: int) -> np.ndarray:
+        cache = self.caches[seq]
+        seen = [_prefix_class(cache[:p], len(self.ctx)) for p in range(first, first + n)]
+        return super()._rows(seq, first, n) + self.ctx[np.asarray(seen)]
+
+
+def _prefix_class(tokens: list[int], m: int) -> int:
+    h = 0
+    for t in tokens:
+        h = (h * 31 + t + 1) % 1000003
+    return h % m
 
 
 def markov_tables(v: int = 8, noise: float = 0.0, seed: int = 0, scale: float = 3.0):

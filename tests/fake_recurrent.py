@@ -118,6 +118,10 @@ class FakeRecurrentContext:
             h = (h * 31 + t + 1) % 1000003
         return h % M
 
+    def cached_tokens(self, seq: int = 0) -> list[int]:
+        """What the sequence's state has read, position by position (-1: a stale state's garbage)."""
+        return self.mem.tokens[seq]
+
     def checkpoint(self, seq: int = 0, at: int | None = None) -> None:
         self._rb.checkpoint(seq, self._past[seq], at)
 

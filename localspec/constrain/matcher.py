@@ -25,7 +25,7 @@ class Matcher:
         self._ll = ll
         self.vocab = vocab
         self._eog = frozenset(vocab.eog)
-        self.n_consumed = 0  # tokens consumed since the start (rollback can undo at most this many)
+        self.consumed: list[int] = []  # every token consumed since the start, rolled back ones gone
         self._uncounted_eog = False  # the last token is an EOG llguidance did not record
         self._bits = np.zeros((vocab.n_vocab + 31) // 32, dtype=np.int32)
         self._mask: np.ndarray | None = None  # the current state's mask, until the state changes
@@ -103,7 +103,7 @@ class Matcher:
                 self._uncounted_eog = True
             elif not self._ll.consume_token(last):
                 self._stuck("")
-        self.n_consumed += len(tokens)
+        self.consumed += tokens
         self._mask = None
 
     def rollback(self, n: int) -> None:
@@ -116,16 +116,21 @@ class Matcher:
         if n_ll and not self._ll.rollback(n_ll):
             self._stuck(f"rollback of {n} failed")
         self._uncounted_eog = False
-        self.n_consumed -= n
+        del self.consumed[-n:]
         self._mask = None
 
     def fork(self) -> "Matcher":
         """An independent copy of this state (llguidance's deep_copy shares the compiled grammar)."""
         m = Matcher(self._ll.deep_copy(), self.vocab)
-        m.n_consumed, m._uncounted_eog = self.n_consumed, self._uncounted_eog
+        m.consumed, m._uncounted_eog = list(self.consumed), self._uncounted_eog
         return m
 
     # -- where it stands ------------------------------------------------------------------------
+    @property
+    def n_consumed(self) -> int:
+        """Tokens consumed since the start (rollback can undo at most this many)."""
+        return len(self.consumed)
+
     @property
     def accepting(self) -> bool:
         """The text so far is a complete answer: an end-of-generation token is allowed now."""

@@ -116,9 +116,16 @@ class Track:
     def settle(self, kept: int, emitted: Sequence[int]) -> None:
         """After verification: the round kept the first `kept` drafts and then emitted `emitted`
         (the target's own token, usually); the matcher ends where the sequence does."""
-        self.matcher.rollback(self.n_drafted - kept)
+        undo, self.masks = self.n_drafted - kept, []
+        self.matcher.rollback(undo)
         self.matcher.consume(emitted)
-        self.masks = []
+
+    @_timed
+    def end_round(self) -> None:
+        """The round is over: drafts it did not settle (a decode raised before verification) are
+        undrafted, so the next round starts where the emitted tokens put the matcher."""
+        undo, self.masks = max(self.n_drafted, 0), []
+        self.matcher.rollback(undo)
 
     def take_spent(self) -> float:
         spent, self.spent_s = self.spent_s, 0.0

@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from localspec.decode import invariants
 from localspec.decode.rows import (
     constrained,
     distributions,
@@ -114,7 +115,27 @@ def decode_round(
     llama-server does. Returns, per filling sequence, whether its prompt is now in.
 
     A constrained sequence (`track`) has the tokens its grammar forces drafted first, for free; every
-    draft and target row it uses is masked to what the grammar allows at that position."""
+    draft and target row it uses is masked to what the grammar allows at that position. A round that
+    raises (a decode llama.cpp refused) undoes its drafts in every matcher, as one that settles does;
+    the caller puts the caches back (the scheduler's resync)."""
+    try:
+        done = _round(target, draft, states, filling, budget)
+    finally:
+        for st in states:
+            if st.track is not None:
+                st.track.end_round()
+    if invariants.ON:
+        invariants.check(target, draft, [*states, *filling])
+    return done
+
+
+def _round(
+    target: Evaluator,
+    draft: Evaluator | None,
+    states: Sequence[SeqState],
+    filling: Sequence[SeqState],
+    budget: int | None,
+) -> list[bool]:
     t_round = time.perf_counter()
     live = []
     for st in states:
@@ -290,6 +311,7 @@ def decode_round(
             new = with_logprobs(st, new, shaped, [p[i] if i < have else None for i in range(len(shaped))])
         if st.track is not None:
             _settle(st, n_acc, new)
+        verified = len(st.tokens) + _agreeing(d, new)  # the positions whose cached token was emitted
         st.tokens.extend(s.token for s in new)
         if draft is not None and st.draft_model and any(s.token >= draft.n_vocab for s in new):
             st.draft_model = False  # the target made an id the draft has not got: no more model drafts
@@ -298,9 +320,10 @@ def decode_round(
         st.n_new += len(new)
         if st.finish is None and st.max_new is not None and st.n_new >= st.max_new:
             st.finish = "length"
-        target.truncate(len(st.tokens) - 1, st.seq)
+        keep = min(verified, len(st.tokens) - 1)  # never a token no decode evaluated there
+        target.truncate(keep, st.seq)
         if draft is not None and st.speculative and st.k_ctl.has_model:
-            draft.truncate(min(draft.past(st.seq), len(st.tokens) - 1), st.seq)
+            draft.truncate(min(draft.past(st.seq), keep), st.seq)
         st.out.extend(new)
         t3 = time.perf_counter()
 
@@ -357,12 +380,26 @@ def _ended(st: SeqState, drafts: list[int], draft: Evaluator | None) -> bool:
 def _settle(st: SeqState, n_acc: int, new: list[Step]) -> None:
     """Move the matcher to where the sequence now ends: back to the kept drafts, on by the target's
     token. A grammar now complete ends the output as the target would: only EOG is allowed next, so
-    it is emitted without a pass (any EOG; they all end the text the same way)."""
+    it is emitted without a pass (any EOG; they all end the text the same way) - and never counts
+    as cached: no decode evaluated it (`_agreeing`)."""
     kept = min(n_acc, len(new))
     constrained(st, st.track.settle, kept, [s.token for s in new[kept:]])
     if st.finish is None and st.track.done:
-        new.append(Step(st.track.matcher.vocab.eog[0], False))
+        eog = st.track.matcher.vocab.eog[0]
+        new.append(Step(eog, False))
+        constrained(st, st.track.matcher.consume, [eog])
         st.finish = "stop"
+
+
+def _agreeing(drafts: Sequence[int], new: Sequence[Step]) -> int:
+    """How many of the round's emitted tokens lead in agreement with its drafts: the verify decode
+    evaluated draft i at the position where new[i] was emitted, so exactly these positions of the
+    caches hold what the sequence emitted (a token the round appends unverified - the EOG after a
+    complete grammar - or the target's own token where a draft was rejected never does)."""
+    n = 0
+    while n < min(len(drafts), len(new)) and drafts[n] == new[n].token:
+        n += 1
+    return n
 
 
 def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[int, int]:

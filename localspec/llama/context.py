@@ -97,6 +97,9 @@ class Context:
         self._mem = C.llama_get_memory(ptr)
         self._batch = _Batch(self.n_batch)
         self._past = [0] * n_seq  # tokens each sequence has in the KV cache (positions 0..past-1)
+        # the token each sequence's cache holds at each position (read by the round's invariant check;
+        # 4 bytes a cell beside the KV cache's kilobytes, pages touched only where positions are used)
+        self._held = np.zeros((n_seq, self.n_ctx), np.int32)
         # seconds inside llama_decode, wall and this thread's CPU (what the round's overhead leaves out)
         self.decode_s = self.decode_cpu_s = 0.0
         self.cpu_timing = False
@@ -288,7 +291,12 @@ class Context:
             self.on_decode(list(zip(seq.tolist(), pos.tolist(), tok.tolist())))
         for s, p in zip(seq.tolist(), pos.tolist()):  # each sequence's last position
             self._past[s] = p + 1
+        self._held[seq, pos] = tok
         return int(want.sum())
+
+    def cached_tokens(self, seq: int = 0) -> np.ndarray:
+        """The token evaluated at each of sequence seq's cached positions (`past(seq)` of them)."""
+        return self._held[seq, : self._past[seq]]
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         """Forget every cached position >= pos of sequence `seq` (the single rollback operation).
@@ -317,6 +325,7 @@ class Context:
         if n:
             C.llama_memory_seq_cp(self._mem, src, dst, 0, n)
         self._past[dst] = n
+        self._held[dst, :n] = self._held[src, :n]
 
     @property
     def rollback_stats(self) -> recurrent.RollbackStats:

@@ -124,6 +124,7 @@ class MtpDrafter:
         )  # the target's h row for every token, not only logits rows
         S.set_embeddings_nextn(ptr, True, True)  # the head's own h for its output rows (deeper drafts)
         self._past = [0] * self.n_seq
+        self._held = np.zeros((self.n_seq, self.n_ctx), np.int32)  # the token at each cached position
         self._rows: list[dict[int, np.ndarray]] = [{} for _ in range(self.n_seq)]  # target h by position
         self._own: list[tuple[int, np.ndarray] | None] = [None] * self.n_seq  # the head's last h row
         self._zero = np.zeros(self.n_embd, np.float32)
@@ -151,6 +152,10 @@ class MtpDrafter:
 
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
+
+    def cached_tokens(self, seq: int = 0) -> np.ndarray:
+        """The token at each cached position, as llama.Context.cached_tokens."""
+        return self._held[seq, : self._past[seq]]
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         if pos < self._past[seq]:
@@ -239,5 +244,6 @@ class MtpDrafter:
             for seq in {e[0] for e in entries}:
                 self.truncate(min(e[2] for e in entries if e[0] == seq), seq)
             raise LocalspecError(f"the MTP head's decode failed (code {rc})")
-        for seq, _tok, pos, _h, _out in entries:
+        for seq, tok, pos, _h, _out in entries:
             self._past[seq] = max(self._past[seq], pos + 1)
+            self._held[seq, pos] = tok

@@ -1,7 +1,6 @@
 """Constrained speculative rounds on the fake backend: lossless under the mask, forced drafts, rollback.
 
-The fake's Markov chain gets a toy vocabulary of JSON pieces (with overlapping tokens, so a forced
-run can be spelled more than one way), which llguidance turns into masks like any GGUF's. The exact
+The fake's Markov chain gets a toy vocabulary of JSON pieces (tests/toy_json.py). The exact
 constrained distribution of a short output is then computable by enumeration, for the chi-square.
 """
 
@@ -13,59 +12,20 @@ import jsonschema
 import numpy as np
 import pytest
 
-from localspec.constrain import Constraint, ConstraintStuck, build_vocabulary, compile_constraint
+from localspec.constrain import Constraint, ConstraintStuck, compile_constraint
 from localspec.decode.round import decode_round
 from localspec.decode.sampling import SamplingParams, process
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
-from tests.fake_backend import FakeContext, markov_tables
-from tests.helpers import plain_steps, prefill, speculative_steps
+from localspec.engine.scheduler import Scheduler
+from tests.fake_backend import AttentionContext, FakeContext, markov_tables
+from tests.fake_recurrent import FakeRecurrentContext, recurrent_tables
+from tests.helpers import FakeJob, drain, plain_steps, prefill, speculative_steps
+from tests.toy_json import EOG, GRAMMAR, PIECES, SCHEMA, TOY, VOCAB
 
-PIECES = ["<eos>", "{", "}", '"', ":", ",", "a", "b", "1", "2", '{"', '":', "ab", '"}', "x", "y"]
-EOG = 0
-SCHEMA = {
-    "type": "object",
-    "properties": {"a": {"enum": ["ab", "b", "ba"]}, "b": {"type": "integer", "minimum": 1, "maximum": 212}},
-    "required": ["a", "b"],
-    "additionalProperties": False,
-}
 GREEDY = SamplingParams(temperature=0.0)
-
-
-class ToyVocab:
-    """A VocabSource over PIECES; token 0 is a control token (EOG)."""
-
-    n_vocab = len(PIECES)
-
-    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
-        return b"" if token == EOG and not special else PIECES[token].encode()
-
-    def token_attr(self, token: int) -> int:
-        return 1 << 3 if token == EOG else 1 << 2
-
-    def is_eog(self, token: int) -> bool:
-        return token == EOG
-
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
-        out, i = [], 0  # greedy longest match: the toy model's "BPE"
-        while i < len(text):
-            t = max(
-                (t for t in range(1, len(PIECES)) if text.startswith(PIECES[t], i)),
-                key=lambda t: len(PIECES[t]),
-            )
-            out.append(t)
-            i += len(PIECES[t])
-        return out
-
-    def text(self, tokens) -> str:
-        return "".join(PIECES[t] for t in tokens if t != EOG)
-
-
-TOY = ToyVocab()
-VOCAB = build_vocabulary(TOY)
-GRAMMAR = compile_constraint(Constraint(kind="json_schema", text=json.dumps(SCHEMA)), VOCAB)
 
 
 def _tables(seed: int, noise: float = 1.5):
@@ -311,6 +271,79 @@ def test_matcher_ends_each_round_where_the_sequence_does():
         assert st.track.matcher.n_consumed == st.n_new
     assert st.finish == "stop"
     _valid(st.tokens[1:])
+
+
+def _finish_alone(target, draft, k, seed=0):
+    st = SeqState.start(
+        0, [1], GREEDY, SpecConfig(), np.random.default_rng(seed), Counters(), FixedK(k),
+        max_new=40, matcher=GRAMMAR.matcher(),
+    )  # fmt: skip
+    prefill(target, draft, st)
+    while st.finish is None:
+        decode_round(target, draft, [st])
+    return st
+
+
+@pytest.mark.parametrize("kind", ["attention", "rs"])
+def test_a_grammar_the_targets_own_token_completes_leaves_no_rejected_draft_cached(kind):
+    """The target rejects draft x_j, emits its own y_j, and y_j completes the grammar: the EOG the round
+    then appends was never evaluated, so each cache keeps only the positions a decode evaluated with
+    the emitted token - not x_j where y_j belongs (issue #45: 16 of these 160 runs kept it; an rs
+    recurrent target too)."""
+    ended_below = 0
+    for k in (2, 3, 4, 6):
+        for seed in range(40):
+            t, d = _tables(seed)
+            if kind == "rs":
+                (rt, rc), _ = recurrent_tables(v=len(PIECES), seed=seed, scale=2.0)
+                target = FakeRecurrentContext(rt, rc, n_rs=16, eog=frozenset({EOG}))
+            else:
+                target = FakeContext(t, eog=frozenset({EOG}))
+            draft = FakeContext(d, eog=frozenset({EOG}))
+            st = _finish_alone(target, draft, k)
+            for ctx in (target, draft):
+                past = ctx.past()
+                assert list(ctx.cached_tokens()[:past]) == st.tokens[:past], f"K={k} seed {seed}"
+            ended_below += target.past() < len(st.tokens) - 1  # the unverified EOG's case
+    assert ended_below > 0
+
+
+def test_the_next_turn_on_a_reused_cache_equals_a_fresh_engines():
+    """Rows that read the cache (as attention does): a request whose prompt extends a constrained
+    one's prompt and answer (the chat's next turn, on the slot's cached prefix) gets what a fresh
+    engine gives it (issue #45: 11 of 120 differed; research/round_invariants.py)."""
+    for k in (2, 3, 4):
+        for seed in range(40):
+            got = []
+            for fresh in (False, True):
+                t, d = _tables(seed)
+                ctx = np.random.default_rng(seed + 1000).normal(size=(7, len(PIECES))) * 2.0
+                eog = frozenset({EOG})
+                sched = Scheduler(AttentionContext(t, ctx, eog=eog), AttentionContext(d, ctx, eog=eog), 1)
+                first = ConstrainedJob([1], k)
+                if not fresh:
+                    sched.add(first)
+                    drain(sched)
+                    answer = first.got[:-1]
+                second = ConstrainedJob([1, *answer, 14, 15, 14], k, grammar=None, n=12)
+                sched.add(second)
+                drain(sched)
+                got.append(second.got)
+            assert got[0] == got[1], f"K={k} seed {seed}"
+
+
+class ConstrainedJob(FakeJob):
+    """A scheduler job under the toy schema (or `grammar`)."""
+
+    def __init__(self, prompt, k, *, grammar=GRAMMAR, n=40):
+        super().__init__(prompt, n=n, k=k)
+        self.grammar = grammar
+
+    def start(self, seq):
+        return SeqState.start(
+            seq, self.prompt, GREEDY, SpecConfig(), np.random.default_rng(0), self.counters, FixedK(self.k),
+            max_new=self.n, speculative=self.k > 0, matcher=self.grammar.matcher() if self.grammar else None,
+        )  # fmt: skip
 
 
 def test_batched_sequences_each_keep_their_own_constraint():

@@ -22,6 +22,7 @@ from localspec.errors import LocalspecError
 
 from ..fake_backend import FakeContext, markov_tables
 from ..helpers import plain, speculative_steps
+from ..toy_json import EOG, GRAMMAR, PIECES
 
 GREEDY = SamplingParams(temperature=0.0)
 V = 16
@@ -239,3 +240,46 @@ def test_a_stage_that_raises_fails_only_its_job_on_the_engine_thread(stage):
     inbox.put(None)
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_a_constrained_request_beside_a_failing_one_goes_on_from_its_own_grammar_state():
+    """A round that raises (the other request's rows refused) had already drafted each constrained
+    sequence's forced run into its matcher; the round is run again without the culprit, so the
+    matcher must be back where the emitted tokens put it (issue #45: every one of these ended
+    invalid or unlike plain before; research/round_invariants.py)."""
+    for seed in range(20):
+        t, d = markov_tables(v=len(PIECES), noise=1.5, seed=seed, scale=2.0)
+        eog = frozenset({EOG})
+        alone = Scheduler(FakeContext(t, eog=eog), FakeContext(d, eog=eog), 1)
+        want = SchemaJob([1])
+        alone.add(want)
+        drain(alone)
+        target, draft = FakeContext(t, eog=eog, n_seq=2), FakeContext(d, eog=eog, n_seq=2)
+        real, poisoned = target.eval_batch, []
+
+        def eval_batch(items, real=real, poisoned=poisoned):
+            if any(seq in poisoned for seq, *_ in items):
+                raise LocalspecError("llama_decode failed (code 1)")
+            return real(items)
+
+        target.eval_batch = eval_batch
+        sched = Scheduler(target, draft, 2)
+        job, victim = SchemaJob([1]), SchemaJob([2])
+        sched.add(job)
+        sched.add(victim)
+        sched.step()  # both prompts in: the next round drafts both forced runs, then raises
+        poisoned.append(next(st.seq for j, st, _ in sched.running if j is victim))
+        drain(sched)
+        assert victim.error is not None
+        assert job.error is None and job.got == want.got and job.got[-1] == EOG, f"seed {seed}"
+        assert_consistent(sched, target, draft)
+
+
+class SchemaJob(RecJob):
+    """A greedy request under the toy JSON schema (tests/toy_json.py), K = 3."""
+
+    def start(self, seq):
+        return SeqState.start(
+            seq, self.prompt, GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), FixedK(3),
+            max_new=40, matcher=GRAMMAR.matcher(),
+        )  # fmt: skip
