@@ -19,12 +19,14 @@ SCHEMA = {
 
 
 class ToyVocab:
-    """A VocabSource over PIECES; token 0 is a control token (EOG)."""
+    """A VocabSource over `pieces` (PIECES by default); token 0 is a control token (EOG)."""
 
-    n_vocab = len(PIECES)
+    def __init__(self, pieces: list[str] = PIECES) -> None:
+        self.pieces = pieces
+        self.n_vocab = len(pieces)
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
-        return b"" if token == EOG and not special else PIECES[token].encode()
+        return b"" if token == EOG and not special else self.pieces[token].encode()
 
     def token_attr(self, token: int) -> int:
         return 1 << 3 if token == EOG else 1 << 2
@@ -36,15 +38,15 @@ class ToyVocab:
         out, i = [], 0  # greedy longest match: the toy model's "BPE"
         while i < len(text):
             t = max(
-                (t for t in range(1, len(PIECES)) if text.startswith(PIECES[t], i)),
-                key=lambda t: len(PIECES[t]),
+                (t for t in range(1, self.n_vocab) if text.startswith(self.pieces[t], i)),
+                key=lambda t: len(self.pieces[t]),
             )
             out.append(t)
-            i += len(PIECES[t])
+            i += len(self.pieces[t])
         return out
 
     def text(self, tokens) -> str:  # noqa: ANN001
-        return "".join(PIECES[t] for t in tokens if t != EOG)
+        return "".join(self.pieces[t] for t in tokens if t != EOG)
 
 
 TOY = ToyVocab()
