@@ -147,6 +147,13 @@ class Settings:
     top_logprobs: int = _f(
         0, "With logprobs, also the N most likely tokens at each position.", group="output", ge=0, le=20
     )
+    post_sampling_probs: bool = _f(
+        False,
+        "With logprobs, report the distribution each token was drawn from (after penalties, top-k, "
+        "top-p, min-p and temperature; llama-server's field) instead of the model's own log-softmax "
+        "(after logit_bias and the constraint's mask).",
+        group="output",
+    )
     reasoning_format: str = _f(
         "auto",
         "Chat answers: split <think> reasoning into reasoning_content (auto, deepseek) or keep it "

@@ -308,7 +308,9 @@ def _round(
                 st.finish = "stop"
                 break
         if st.logprobs >= 0:
-            new = with_logprobs(st, new, shaped, [p[i] if i < have else None for i in range(len(shaped))])
+            new = with_logprobs(
+                st, new, rows, shaped, [p[i] if i < have else None for i in range(len(shaped))]
+            )
         if st.track is not None:
             _settle(st, n_acc, new)
         verified = len(st.tokens) + _agreeing(d, new)  # the positions whose cached token was emitted

@@ -11,7 +11,7 @@ import numpy as np
 
 from localspec.constrain import ConstraintStuck
 from localspec.decode import accept, noise
-from localspec.decode.sampling import Dist, Dists, argmax, logprobs, process, process_rows
+from localspec.decode.sampling import Dist, Dists, argmax, logprobs, process, process_rows, row_logprobs
 from localspec.decode.state import SeqState, Step
 from localspec.top_logits import TopLogits
 
@@ -38,6 +38,8 @@ def top_logits_suffice(st: SeqState, width: int) -> bool:
     its rows first (penalties, logit_bias and masks need whole rows), and it samples with a top_k
     within them - or greedily, from the argmax, without draft_p_min's whole-row softmax."""
     if width <= 0 or needs_shaping(st):
+        return False
+    if st.logprobs >= 0 and not st.post_sampling_probs:  # the model's log-softmax: the whole row
         return False
     if st.sp.greedy and st.cfg.draft_p_min > 0:
         return False
@@ -76,17 +78,29 @@ def unbanned(st: SeqState, tokens: list[int]) -> list[int]:
 
 
 def with_logprobs(
-    st: SeqState, new: list[Step], shaped: list[np.ndarray], ps: Sequence[Dist | None]
+    st: SeqState, new: list[Step], rows: np.ndarray, shaped: list[np.ndarray], ps: Sequence[Dist | None]
 ) -> list[Step]:
-    """Each step's log-probability under the target's distribution where it was emitted (its row in
-    the verify pass, drafted or not), after the transforms plain decoding applies (`ps`: those
-    distributions where the round has them already)."""
+    """Each step's log-probability where it was emitted (its row in the verify pass, drafted or not)
+    and `st.logprobs` alternatives: the target's own log-softmax after logit_bias and the
+    constraint's mask (what it could say there, before penalties and the samplers' filters), or
+    with `post_sampling_probs` the distribution the token was drawn from (`shaped`: the rows as
+    sampled; `ps`: those distributions where the round has them already)."""
     out = []
-    for i, (step, row) in enumerate(zip(new, shaped)):
-        p = ps[i] if i < len(ps) and ps[i] is not None else process(row, st.sp)
-        lp, top = logprobs(p, step.token, st.logprobs)
+    for i, step in enumerate(new[: len(shaped)]):
+        if st.post_sampling_probs:
+            p = ps[i] if i < len(ps) and ps[i] is not None else process(shaped[i], st.sp)
+            lp, top = logprobs(p, step.token, st.logprobs)
+        else:
+            lp, top = row_logprobs(model_row(st, rows[i], i), step.token, st.logprobs)
         out.append(dataclasses.replace(step, logprob=lp, top=top))
     return out + new[len(out) :]
+
+
+def model_row(st: SeqState, row: np.ndarray, i: int) -> np.ndarray:
+    """The target's row at draft position i with logit_bias and the constraint's mask only."""
+    if st.penalties is not None and st.penalties.bias:
+        row = st.penalties.biased(row)
+    return st.track.masked(row, i) if st.track is not None and st.track.has_mask(i) else row
 
 
 def one_point_q(st: SeqState, x: int) -> Dist | None:

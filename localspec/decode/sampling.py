@@ -309,11 +309,19 @@ class Penalties:
         """A transformed float32 copy of one logits row; `history` is every token before it."""
         return self.apply_(np.array(logits, dtype=np.float32, copy=True), history)
 
-    def apply_(self, out: np.ndarray, history: Sequence[int]) -> np.ndarray:
-        """`apply` in place on a writable float32 row (sparse edits only); returns it."""
+    def biased(self, logits: np.ndarray) -> np.ndarray:
+        """logit_bias alone on a float32 copy of one row (what the model may say, before penalties)."""
+        return self._bias_(np.array(logits, dtype=np.float32, copy=True))
+
+    def _bias_(self, out: np.ndarray) -> np.ndarray:
         if self.bias:
             ids = np.array([t for t, _ in self.bias if t < out.shape[0]], dtype=np.int64)
             out[ids] += np.array([b for t, b in self.bias if t < out.shape[0]], dtype=np.float32)
+        return out
+
+    def apply_(self, out: np.ndarray, history: Sequence[int]) -> np.ndarray:
+        """`apply` in place on a writable float32 row (sparse edits only); returns it."""
+        self._bias_(out)
         if self.penalises and len(history):
             window = history if self.last_n < 0 else history[-self.last_n :]
             ids, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)
@@ -326,11 +334,37 @@ class Penalties:
         return out
 
 
-def logprobs(dist: Dist, token: int, top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
-    """log p(token) under `dist`, and its `top` most likely tokens (ties: lower id first)."""
+# OpenAI's log-probability for a token that cannot be chosen (JSON has no -inf)
+LOGPROB_FLOOR = -9999.0
+Logprobs = tuple[float, tuple[tuple[int, float], ...]]
+
+
+def _lp(x: float) -> float:
+    return max(float(x), LOGPROB_FLOOR)
+
+
+def logprobs(dist: Dist, token: int, top: int) -> Logprobs:
+    """log p(token) under `dist`, and its `top` most likely tokens (ties: lower id first; only
+    tokens the distribution keeps, so fewer where it keeps fewer)."""
     p = dist.prob(token)
-    lp = float(np.log(p)) if p > 0 else float("-inf")
+    lp = _lp(np.log(p)) if p > 0 else LOGPROB_FLOOR
     if top <= 0:
         return lp, ()
     order = np.lexsort((dist.ids, -dist.probs))[:top]
-    return lp, tuple((int(dist.ids[i]), float(np.log(dist.probs[i]))) for i in order)
+    return lp, tuple((int(dist.ids[i]), _lp(np.log(dist.probs[i]))) for i in order)
+
+
+def row_logprobs(row: np.ndarray, token: int, top: int) -> Logprobs:
+    """log softmax(row)[token] over a whole logits row, and the row's `top` most likely tokens
+    (ties: lower id first; always `top` of them: a masked token's is LOGPROB_FLOOR)."""
+    x = np.asarray(row, dtype=np.float64)
+    m = x.max()
+    lse = m + math.log(np.exp(x - m).sum())
+    lp = _lp(x[token] - lse)
+    if top <= 0:
+        return lp, ()
+    top = min(top, len(x))
+    kth = np.partition(x, len(x) - top)[len(x) - top]
+    cand = np.flatnonzero(x >= kth)  # every token tied with the top-th, for one order however many
+    best = cand[np.lexsort((cand, -x[cand]))][:top]
+    return lp, tuple((int(t), _lp(x[t] - lse)) for t in best)

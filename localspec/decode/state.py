@@ -56,8 +56,8 @@ class Step:
     source: str = (
         ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
     )
-    # when asked: the target's log-probability of the token where it was emitted, after the sampling
-    # transforms, and the most likely tokens there as (token, log-probability), best first
+    # when asked: the target's log-probability of the token where it was emitted (decode/rows.py,
+    # with_logprobs), and the most likely tokens there as (token, log-probability), best first
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] = ()
 
@@ -97,6 +97,7 @@ class SeqState:
     error: Exception | None = None  # why it ended, when finish is "error" (a grammar that cannot go on)
     penalties: Penalties | None = None  # logit_bias and repetition penalties, applied to both models' rows
     logprobs: int = -1  # -1: none; else report each step's logprob and this many top alternatives
+    post_sampling_probs: bool = False  # ... from the distribution sampled (else the model's own)
 
     @classmethod
     def start(
@@ -115,6 +116,7 @@ class SeqState:
         matcher: Matcher | None = None,
         penalties: Penalties | None = None,
         logprobs: int = -1,
+        post_sampling_probs: bool = False,
         draft_model: bool = True,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
@@ -124,6 +126,7 @@ class SeqState:
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
             draft_model=draft_model, noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
             penalties=penalties if penalties and penalties.active else None, logprobs=logprobs,
+            post_sampling_probs=post_sampling_probs,
         )  # fmt: skip
 
     def take(self) -> list[Step]:

@@ -82,7 +82,7 @@ class Request(Job):
                 repeat=s.repeat_penalty, presence=s.presence_penalty, frequency=s.frequency_penalty,
                 last_n=s.repeat_last_n, bias=s.logit_bias,
             ),
-            logprobs=s.top_logprobs if s.logprobs else -1,
+            logprobs=s.top_logprobs if s.logprobs else -1, post_sampling_probs=s.post_sampling_probs,
             draft_model=self.draft_model,
         )  # fmt: skip
 

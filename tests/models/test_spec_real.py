@@ -8,6 +8,7 @@ is a bug.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from localspec.config.settings import Settings
@@ -93,3 +94,39 @@ def test_standin_stats_are_consistent(standin):
     assert all(0.0 <= a <= 1.0 for a in s.acceptance_by_pos)
     assert s.decode_tok_s > 0 and s.e2e_tok_s > 0 and s.prefill_ms > 0
     assert s.draft_ms > 0 and s.verify_ms > 0
+
+
+def _log_softmax(rows: np.ndarray) -> np.ndarray:
+    x = rows.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+
+
+def _one_by_one(model, prompt: list[int], out: list[int]) -> np.ndarray:  # noqa: ANN001
+    """The target alone, as plain decoding runs it: one token per decode, the row before each of out."""
+    from localspec.llama import Context  # noqa: PLC0415
+
+    with Context(model, n_ctx=1024, n_batch=512) as ctx:
+        ctx.eval(prompt[:-1], 0, 1)
+        feed = [prompt[-1], *out[:-1]]
+        return np.concatenate([ctx.eval([t], len(prompt) - 1 + i, 1).copy() for i, t in enumerate(feed)])
+
+
+def test_logprobs_are_the_targets_log_softmax_from_llamas_logits(self_pair):
+    """`top_logprobs: N` gives N alternatives on every token, drafted or not, and they are the
+    target's own log-softmax, computed here straight from llama.cpp's logits of the target decoding
+    alone: exactly without speculation, and tie-aware with it (a verify batch may move a logit)."""
+    kw = dict(chat=True, temperature=0, max_tokens=40, logprobs=True, top_logprobs=5)
+    spec = self_pair.generate(PROMPTS["english"], draft_max="4", **kw)
+    plain = self_pair.generate(PROMPTS["english"], spec=False, **kw)
+    assert spec.stats.n_accepted > 0
+    for resp, tol in ((plain, 1e-4), (spec, 0.05)):
+        want = _log_softmax(_one_by_one(self_pair.target, resp.prompt_tokens, resp.tokens))
+        assert len(resp.logprobs) == len(resp.tokens) >= 10
+        for row, tok, (lp, top) in zip(want, resp.tokens, resp.logprobs):
+            assert lp == pytest.approx(row[tok], abs=tol) and lp < 0
+            assert len(top) == 5  # the sampled-from distribution of greedy would keep 1 or 2
+            best = np.argsort(-row, kind="stable")[:5]
+            for (got_id, got_lp), want_id in zip(top, best):  # the same order but at a near-tie
+                assert got_id == want_id or abs(row[got_id] - row[want_id]) <= 2 * tol
+                assert got_lp == pytest.approx(row[got_id], abs=tol)
