@@ -2,7 +2,9 @@
 (the whole answer is one JSON object), a Lark grammar with the tools' schemas inlined (`%json`) for
 the others. `required` or a named function: the answer is the call(s). `auto`: any text, and once
 the family's opening marker appears the call after it must be valid - llguidance's lazy lexemes
-(docs/syntax.md, "Tool calling") arm the grammar at the marker, as llama.cpp's lazy grammars do."""
+(docs/syntax.md, "Tool calling") arm the grammar at the marker, as llama.cpp's lazy grammars do.
+JSON numbers in a call are bounded as llama.cpp bounds them (constrain/numbers.py: here for the
+`%json` bodies, in compile for the generic format's schema, as for every JSON schema)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 from typing import Any
 
 from localspec.chat.families import Family
+from localspec.constrain.numbers import bounded
 
 
 def _call_schema(fn: dict, args_key: str = "arguments") -> dict:
@@ -85,7 +88,7 @@ def lark(
     family: Family, fns: list[dict], choice: str | None, *, parallel: bool, specials: dict[str, int]
 ) -> str:
     key = "parameters" if family.name == "llama3" else "arguments"
-    body = "%json " + json.dumps(_one_of([_call_schema(f, key) for f in fns]))
+    body = "%json " + json.dumps(bounded(_one_of([_call_schema(f, key) for f in fns])))
     if family.name == "hermes":
         opener, call, sep = '"<tool_call>\\n"', f'{body} "\\n</tool_call>"', "WS"
     elif family.name == "mistral":  # one array holds every call

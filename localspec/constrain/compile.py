@@ -18,6 +18,7 @@ import llguidance
 
 from .errors import ConstraintError
 from .matcher import Matcher
+from .numbers import bounded
 from .vocab import Vocabulary
 
 Kind = Literal["json_schema", "json_object", "grammar", "lark", "regex"]
@@ -127,11 +128,13 @@ def _source(c: Constraint) -> str:
     """The llguidance grammar text for `c` (not yet checked against a tokenizer)."""
     try:
         if c.kind == "json_object":
-            return llguidance.LLMatcher.grammar_from_json_schema({"type": "object"}, defaults=JSON_DEFAULTS)
+            schema = bounded({"type": "object"})
+            return llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_DEFAULTS)
         if c.kind == "json_schema":
-            _check_schema(c.text)
             return llguidance.LLMatcher.grammar_from_json_schema(
-                c.text, defaults=JSON_DEFAULTS, overrides={"lenient": not c.strict}
+                json.dumps(bounded(_schema(c.text))),
+                defaults=JSON_DEFAULTS,
+                overrides={"lenient": not c.strict},
             )
         if c.kind == "grammar":  # GBNF is converted to Lark; Lark passes through
             return llguidance.grammar_from("grammar", c.text)
@@ -142,13 +145,14 @@ def _source(c: Constraint) -> str:
         raise ConstraintError(f"invalid {_what(c)}: {_one_line(str(e))}") from None
 
 
-def _check_schema(text: str) -> None:
+def _schema(text: str) -> dict | bool:
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConstraintError(f"the JSON schema is not JSON: {e}") from None
     if not isinstance(schema, (dict, bool)):
         raise ConstraintError(f"a JSON schema is an object (or true/false), not {type(schema).__name__}")
+    return schema
 
 
 def _what(c: Constraint) -> str:

@@ -28,6 +28,16 @@ class Person(BaseModel):
     age: int = Field(ge=0, le=150)
 
 
+class CountryFloat(BaseModel):
+    country: str
+    population_millions: float  # unbounded, as apps write it: the grammar bounds its digits
+
+
+class CountryInt(BaseModel):
+    country: str
+    population_millions: int
+
+
 @pytest.fixture(scope="module")
 def server(default_pair):
     srv = Server(default_pair, "--parallel", "1", "--max-tokens", "80", start_timeout=600)
@@ -50,6 +60,28 @@ def test_pydantic_ai_agent_gets_a_validated_result_through_a_tool_call(server):
     assert isinstance(result.output, CityWeather)
     calls = [p for m in result.all_messages() for p in getattr(m, "parts", []) if p.part_kind == "tool-call"]
     assert calls and calls[0].tool_name == "final_result"  # the output came as a tool call
+
+
+@pytest.mark.parametrize("output_type", [CountryFloat, CountryInt])
+def test_pydantic_ai_typed_result_with_an_unbounded_number_passes_first_time(server, output_type):
+    """A number the schema leaves unbounded is bounded as llama.cpp's grammars bound it (16 integral
+    digits): the stand-in once wrote 1000000000000... until max_tokens, and pydantic-ai failed with
+    "token limit exceeded while generating a tool call" (issue #45)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel(
+        server.health()["model"], provider=OpenAIProvider(base_url=server.url + "/v1", api_key="none")
+    )
+    agent = Agent(
+        model, output_type=output_type, retries=0, model_settings={"temperature": 0, "max_tokens": 80}
+    )
+    result = agent.run_sync(
+        "France has about 68 million people. Report the country and its population in millions."
+    )
+    assert isinstance(result.output, output_type)
+    assert abs(result.output.population_millions) < 1e16
 
 
 def test_outlines_structured_generation(server):
