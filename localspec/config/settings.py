@@ -41,6 +41,8 @@ SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
 AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
 MAX_TEMPERATURE = 100.0  # beyond this every distribution is uniform to float precision
+# a repeat penalty multiplies a positive logit by up to 1/this: 1e-39 made one inf, and the row NaN
+MIN_REPEAT_PENALTY = 0.01
 INT32_MAX = 2**31 - 1  # llama.cpp keeps these counts in int32
 UINT64_MAX = 2**64 - 1
 GGML_MAX_THREADS = 512
@@ -123,8 +125,8 @@ class Settings:
     )
     # penalties and biases change the logits before top-k, as llama.cpp's sampler chain does
     repeat_penalty: float = _f(
-        1.0, "Divide the logit of every token in the last --repeat-last-n by this (1 = off).",
-        group="sampling", gt=0, le=MAX_TEMPERATURE,
+        1.0, "Divide the logit of every token in the last --repeat-last-n by this (1 = off; 0.01 to 100).",
+        group="sampling", ge=MIN_REPEAT_PENALTY, le=MAX_TEMPERATURE,
     )  # fmt: skip
     presence_penalty: float = _f(
         0.0, "Subtract this from the logit of every token in the last --repeat-last-n.",

@@ -66,7 +66,6 @@ class Request(Job):
 
     def start(self, seq: int) -> SeqState:
         s = self.settings
-        sp = SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
         cfg = SpecConfig(
             mode=s.spec_mode,
             draft_min=s.draft_min,
@@ -75,13 +74,10 @@ class Request(Job):
         )
         rng = np.random.default_rng(self.seed)
         return SeqState.start(
-            seq, self.prompt, sp, cfg, rng, self.counters, self.k_ctl,
+            seq, self.prompt, sampling_of(s), cfg, rng, self.counters, self.k_ctl,
             max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
             matcher=self.grammar.matcher() if self.grammar is not None else None,
-            penalties=Penalties(
-                repeat=s.repeat_penalty, presence=s.presence_penalty, frequency=s.frequency_penalty,
-                last_n=s.repeat_last_n, bias=s.logit_bias,
-            ),
+            penalties=penalties_of(s),
             logprobs=s.top_logprobs if s.logprobs else -1, post_sampling_probs=s.post_sampling_probs,
             draft_model=self.draft_model,
         )  # fmt: skip
@@ -132,6 +128,17 @@ class Request(Job):
             error.__cause__ = cause
         self.queue.put(error)
         self.queue.put(None)
+
+
+def sampling_of(s: Settings) -> SamplingParams:
+    return SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
+
+
+def penalties_of(s: Settings) -> Penalties:
+    return Penalties(
+        repeat=s.repeat_penalty, presence=s.presence_penalty, frequency=s.frequency_penalty,
+        last_n=s.repeat_last_n, bias=s.logit_bias,
+    )  # fmt: skip
 
 
 def constraint_of(s: Settings) -> Constraint | None:

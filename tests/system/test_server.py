@@ -183,6 +183,9 @@ def test_bad_requests_get_openai_errors(server, model_id):
     assert e.value.body["code"] == "model_not_found"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=model_id, messages=CHAT, temperature=-1)
+    with pytest.raises(openai.BadRequestError) as e:  # it once overflowed a logit to inf: NaN sampling
+        client.chat.completions.create(model=model_id, messages=CHAT, extra_body={"repeat_penalty": 1e-39})
+    assert "repeat_penalty must be >= 0.01" in e.value.body["message"]
     r = httpx.post(
         server.url + "/v1/chat/completions",
         content=b'{"messages": [',

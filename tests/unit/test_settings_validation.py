@@ -220,3 +220,54 @@ def test_fuzz_raw_toml_text(tmp_path, text):
         _well_formed(Settings.load(config=path))
     except LocalspecError:
         pass
+
+
+# -- every sampling value Settings accepts keeps the arithmetic finite (issue #45) -----------------
+def _within(f) -> st.SearchStrategy:  # noqa: ANN001 - a Settings field: any value its bounds allow
+    m = f.metadata
+    if "int" in str(f.type):
+        return st.integers(m.get("ge", m.get("gt", 0) + 1), m.get("le", m.get("lt", 2**31) - 1))
+    lo, hi = m.get("ge", m.get("gt")), m.get("le", m.get("lt"))
+    return st.floats(lo, hi, exclude_min="gt" in m, exclude_max="lt" in m)
+
+
+SAMPLING = {
+    f.name: _within(f) for f in setting_fields("sampling") if f.name not in ("seed", "stop", "logit_bias")
+}
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(
+    values=st.fixed_dictionaries({}, optional=SAMPLING),
+    bias=st.dictionaries(st.integers(0, 63), st.floats(-300, 300), max_size=4),
+    logits=st.lists(st.floats(-1000, 1000, width=32), min_size=64, max_size=64),
+    history=st.lists(st.integers(0, 63), max_size=80),
+)
+def test_any_accepted_sampling_values_give_a_finite_distribution(values, bias, logits, history):
+    """Whatever the bounds let through (the CLI, TOML and every request alike: they all pass through
+    Settings), penalties and the samplers on a row of finite logits give finite probabilities: a
+    repeat_penalty of 1e-39 once divided a logit to inf, and the distribution to NaN."""
+    import numpy as np
+
+    from localspec.decode.sampling import process_rows, row_logprobs
+    from localspec.engine.request import penalties_of, sampling_of
+
+    s = Settings(**values, logit_bias=bias)
+    row = penalties_of(s).apply(np.array(logits, np.float32), history)
+    assert np.isfinite(row).all()
+    sp = sampling_of(s)
+    for d in (process_rows(row[None], sp)[0], process_rows([row[None]], sp)[0]):
+        assert np.isfinite(d.probs).all() and abs(d.probs.sum() - 1) < 1e-6
+    lp, top = row_logprobs(row, int(np.argmax(row)), 5)
+    assert np.isfinite(lp) and all(np.isfinite(x) for _, x in top)
+
+
+@pytest.mark.parametrize("value", ["1e-39", "0.001"])
+def test_a_repeat_penalty_that_would_overflow_is_refused_alike_everywhere(tmp_path, value):
+    needle = "repeat_penalty must be >= 0.01"
+    with pytest.raises(LocalspecError, match=needle):
+        Settings.load(config=write(tmp_path, f"repeat_penalty = {value}"))
+    with pytest.raises(LocalspecError, match=needle):
+        Settings().replace(repeat_penalty=float(value))  # a request's overrides
+    with pytest.raises(LocalspecError, match=needle):
+        Settings.load(repeat_penalty=float(value))  # the CLI's flags
