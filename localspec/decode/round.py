@@ -9,7 +9,9 @@ protocol. One round (`decode_round`):
 
 Invariant between rounds, per sequence: the target's KV cache holds every token but the last one
 (`tokens[:-1]`), so the verify batch starts at `tokens[-1]`; the draft's cache holds some prefix
-of `tokens` and catches up on what it has not seen at the start of its next drafting round.
+of `tokens` and catches up on what it has not seen at the start of its next drafting round. Every
+cached position holds the token emitted there, and a matcher has consumed exactly the emitted
+tokens (decode/invariants.py checks both after each round in debug mode).
 A prompt is prefilled in chunks that ride in the rounds' target decodes (`filling`).
 """
 
