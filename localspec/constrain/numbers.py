@@ -37,16 +37,8 @@ _ANY_VALUE = {
         {"type": "object", "additionalProperties": _REF},
     ]
 }
-_ANNOTATIONS = {
-    "title",
-    "description",
-    "default",
-    "examples",
-    "$comment",
-    "deprecated",
-    "readOnly",
-    "writeOnly",
-}
+_ANNOTATIONS = {"title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+                "writeOnly"}  # fmt: skip
 _ONE = ("additionalProperties", "items")  # keywords holding one subschema (items: or a list)
 _MANY = ("anyOf", "oneOf", "allOf", "prefixItems")
 _NAMED = ("properties", "patternProperties", "$defs", "definitions")

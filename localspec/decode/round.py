@@ -8,10 +8,11 @@ protocol. One round (`decode_round`):
   3. accept and roll back, per sequence.
 
 Invariant between rounds, per sequence: the target's KV cache holds every token but the last one
-(`tokens[:-1]`), so the verify batch starts at `tokens[-1]`; the draft's cache holds some prefix
-of `tokens` and catches up on what it has not seen at the start of its next drafting round. Every
-cached position holds the token emitted there, and a matcher has consumed exactly the emitted
-tokens (decode/invariants.py checks both after each round in debug mode).
+(`tokens[:-1]`; a sequence that ended may hold fewer), so the verify batch starts at `tokens[-1]`;
+the draft's cache holds some prefix of `tokens` and catches up on what it has not seen at the start
+of its next drafting round. Every cached position holds the token emitted there, and a matcher has
+consumed exactly the emitted tokens (decode/invariants.py checks both after each round in debug
+mode).
 A prompt is prefilled in chunks that ride in the rounds' target decodes (`filling`).
 """
 
