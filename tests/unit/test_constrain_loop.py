@@ -308,30 +308,6 @@ def test_a_grammar_the_targets_own_token_completes_leaves_no_rejected_draft_cach
     assert ended_below > 0
 
 
-def test_the_next_turn_on_a_reused_cache_equals_a_fresh_engines():
-    """Rows that read the cache (as attention does): a request whose prompt extends a constrained
-    one's prompt and answer (the chat's next turn, on the slot's cached prefix) gets what a fresh
-    engine gives it (issue #45: 11 of 120 differed; research/round_invariants.py)."""
-    for k in (2, 3, 4):
-        for seed in range(40):
-            got = []
-            for fresh in (False, True):
-                t, d = _tables(seed)
-                ctx = np.random.default_rng(seed + 1000).normal(size=(7, len(PIECES))) * 2.0
-                eog = frozenset({EOG})
-                sched = Scheduler(AttentionContext(t, ctx, eog=eog), AttentionContext(d, ctx, eog=eog), 1)
-                first = ConstrainedJob([1], k)
-                if not fresh:
-                    sched.add(first)
-                    drain(sched)
-                    answer = first.got[:-1]
-                second = ConstrainedJob([1, *answer, 14, 15, 14], k, grammar=None, n=12)
-                sched.add(second)
-                drain(sched)
-                got.append(second.got)
-            assert got[0] == got[1], f"K={k} seed {seed}"
-
-
 class ConstrainedJob(FakeJob):
     """A scheduler job under the toy schema (or `grammar`)."""
 
@@ -344,6 +320,32 @@ class ConstrainedJob(FakeJob):
             seq, self.prompt, GREEDY, SpecConfig(), np.random.default_rng(0), self.counters, FixedK(self.k),
             max_new=self.n, speculative=self.k > 0, matcher=self.grammar.matcher() if self.grammar else None,
         )  # fmt: skip
+
+
+def test_the_next_turn_on_a_reused_cache_equals_a_fresh_engines():
+    """Rows that read the cache (as attention does): a request whose prompt extends a constrained
+    one's prompt and answer (the chat's next turn, on the slot's cached prefix) gets what a fresh
+    engine gives it (issue #45: 11 of 120 differed; research/round_invariants.py)."""
+
+    def scheduler(seed: int) -> Scheduler:
+        t, d = _tables(seed)
+        ctx = np.random.default_rng(seed + 1000).normal(size=(7, len(PIECES))) * 2.0
+        eog = frozenset({EOG})
+        return Scheduler(AttentionContext(t, ctx, eog=eog), AttentionContext(d, ctx, eog=eog), 1)
+
+    for k in (2, 3, 4):
+        for seed in range(40):
+            sched, fresh = scheduler(seed), scheduler(seed)
+            first = ConstrainedJob([1], k)
+            sched.add(first)
+            drain(sched)
+            prompt = [1, *first.got[:-1], 14, 15, 14]  # the answer, then the template's tail
+            second, again = (ConstrainedJob(prompt, k, grammar=None, n=12) for _ in range(2))
+            sched.add(second)
+            drain(sched)
+            fresh.add(again)
+            drain(fresh)
+            assert second.got == again.got, f"K={k} seed {seed}"
 
 
 def test_batched_sequences_each_keep_their_own_constraint():

@@ -242,6 +242,16 @@ def test_a_stage_that_raises_fails_only_its_job_on_the_engine_thread(stage):
     assert not thread.is_alive()
 
 
+class SchemaJob(RecJob):
+    """A greedy request under the toy JSON schema (tests/toy_json.py), K = 3."""
+
+    def start(self, seq):
+        return SeqState.start(
+            seq, self.prompt, GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), FixedK(3),
+            max_new=40, matcher=GRAMMAR.matcher(),
+        )  # fmt: skip
+
+
 def test_a_constrained_request_beside_a_failing_one_goes_on_from_its_own_grammar_state():
     """A round that raises (the other request's rows refused) had already drafted each constrained
     sequence's forced run into its matcher; the round is run again without the culprit, so the
@@ -273,13 +283,3 @@ def test_a_constrained_request_beside_a_failing_one_goes_on_from_its_own_grammar
         assert victim.error is not None
         assert job.error is None and job.got == want.got and job.got[-1] == EOG, f"seed {seed}"
         assert_consistent(sched, target, draft)
-
-
-class SchemaJob(RecJob):
-    """A greedy request under the toy JSON schema (tests/toy_json.py), K = 3."""
-
-    def start(self, seq):
-        return SeqState.start(
-            seq, self.prompt, GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), FixedK(3),
-            max_new=40, matcher=GRAMMAR.matcher(),
-        )  # fmt: skip
