@@ -21,14 +21,16 @@ SHUTDOWN_GRACE_S = 10  # SIGTERM: in-flight requests get this long to finish, th
 @settings_options("model", "sampling", "spec", "log", "server")
 @click.pass_context
 def serve(ctx: click.Context, **kwargs) -> None:
-    """Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions,
-    /v1/models, /health, /metrics)."""
+    """Serve the model over HTTP: OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models),
+    /health, /metrics and the chat page (docs/apps.md lists every endpoint)."""
     key_in_argv = ctx.get_parameter_source("api_key") is ParameterSource.COMMANDLINE
     settings = resolve_settings(kwargs, defaults=SERVE_DEFAULTS)
     _need_server_extras()
     import uvicorn  # noqa: PLC0415 - keep --help instant
 
+    from localspec import llama  # noqa: PLC0415
     from localspec.engine import Engine  # noqa: PLC0415
+    from localspec.llama import rpc  # noqa: PLC0415
     from localspec.server import create_app, protocol, reload  # noqa: PLC0415
 
     def say(msg: str) -> None:
@@ -43,7 +45,7 @@ def serve(ctx: click.Context, **kwargs) -> None:
         )
     endpoints = settings.rpc_endpoints
     if reload.reloads() and endpoints:  # re-executed after losing an rpc-server: wait for it (reload.py)
-        reload.wait_for_servers(endpoints, say)
+        reload.wait_for_servers(endpoints, rpc.probe, say)
     engine = Engine(settings, log=say)  # loaded here, so a bad model is one `error:` line, not a traceback
     app = create_app(settings, lambda: engine)  # the app closes it on shutdown
     config = uvicorn.Config(
@@ -60,6 +62,7 @@ def serve(ctx: click.Context, **kwargs) -> None:
     lost = reload.EngineLost(say)
     if endpoints:  # llama.cpp aborts on a lost rpc-server: answer what is in flight, then reload
         lost.install(server, app)
+        llama.on_rpc_lost(lost)
     # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with 143; a handler
     # of our own is what it re-raises into, so a clean shutdown exits 0
     signal.signal(signal.SIGTERM, lambda *_: None)

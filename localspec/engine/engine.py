@@ -192,13 +192,18 @@ class Engine:
         *,
         chat: bool = False,
         keep_special: Sequence[int] = (),
+        sink: Callable[[object], None] | None = None,
+        settings: Settings | None = None,
         **overrides: Any,
     ) -> Handle:
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
         Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued.
-        `keep_special`: control tokens whose text the output keeps (a chat syntax's markers)."""
+        `keep_special`: control tokens whose text the output keeps (a chat syntax's markers).
+        `sink(item)`: called on the engine thread with each chunk, an error, then None at the end,
+        instead of the handle's queue (the server hands them to its event loop; it must not block).
+        `settings`: the request's settings, already built from its overrides (by the caller)."""
         self._check_open()
-        s = self.settings.replace(**overrides) if overrides else self.settings
+        s = settings or (self.settings.replace(**overrides) if overrides else self.settings)
         ids = self.tokenize(prompt, chat_mode=chat)
         self._check_fits(ids, s)
         n_vocab = self.target.n_vocab
@@ -207,7 +212,9 @@ class Engine:
                 raise LocalspecError(f"logit_bias: token {tok} is not in the vocabulary (0..{n_vocab - 1})")
         # an id only the target knows (its vocabulary may be padded beyond the draft's): never drafts
         draft_model = self.draft is None or max(ids) < self.draft.n_vocab
-        req = Request(ids, s, self._pair, self.tuners, frozenset(keep_special), draft_model=draft_model)
+        req = Request(
+            ids, s, self._pair, self.tuners, frozenset(keep_special), draft_model=draft_model, sink=sink
+        )
         self._inbox.put(req)
         if self._closed:  # closed meanwhile: the engine thread may be gone
             req.fail(LocalspecError("this engine is closed; create a new Engine"))

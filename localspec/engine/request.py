@@ -6,7 +6,7 @@ import queue
 import secrets
 import threading
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -35,15 +35,17 @@ class Request(Job):
         keep_special: frozenset[int] = frozenset(),
         *,
         draft_model: bool = True,
+        sink: Callable[[object], None] | None = None,
     ) -> None:
         """`draft_model=False`: the prompt holds an id the draft model does not know; only the lookup
-        may draft for it."""
+        may draft for it. `sink`: where the chunks go instead of the handle's queue (Engine.submit)."""
         self.prompt, self.settings, self.tuners = ids, s, tuners
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
         self.draft_model = draft_model and pair.draft_ctx is not None
         self.speculative = s.spec and (self.draft_model or self.lookup)
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.post = sink or self.queue.put  # chunks, an error, then None at the end
         self.cancel_event = threading.Event()
         self.counters = Counters(rounds_trace=[] if s.trace else None)
         self.k_ctl = tuners.controller(s, self.speculative, draft_model=self.draft_model)
@@ -88,9 +90,7 @@ class Request(Job):
             lps = [(st.logprob, st.top) for st in steps] if self.logprobs is not None else []
             if self.logprobs is not None:
                 self.logprobs += lps
-            self.queue.put(
-                Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps], logprobs=lps)
-            )
+            self.post(Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps], logprobs=lps))
 
     def deliver(self, steps: list[Step]) -> bool:
         self._put(self.text.feed(steps, time.perf_counter))
@@ -99,7 +99,7 @@ class Request(Job):
     def end(self, state: SeqState | None, reason: str) -> None:
         self.tuners.finished(self.settings, self.k_ctl)
         if reason == "cancelled":
-            self.queue.put(None)
+            self.post(None)
             return
         ts = self.text
         self._put(ts.close())
@@ -119,15 +119,15 @@ class Request(Job):
         resp = Response(
             "".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed, self.logprobs
         )
-        self.queue.put(Chunk("", [], [], resp))
-        self.queue.put(None)
+        self.post(Chunk("", [], [], resp))
+        self.post(None)
 
     def fail(self, error: BaseException) -> None:
         if not isinstance(error, GenerationFailed):  # bad input raised in submit(); this is ours
             cause, error = error, GenerationFailed(f"the generation failed: {error}")
             error.__cause__ = cause
-        self.queue.put(error)
-        self.queue.put(None)
+        self.post(error)
+        self.post(None)
 
 
 def sampling_of(s: Settings) -> SamplingParams:

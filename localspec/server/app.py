@@ -14,8 +14,13 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localspec.config.settings import Settings
-from localspec.server import browser, errors, page, routes
-from localspec.server.service import Dispatcher
+from localspec.server import browser, errors, page
+from localspec.server.dialects import DIALECTS
+from localspec.server.openai.errors import error_response as openai_error
+from localspec.serving.errors import APIError
+from localspec.serving.facade import Model
+from localspec.serving.local import LocalModel
+from localspec.serving.registry import Models
 
 log = logging.getLogger("localspec.server")
 DRAIN_TIMEOUT_S = 30.0
@@ -29,18 +34,27 @@ def model_id(settings: Settings) -> str:
     return Path(settings.target).stem if settings.target else "localspec"
 
 
-def create_app(settings: Settings, engine_provider: Callable[[], Any]) -> FastAPI:
-    """`engine_provider()` returns a loaded engine (anything with `submit` and optionally `close`)."""
+def create_app(
+    settings: Settings, engine_provider: Callable[[], Any] | None = None, *, model: Model | None = None
+) -> FastAPI:
+    """`engine_provider()` returns a loaded Engine (the app closes it on shutdown, if it can);
+    `model` is a ready model facade instead (tests/fake_engine.py's)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if model is not None:
+            app.state.models = Models([model])
+            yield
+            return
         engine = await anyio.to_thread.run_sync(engine_provider)
-        app.state.dispatcher = Dispatcher(engine, settings)
+        local = LocalModel(engine, settings, app.state.model_id)
+        app.state.models = Models([local])
+        app.state.dispatcher = local  # the served model's facade, by the name the tests know
         try:
             yield
         finally:
-            clean = await app.state.dispatcher.drain(DRAIN_TIMEOUT_S)
-            if app.state.dispatcher.lost is not None:
+            clean = await local.drain(DRAIN_TIMEOUT_S)
+            if local.lost is not None:
                 pass  # an rpc-server dropped: freeing the models would talk to it and abort (reload.py)
             elif clean and hasattr(engine, "close"):
                 engine.close()  # never while a generation still runs on the models
@@ -49,12 +63,13 @@ def create_app(settings: Settings, engine_provider: Callable[[], Any]) -> FastAP
                     "requests still running after %.0f s; leaving the models to the OS", DRAIN_TIMEOUT_S
                 )
 
-    # the schema is served by routes.py, behind the API key; no docs pages
+    # the schema is served by ops.py, behind the API key; no docs pages
     app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
     app.state.model_id = model_id(settings)
-    errors.install(app)
-    app.include_router(routes.router)
+    errors.install(app, DIALECTS, default=openai_error)
+    for dialect in DIALECTS:
+        app.include_router(dialect.router)
     app.include_router(page.router)  # the chat page at / (server/ui/)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
     browser.install(app, settings)  # outermost: what a web page may do, before anything is read
@@ -97,9 +112,9 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = errors.APIError(
+        error = APIError(
             413,
             f"the request body is larger than {self.max_bytes} bytes (--max-body)",
             code="request_too_large",
-        ).response()
-        await response(scope, receive, send)
+        )
+        await errors.respond(scope, error)(scope, receive, send)

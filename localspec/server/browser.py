@@ -19,7 +19,8 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localspec.config.settings import Settings
-from localspec.server.errors import APIError
+from localspec.server import errors
+from localspec.serving.errors import APIError
 
 LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 WILDCARD_BINDS = ("0.0.0.0", "::", "")
@@ -51,7 +52,7 @@ def allowed_hosts(settings: Settings) -> list[str]:
 
 
 class HostCheck:
-    """TrustedHostMiddleware's verdict, its refusal in OpenAI's shape with the flag that fixes it."""
+    """TrustedHostMiddleware's verdict, its refusal in the dialect's shape with the flag that fixes it."""
 
     def __init__(self, app: ASGIApp, hosts: list[str]) -> None:
         self.app = app
@@ -76,12 +77,13 @@ class HostCheck:
     @staticmethod
     def _refusal(scope: Scope):  # noqa: ANN205 - a Response
         host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")[:100]
-        return APIError(
+        error = APIError(
             400,
             f"the Host header {host!r} does not name this server; if clients reach it by that name, "
             "start it with --allowed-hosts NAME (a check against DNS rebinding)",
             code="host_not_allowed",
-        ).response()
+        )
+        return errors.respond(scope, error)
 
 
 def install(app: ASGIApp, settings: Settings) -> None:

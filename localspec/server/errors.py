@@ -1,51 +1,46 @@
-"""Errors in OpenAI's shape: {"error": {"message", "type", "param", "code"}}, whatever went wrong."""
+"""Every error in the shape of the dialect the request spoke, whatever went wrong: a route's
+APIError, a body that is not JSON or fails its schema, an unknown path, an oversized body, a bug.
+The dialect is found by the request's path (`Shapes`, built from the dialects' routes)."""
 
 from __future__ import annotations
 
 import email.message
 import logging
+from typing import Any, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.responses import Response
+from starlette.types import Scope
 
-from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
-from localspec.server.schemas import ErrorBody, ErrorResponse
+from localspec.errors import LocalspecError
+from localspec.serving.errors import APIError, from_localspec
 
 log = logging.getLogger("localspec.server")
+Shape = Callable[[APIError], Response]
 
 
-class APIError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-        self.headers = headers or {}
+class Shapes:
+    """path -> the error shape of the dialect serving it. A path no route has takes the shape of
+    the dialect whose PREFIX it starts with (Ollama's /api/), else the default (OpenAI's)."""
 
-    def response(self) -> JSONResponse:
-        body = ErrorResponse(
-            error=ErrorBody(message=self.message, type=self.type, param=self.param, code=self.code)
-        )
-        return JSONResponse(body.model_dump(), status_code=self.status, headers=self.headers)
+    def __init__(self, dialects: Sequence[Any], default: Shape) -> None:
+        self.default = default
+        self.by_path = {r.path: d.error_response for d in dialects for r in d.router.routes}
+        prefixes = [(d.PREFIX, d.error_response) for d in dialects if getattr(d, "PREFIX", None)]
+        self.prefixes = sorted(prefixes, key=lambda p: -len(p[0]))
+
+    def __call__(self, path: str) -> Shape:
+        shape = self.by_path.get(path)
+        if shape is None:
+            shape = next((s for prefix, s in self.prefixes if path.startswith(prefix)), self.default)
+        return shape
 
 
-def from_localspec(e: LocalspecError, prompt_param: str | None = None) -> APIError:
-    """Bad input the engine refused (it raises before anything is queued): a 400; a generation that
-    failed inside the engine afterwards is the server's fault: a 500."""
-    if isinstance(e, GenerationFailed):
-        return APIError(500, str(e), type="server_error", code="generation_failed")
-    if isinstance(e, PromptTooLong):
-        return APIError(400, str(e), param=prompt_param, code="context_length_exceeded")
-    return APIError(400, str(e))
+def respond(scope: Scope, error: APIError) -> Response:
+    """`error` in the shape of the dialect of the request in `scope` (middleware use this too)."""
+    return scope["app"].state.error_shapes(scope["path"])(error)
 
 
 def is_json(content_type: str) -> bool:
@@ -71,33 +66,35 @@ def _validation_message(e: RequestValidationError) -> tuple[str, str | None]:
     ), param
 
 
-def install(app: FastAPI) -> None:
+def install(app: FastAPI, dialects: Sequence[Any], default: Shape) -> None:
+    app.state.error_shapes = Shapes(dialects, default)
+
     @app.exception_handler(APIError)
-    async def _api(request: Request, e: APIError) -> JSONResponse:
-        return e.response()
+    async def _api(request: Request, e: APIError) -> Response:
+        return respond(request.scope, e)
 
     @app.exception_handler(LocalspecError)
-    async def _localspec(request: Request, e: LocalspecError) -> JSONResponse:
-        return from_localspec(e).response()
+    async def _localspec(request: Request, e: LocalspecError) -> Response:
+        return respond(request.scope, from_localspec(e))
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, e: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, e: RequestValidationError) -> Response:
         content_type = request.headers.get("content-type", "")
         if request.method == "POST" and not is_json(content_type):  # FastAPI parsed nothing
-            return APIError(
+            error = APIError(
                 415,
                 f"send the body as JSON with 'Content-Type: application/json' (got {content_type[:80]!r})",
                 code="unsupported_media_type",
-            ).response()
+            )
+            return respond(request.scope, error)
         message, param = _validation_message(e)
-        return APIError(400, message, param=param).response()
+        return respond(request.scope, APIError(400, message, param=param))
 
     @app.exception_handler(HTTPException)
-    async def _http(request: Request, e: HTTPException) -> JSONResponse:
-        kind = "not_found_error" if e.status_code == 404 else "invalid_request_error"
-        return APIError(e.status_code, str(e.detail), type=kind, headers=dict(e.headers or {})).response()
+    async def _http(request: Request, e: HTTPException) -> Response:
+        return respond(request.scope, APIError(e.status_code, str(e.detail), headers=dict(e.headers or {})))
 
     @app.exception_handler(Exception)
-    async def _bug(request: Request, e: Exception) -> JSONResponse:
+    async def _bug(request: Request, e: Exception) -> Response:
         log.exception("internal error")
-        return APIError(500, f"internal error: {type(e).__name__}: {e}", type="server_error").response()
+        return respond(request.scope, APIError(500, f"internal error: {type(e).__name__}: {e}"))

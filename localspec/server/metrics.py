@@ -1,8 +1,8 @@
 """/metrics: server totals as Prometheus text, under the names vLLM and llama.cpp use, so existing
 dashboards and scrapers read localspec unchanged.
 
-One set of totals (`Totals`, filled from each finished request's Stats) is rendered under both
-families by a custom collector, rather than bookkeeping every number twice:
+One set of totals (serving/totals.py, filled from each finished request's Stats) is rendered under
+both families by a custom collector, rather than bookkeeping every number twice:
 - vLLM: vllm:spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens (counters, `_total`)
   and vllm:spec_decode_num_accepted_tokens_per_pos{position} (accepted at position i; divide by
   num_drafts for the per-position rate), vllm:prompt_tokens / generation_tokens, request_success
@@ -14,77 +14,27 @@ families by a custom collector, rather than bookkeeping every number twice:
 
 from __future__ import annotations
 
-import threading
-from collections import Counter as Tally
-from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from localspec.decode.stats import Stats
+
+def render(model: Any) -> bytes:
+    """`model`'s totals and load (a serving.Model) as Prometheus text."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(model))
+    return generate_latest(registry)
 
 
-@dataclass
-class Totals:
-    finished: Tally = field(default_factory=Tally)  # finish reason -> requests
-    cancelled: int = 0
-    rejected: int = 0  # turned away with 503 (queue full)
-    failed: int = 0  # ended with a server error (the generation failed, the engine was lost)
-    prompt_tokens: int = 0
-    prompt_evaluated: int = 0  # of those, what the target evaluated (the rest came from a cached prefix)
-    generated_tokens: int = 0
-    prompt_s: float = 0.0
-    decode_s: float = 0.0
-    decode_tokens: int = 0  # tokens produced inside decode_s (each request's first comes with prefill)
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted_tokens: int = 0
-    accepted_by_pos: list[int] = field(default_factory=list)
-
-
-class ServerMetrics:
-    def __init__(self, load: Callable[[], tuple[int, int]]) -> None:
-        """`load` says (running, waiting) right now."""
-        self._load = load
-        self._lock = threading.Lock()
-        self.totals = Totals()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
-
-    def record(self, stats: Stats, finish_reason: str) -> None:
-        with self._lock:
-            t = self.totals
-            t.finished[finish_reason] += 1
-            t.prompt_tokens += stats.n_prompt_tokens
-            t.prompt_evaluated += stats.n_prefilled
-            t.generated_tokens += stats.n_generated
-            t.prompt_s += stats.prefill_ms / 1e3
-            t.decode_s += stats.decode_ms / 1e3
-            t.decode_tokens += max(stats.n_generated - 1, 0)
-            t.drafts += stats.rounds
-            t.draft_tokens += stats.n_drafted
-            t.accepted_tokens += stats.n_accepted
-            for i, n in enumerate(stats.accepted_by_pos):
-                if i == len(t.accepted_by_pos):
-                    t.accepted_by_pos.append(0)
-                t.accepted_by_pos[i] += n
-
-    def count(self, what: str) -> None:
-        """Count a request that ended without a response: cancelled, rejected or failed."""
-        with self._lock:
-            setattr(self.totals, what, getattr(self.totals, what) + 1)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+class _Collector:
+    def __init__(self, model: Any) -> None:
+        self.model = model
 
     # -- prometheus_client collector protocol ------------------------------------------------------
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            t = Totals(**{k: getattr(self.totals, k) for k in Totals.__dataclass_fields__})
-            t.accepted_by_pos = list(t.accepted_by_pos)
-            t.finished = Tally(t.finished)
-        running, waiting = self._load()
+        t = self.model.totals.snapshot()
+        running, waiting = self.model.load()
 
         def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
             return CounterMetricFamily(name, doc, value=value)

@@ -32,11 +32,9 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from localspec import llama
 from localspec.config.settings import API_KEY_ENV
 from localspec.errors import LocalspecError
-from localspec.llama import rpc
-from localspec.server.errors import APIError
+from localspec.serving.errors import APIError
 
 RELOAD_ENV = "LOCALSPEC_SERVE_RELOADED"  # set in the re-executed process: how many reloads so far
 FALLBACK_S = 30.0  # uvicorn's graceful shutdown (10 s) has long finished by then
@@ -100,13 +98,19 @@ def _close_on_exec() -> None:
                 pass
 
 
-def wait_for_servers(endpoints: Sequence[str], say: Callable[[str], None], retry_s: float = RETRY_S) -> None:
-    """Return once every endpoint answers the RPC handshake; until then probe every `retry_s`."""
+def wait_for_servers(
+    endpoints: Sequence[str],
+    probe: Callable[[str], None],
+    say: Callable[[str], None],
+    retry_s: float = RETRY_S,
+) -> None:
+    """Return once every endpoint answers the RPC handshake (`probe` raises LocalspecError while it
+    does not); until then probe every `retry_s`."""
     waiting = False
     while True:
         try:
             for endpoint in endpoints:
-                rpc.probe(endpoint)
+                probe(endpoint)
             break
         except LocalspecError as e:
             if not waiting:
@@ -128,16 +132,16 @@ class EngineLost:
         self.line: str | None = None  # what llama.cpp's failure was, once it happened
 
     def install(self, server: Any, app: Any) -> None:
-        """Take over once `server` (a uvicorn.Server) serves `app`."""
+        """Take over once `server` (a uvicorn.Server) serves `app` (the caller hands this handler
+        to llama.on_rpc_lost: nothing under server/ touches llama.cpp)."""
         self._server, self._app = server, app
-        llama.on_rpc_lost(self)
 
     def __call__(self, line: str) -> None:  # on llama.cpp's thread (or the RPC watchdog's)
         with self._lock:
             first = self.line is None
             if first:
-                dispatcher = getattr(self._app.state, "dispatcher", None) if self._app else None
-                if dispatcher is None or self._server.should_exit:
+                models = getattr(self._app.state, "models", None) if self._app else None
+                if models is None or self._server.should_exit:
                     return  # not serving yet, or shutting down anyway: the process ends with the line
                 # the line's advice is for a one-shot command ("...; restart it and run again"): here
                 # the server retries by itself
@@ -152,7 +156,8 @@ class EngineLost:
                 code="rpc_server_lost",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             )
-            dispatcher.loop.call_soon_threadsafe(dispatcher.fail_all, error)
+            for model in models:
+                model.loop.call_soon_threadsafe(model.fail_all, error)
             self._server.should_exit = True  # uvicorn's graceful shutdown; `serve` re-executes after it
         time.sleep(FALLBACK_S)
         reexec()

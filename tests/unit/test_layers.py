@@ -1,6 +1,7 @@
 """The package's layout stays true without anyone watching: read every module's imports (function-
 local ones too) and fail on an import cycle, on an import against the layer order documented in
-docs/architecture.md, and on `llama_cpp` imported outside the llama.cpp boundary."""
+docs/architecture.md, on `llama_cpp` imported outside the llama.cpp boundary, and on server/
+reaching past the model facade."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("chat",),
     ("telemetry",),
     ("engine",),
+    ("serving",),
     ("convert",),
     ("hub",),
     ("bench", "server"),
@@ -127,6 +129,19 @@ def test_llama_cpp_is_imported_only_in_the_boundary():
         if _room(name) != "llama" and any(m.split(".")[0] == "llama_cpp" for m in _imports(name, path))
     ]
     assert not outside, f"llama_cpp imported outside localspec/llama: {outside}"
+
+
+def test_the_server_reaches_the_model_only_through_the_facade():
+    """Routes and dialects use localspec.serving (the model facade), never llama.cpp's wrappers or
+    the Engine itself: a dialect is a parse and a render, never a second path into the engine."""
+    bad = sorted(
+        f"{name} -> {dep}"
+        for name, deps in GRAPH.items()
+        if _room(name) == "server"
+        for dep in deps
+        if _room(dep) in ("llama", "engine")
+    )
+    assert not bad, "server/ imports below the facade:\n" + "\n".join(bad)
 
 
 def test_settings_reach_no_front_end():

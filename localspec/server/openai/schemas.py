@@ -6,14 +6,15 @@ a request field means what the flag and TOML key of the same name mean (top_k, m
 
 from __future__ import annotations
 
-import json
 import types
 import typing
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from localspec.config.settings import Settings, setting_fields
+from localspec.server.fields import Checked
+from localspec.serving import request as internal
 
 
 def _optional(name: str) -> Any:
@@ -77,13 +78,10 @@ class ResponseFormat(BaseModel):
         if self.type == "text":
             return {}
         if self.type == "json_schema" and self.json_schema is not None:
-            return {
-                "json_schema": json.dumps(self.json_schema.schema_),
-                "json_strict": bool(self.json_schema.strict),
-            }
+            return internal.json_schema(self.json_schema.schema_, strict=bool(self.json_schema.strict))
         if self.schema_ is not None:
-            return {"json_schema": json.dumps(self.schema_), "json_strict": False}
-        return {"json_schema": json.dumps({"type": "object"}), "json_strict": False}
+            return internal.json_schema(self.schema_, strict=False)
+        return internal.json_object()
 
 
 def _request_type(name: str) -> Any:
@@ -95,18 +93,15 @@ def _request_type(name: str) -> Any:
 _GENERATED = [f for g in ("sampling", "spec", "output") for f in setting_fields(g) if f.name != "logprobs"]
 
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="allow")  # unknown fields are checked by name (unsupported())
-
-
 _overrides = create_model(
     "_Overrides",
-    __base__=_Request,
+    __base__=Checked,
     **{f.name: (_request_type(f.name), Field(None, description=f.metadata["help"])) for f in _GENERATED},
 )
 
 
 class RequestBase(_overrides):  # type: ignore[misc, valid-type]
+    IGNORED: ClassVar[frozenset[str]] = IGNORED_FIELDS
     model: str | None = None
     n: int = 1
     stream: bool = False
@@ -132,14 +127,10 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
         if self.response_format is not None:
             out.update(self.response_format.constraint())
         if self.json_schema is not None:
-            out["json_schema"] = json.dumps(self.json_schema)
+            out.update(internal.json_schema(self.json_schema))
         if self.grammar is not None:
-            out["grammar"] = self.grammar
+            out.update(internal.grammar(self.grammar))
         return out
-
-    def unsupported(self) -> str | None:
-        """The first field sent that we neither use nor may ignore."""
-        return next((k for k in self.model_extra or {} if k not in IGNORED_FIELDS), None)
 
     @property
     def mark_drafts(self) -> bool:
@@ -402,25 +393,3 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
-
-
-class ErrorBody(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorResponse(BaseModel):
-    error: ErrorBody
-
-
-class TokenizeRequest(_Base):
-    content: str
-    add_special: bool = False
-    parse_special: bool = True
-    with_pieces: bool = False
-
-
-class DetokenizeRequest(_Base):
-    tokens: list[int]

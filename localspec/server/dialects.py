@@ -1,0 +1,15 @@
+"""Every dialect the server speaks, mounted in this order: one line each. A dialect is a module with
+`router` (its routes), `error_response(APIError) -> Response` (its error shape, chosen for every
+error on its paths) and, optionally, `PREFIX` (paths no route matches that still take its shape).
+docs/architecture.md ("Adding a dialect") says how to write one."""
+
+from localspec.server import llama_server, ops
+from localspec.server.openai import chat, completions, models
+
+DIALECTS = (
+    ops,  # /health, /metrics, /openapi.json
+    models,  # OpenAI: GET /v1/models
+    chat,  # OpenAI: POST /v1/chat/completions
+    completions,  # OpenAI: POST /v1/completions
+    llama_server,  # POST /tokenize, /detokenize
+)

@@ -1,0 +1,100 @@
+"""OpenAI's legacy completions, POST /v1/completions: a raw prompt (text or token ids, no template)
+-> the internal request (`parse`); the events -> one text_completion object (`render`) or its chunk
+stream (`render_stream`: text pieces with optional draft marks and logprobs in the legacy shape,
+each choice's finish with timings, the include_usage chunk, [DONE])."""
+
+from __future__ import annotations
+
+from typing import Any, AsyncIterator, Sequence
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from localspec.server import framing
+from localspec.server.auth import require_key
+from localspec.server.fields import refuse_unsupported
+from localspec.server.openai import common, errors
+from localspec.server.openai import schemas as s
+from localspec.serving import Delta, Finished, Stream
+from localspec.serving import request as internal
+from localspec.serving.errors import APIError
+
+router = APIRouter(dependencies=[Depends(require_key)])
+error_response = errors.error_response
+
+
+@router.post("/v1/completions")
+async def completions(body: s.CompletionRequest, request: Request) -> Any:
+    req = parse(body)
+    model = request.app.state.models.get(req.model)
+    stream = await model.submit(req)
+    ids = common.Ids(model.name, "cmpl-")
+    if req.stream:
+        return framing.sse(stream, render_stream(stream, ids, body), errors.event)
+    return JSONResponse(render(await stream.finished(request.is_disconnected), ids))
+
+
+def parse(body: s.CompletionRequest) -> internal.Request:
+    refuse_unsupported(body)
+    if body.echo or body.suffix:
+        raise APIError(400, "echo and suffix are not supported", param="echo" if body.echo else "suffix")
+    prompt: Any = body.prompt
+    if isinstance(prompt, list) and not prompt:
+        raise APIError(400, "the prompt is empty", param="prompt")
+    if isinstance(prompt, list) and isinstance(prompt[0], str):
+        if len(prompt) != 1:
+            raise APIError(400, "one prompt per request (a list of prompts is not supported)", param="prompt")
+        prompt = prompt[0]
+    return internal.Request(
+        prompt=tuple(prompt) if isinstance(prompt, list) else prompt,
+        overrides=body.overrides(),
+        n=body.n,
+        stream=body.stream,
+        model=body.model,
+    )
+
+
+def render(done: Sequence[Finished], ids: common.Ids) -> dict:
+    choices = [
+        s.CompletionChoice(
+            index=f.choice,
+            text=f.response.text,
+            finish_reason=f.reason,
+            logprobs=common.completion_logprobs(f.logprobs) if f.logprobs is not None else None,
+        )  # fmt: skip
+        for f in done
+    ]
+    completion = s.Completion(
+        id=ids.id, created=ids.created, model=ids.model, choices=choices,
+        usage=common.usage(done), timings=common.timings(done[0].response),
+    )  # fmt: skip
+    return common.wire(completion)
+
+
+async def render_stream(
+    stream: Stream, ids: common.Ids, body: s.CompletionRequest
+) -> AsyncIterator[dict[str, str]]:
+    want_lp = body.logprobs not in (None, False)  # logprobs 0 (== False) streams none, as before
+
+    def chunk(index: int, text: str, **extra: Any) -> dict[str, str]:
+        lp, finish = extra.pop("logprobs", None), extra.pop("finish", None)
+        choice = s.CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=lp)
+        c = s.Completion(id=ids.id, created=ids.created, model=ids.model, choices=[choice], **extra)
+        return {"data": common.dump(c, usage_null=body.include_usage)}
+
+    done = []
+    async for e in stream:
+        if isinstance(e, Delta):
+            lp = common.completion_logprobs(e.logprobs) if want_lp and e.logprobs else None
+            marks = common.draft_marks(e.from_draft) if body.mark_drafts else None
+            yield chunk(e.choice, e.content, logprobs=lp, localspec=marks)
+        else:
+            done.append(e)
+            lp = common.completion_logprobs(e.tail_logprobs) if want_lp and e.tail_logprobs else None
+            yield chunk(e.choice, "", finish=e.reason, timings=common.timings(e.response), logprobs=lp)
+    if body.include_usage:
+        usage = s.Completion(
+            id=ids.id, created=ids.created, model=ids.model, choices=[], usage=common.usage(done)
+        )
+        yield {"data": common.dump(usage)}
+    yield {"data": "[DONE]"}

@@ -1,0 +1,72 @@
+"""What routes and dialects know of a model: this protocol and nothing else (never localspec.llama,
+never the Engine). `LocalModel` (local.py) is the in-process engine behind it; tests/fake_engine.py's
+FakeModel is one with queued events and no model; the router (#49) keeps one per model, by name."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
+
+from localspec.serving.events import Event, Finished
+from localspec.serving.request import Request
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """The facts /v1/models (and Ollama's /api/show) report."""
+
+    name: str
+    created: int  # when it was loaded (Unix seconds)
+    n_ctx: int  # the context one request may use (one slot's)
+    n_ctx_train: int
+    n_vocab: int
+    n_params: int
+    size: int  # bytes of the target's weights
+    target: str  # the target GGUF's file name
+    draft: str | None  # the draft GGUF's file name, "mtp" (the target's own head), or None
+    parallel: int  # requests decoded at once
+    chat_template: str | None
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A chat request as the model reads it: its template's text, and its tokens."""
+
+    text: str
+    ids: list[int]
+
+
+class Stream(Protocol):
+    """One request's events (events.py), every choice's interleaved. Leaving the iteration early
+    cancels the generation; `finished` runs it to the end."""
+
+    def __aiter__(self) -> AsyncIterator[Event]: ...
+
+    async def finished(self, is_disconnected: Callable[[], Awaitable[bool]]) -> list[Finished]: ...
+
+    def cancel(self) -> None: ...
+
+
+class Model(Protocol):
+    name: str
+    card: ModelCard
+
+    def load(self) -> tuple[int, int]:
+        """(running, waiting): requests in a slot and requests queued for one."""
+        ...
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]: ...
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """Raises APIError 400 for an id outside the vocabulary."""
+        ...
+
+    async def render(self, req: Request) -> Prompt:
+        """The chat template applied to a chat request (nothing is generated)."""
+        ...
+
+    async def submit(self, req: Request) -> Stream:
+        """Admit and start a request; bad input raises APIError here, before anything streams."""
+        ...

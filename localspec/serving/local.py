@@ -1,0 +1,191 @@
+"""The model facade over an in-process Engine: admission (slots and a bounded queue, else 503), one
+validation of a request's fields (`Settings.replace` over its overrides), the chat plan, the n
+choices started with their chunks going straight to the event loop, and the one place a finished
+choice is booked (metrics totals, the acceptance log). The engine schedules; this only bounds how
+many requests may be in it at all."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import anyio
+
+from localspec.config.settings import Settings
+from localspec.engine import Engine, Response
+from localspec.errors import LocalspecError
+from localspec.serving import plan as chat_plan
+from localspec.serving.answer import Answer
+from localspec.serving.errors import APIError, from_localspec
+from localspec.serving.facade import ModelCard, Prompt
+from localspec.serving.request import Request, settings_for
+from localspec.serving.stream import EventStream
+from localspec.serving.totals import Counting
+from localspec.telemetry.acclog import AccLog
+
+log = logging.getLogger("localspec.server")
+RETRY_AFTER_S = 1
+
+
+class LocalModel:
+    def __init__(self, engine: Engine, settings: Settings, name: str) -> None:
+        """`settings`: the server's (slots, queue, log); a request's own start from the engine's."""
+        self.engine, self.settings, self.name = engine, settings, name
+        self.card = card_of(engine, name, settings.parallel)
+        self.totals = Counting()
+        self.acclog = AccLog(settings, source="server", warn=lambda msg: log.warning("%s", msg))
+        self.loop = asyncio.get_running_loop()  # made in the app's lifespan, on the event loop
+        self.lost: APIError | None = None  # set when the engine is gone for good (server/reload.py)
+        self.streams: set[EventStream] = set()
+        self._admitted = 0  # choices in the engine or about to be
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def load(self) -> tuple[int, int]:
+        running = min(self._admitted, self.settings.parallel)
+        return running, self._admitted - running
+
+    # -- text ------------------------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        return self.engine.target.tokenize(text, add_special=add_special, parse_special=parse_special)
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        return self.engine.target.token_bytes(token, special=special)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        n_vocab = self.engine.target.n_vocab
+        bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise APIError(400, f"token {bad} is not in the vocabulary (0..{n_vocab - 1})", param="tokens")
+        return self.engine.target.detokenize(tokens, special=True)
+
+    async def render(self, req: Request) -> Prompt:
+        s = settings_for(self.engine.settings, req)
+        p = await anyio.to_thread.run_sync(lambda: self._plan(req, s))
+        return Prompt(p.prompt_text, p.prompt_ids)
+
+    # -- generation ------------------------------------------------------------------------------
+    async def submit(self, req: Request) -> EventStream:
+        if self.lost is not None:
+            raise self.lost
+        parallel = self.settings.parallel
+        if not 1 <= req.n <= parallel:
+            raise APIError(400, f"n must be between 1 and --parallel ({parallel}); got {req.n}", param="n")
+        s = settings_for(self.engine.settings, req)
+        plan = await anyio.to_thread.run_sync(lambda: self._plan(req, s)) if req.chat else None
+        if plan is not None and plan.overrides:  # the constraint a forced tool call needs
+            s = s.replace(**plan.overrides)
+        choices = self._choices(req, s, plan)
+        self._admit(req.n)
+        started = time.time()
+        answers = [Answer(i, plan.make_parser() if plan else None, self.token_bytes) for i in range(req.n)]
+        stream = EventStream(
+            answers, self.loop, lambda i, resp, err: self._finished(stream, resp, err, choices[i][1], started)
+        )
+        self.streams.add(stream)
+        prompt = plan.prompt_ids if plan else req.prompt
+        keep = plan.keep_special if plan else ()
+
+        def start() -> None:  # n choices: n sequences from one prompt (the slots share its cache)
+            for i, (si, _) in enumerate(choices):
+                stream.handles[i] = self.engine.submit(
+                    prompt, keep_special=keep, sink=stream.sink(i), settings=si
+                )
+
+        try:
+            await anyio.to_thread.run_sync(start)  # tokenizing and the fit check run off the loop
+        except BaseException as e:
+            stream.cancel()
+            self._release(stream.drop_unstarted())  # the started ones are released as they end
+            if stream.done:
+                self.streams.discard(stream)
+            if isinstance(e, LocalspecError):
+                raise from_localspec(e, "messages" if req.chat else "prompt") from None
+            raise
+        if self.lost is not None:  # the engine was lost while this request was being submitted
+            stream.fail(self.lost)
+        return stream
+
+    @staticmethod
+    def _choices(
+        req: Request, s: Settings, plan: chat_plan.ChatPlan | None
+    ) -> list[tuple[Settings, dict[str, Any]]]:
+        """Each choice's settings, and the overrides the acceptance log records over the server's
+        settings: choice i samples with seed + i when the request gave a seed."""
+        logged = {**req.overrides, **(plan.overrides if plan else {})}
+        out = [(s, logged)]
+        for i in range(1, req.n):
+            seed = s.seed + i if "seed" in req.overrides else None
+            out.append((s, logged) if seed is None else (s.replace(seed=seed), logged | {"seed": seed}))
+        return out
+
+    def _plan(self, req: Request, s: Settings) -> chat_plan.ChatPlan:
+        try:
+            return chat_plan.plan(self.engine, req, s.reasoning_format)
+        except LocalspecError as e:
+            raise from_localspec(e, "messages") from None
+
+    def _admit(self, n: int) -> None:
+        if self._admitted + n > self.settings.parallel + self.settings.max_queue:
+            self.totals.count("rejected")
+            raise APIError(
+                503,
+                f"the server is busy ({self._admitted} requests in progress or queued); retry shortly",
+                code="server_overloaded",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            )
+        self._admitted += n
+        self._idle.clear()
+
+    def _release(self, n: int = 1) -> None:
+        self._admitted -= n
+        if self._admitted == 0:
+            self._idle.set()
+
+    def _finished(
+        self,
+        stream: EventStream,
+        resp: Response | None,
+        error: BaseException | None,
+        overrides: dict[str, Any],
+        started: float,
+    ) -> None:
+        """A choice left the engine (on the event loop): free its place, book what it did."""
+        self._release()
+        if stream.done:
+            self.streams.discard(stream)
+        if resp is None:
+            self.totals.count("cancelled" if error is None else "failed")
+            return
+        self.totals.record(resp.stats, resp.finish_reason)
+        self.acclog.write(resp, self.settings.replace(**overrides), started=started)
+
+    # -- the engine's life -----------------------------------------------------------------------
+    def fail_all(self, error: APIError) -> None:
+        """The engine is gone (an rpc-server dropped): every request in it ends with `error`, and so
+        does every request that comes after. Runs on the event loop's thread."""
+        self.lost = error
+        for stream in list(self.streams):
+            stream.fail(error)
+
+    async def drain(self, timeout: float) -> bool:
+        """Cancel everything still running and wait until the engine has let go of it all."""
+        for stream in list(self.streams):
+            stream.cancel()
+        with anyio.move_on_after(timeout):
+            await self._idle.wait()
+        return self._idle.is_set()
+
+
+def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
+    target, s = engine.target, engine.settings
+    return ModelCard(
+        name=name, created=int(time.time()), n_ctx=engine.target_ctx.n_ctx,
+        n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
+        size=target.size_bytes, target=Path(s.target).name if s.target else "",
+        draft=None if s.draft is None else ("mtp" if s.draft_mtp else Path(s.draft).name),
+        parallel=parallel, chat_template=target.chat_template(),
+    )  # fmt: skip

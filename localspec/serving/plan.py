@@ -1,0 +1,109 @@
+"""A chat request's plan: its messages, tools and template variables rendered through the model's own
+template, the parser its answer goes through (content, reasoning, tool calls of the template's
+family), the control tokens that parser must see as text, and the constraint a forced call needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from localspec.chat import families, tool_grammar, tool_prompt
+from localspec.chat.output import answer_parser
+from localspec.serving.errors import APIError
+from localspec.serving.request import Message, Request
+
+RESERVED_VARS = ("messages", "tools", "add_generation_prompt", "bos_token", "eos_token")
+CONSTRAINTS = ("json_schema", "grammar")
+
+
+@dataclass
+class ChatPlan:
+    prompt_text: str
+    prompt_ids: list[int]
+    family: families.Family
+    tools_on: bool  # the answer may call tools (tools given, tool_choice not none)
+    make_parser: Callable[[], Any]
+    keep_special: tuple[int, ...] = ()
+    overrides: dict[str, Any] = field(default_factory=dict)  # the constraint a call needs, if any
+
+
+def tool_choice(req: Request) -> str | None:
+    """None (auto), "none", "required", or the name of the function that must be called."""
+    if req.forced_tool is not None:
+        if req.forced_tool not in [t.name for t in req.tools]:
+            raise APIError(
+                400,
+                f"tool_choice names {req.forced_tool!r}, which is not among the tools",
+                param="tool_choice",
+            )
+        return req.forced_tool
+    if req.tool_choice == "required" and not req.tools:
+        raise APIError(400, "tool_choice 'required' needs tools", param="tool_choice")
+    return None if req.tool_choice == "auto" else req.tool_choice
+
+
+def template_message(m: Message) -> dict[str, Any]:
+    """A message as chat templates read it (Hugging Face's conventions)."""
+    msg: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.reasoning:
+        msg["reasoning_content"] = m.reasoning
+    if m.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    if m.role == "tool":
+        msg["tool_call_id"] = m.tool_call_id or ""
+        if m.name:
+            msg["name"] = m.name
+    return msg
+
+
+def template_tool(t: Any) -> dict[str, Any]:
+    fn = {"name": t.name, "description": t.description, "parameters": t.parameters, "strict": t.strict}
+    return {"type": "function", "function": {k: v for k, v in fn.items() if v is not None}}
+
+
+def template_vars(req: Request) -> dict[str, Any]:
+    extra = dict(req.template_vars)
+    bad = [k for k in extra if k in RESERVED_VARS]
+    if bad:
+        raise APIError(400, f"chat_template_kwargs may not set {bad[0]!r}", param="chat_template_kwargs")
+    if req.reasoning is not None:
+        extra.setdefault("enable_thinking", req.reasoning)
+    return extra
+
+
+def plan(engine: Any, req: Request, reasoning_format: str) -> ChatPlan:
+    """Render and tokenize a chat request (runs off the event loop: templates and tokenizing cost)."""
+    template = engine.target.chat_template()
+    family = families.detect(template)
+    choice = tool_choice(req)
+    tools = [template_tool(t) for t in req.tools]
+    tools_on = bool(tools) and choice != "none"
+    extra = template_vars(req)
+    msgs = [template_message(m) for m in req.messages]
+    if template and (tools_on or any("tool_calls" in m or m["role"] == "tool" for m in msgs)):
+        msgs, tool_vars = tool_prompt.prepare(
+            template, msgs, tools if tools_on else None, family,
+            choice=choice if choice != "none" else None, parallel=req.parallel_tool_calls,
+        )  # fmt: skip
+        extra.update(tool_vars)
+    text = engine.render_chat(msgs, **extra)
+    ids = engine.tokenize_chat(text)
+    specials = {}  # the family's markers that are control tokens (kept as text, named by id in grammars)
+    for marker in family.specials if tools_on else ():
+        toks = engine.target.tokenize(marker, add_special=False, parse_special=True)
+        if len(toks) == 1 and not engine.target.token_bytes(toks[0]):
+            specials[marker] = toks[0]
+    own = any(k in req.overrides for k in CONSTRAINTS)
+    overrides = (
+        tool_grammar.constraint(family, tools, choice, parallel=req.parallel_tool_calls, specials=specials)
+        if tools_on and not own  # a request's own constraint wins (docs/apps.md)
+        else {}
+    )
+    return ChatPlan(
+        text, ids, family, tools_on,
+        lambda: answer_parser(family, tools=tools_on, template=template, prompt=text, reasoning_format=reasoning_format),
+        tuple(specials.values()), overrides,
+    )  # fmt: skip

@@ -1,0 +1,99 @@
+"""The one internal request every dialect parses into: what to answer (chat messages, or a raw
+prompt), how (`overrides`: Settings fields by name - sampling, stop, logprobs, the constraint,
+speculation), the tools the answer may call, and how many choices. The overrides are checked once,
+by `Settings` itself, when the model builds the request's settings (LocalModel.submit)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from localspec.config.settings import Settings
+from localspec.errors import LocalspecError
+from localspec.serving.errors import APIError, from_localspec
+
+TOOL_CHOICES = ("auto", "none", "required")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call in the conversation's history (an assistant turn's)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"  # JSON text
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # system | user | assistant | tool
+    content: str = ""  # text; image parts (#50) will ride beside it
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None  # a tool result: the call it answers
+    name: str | None = None  # a tool result: the function's name
+    reasoning: str = ""  # an assistant turn's thinking, for templates that read reasoning_content
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the answer may call; `parameters` is its arguments' JSON schema."""
+
+    name: str
+    description: str | None = None
+    parameters: Mapping[str, Any] | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    messages: tuple[Message, ...] = ()
+    prompt: str | tuple[int, ...] | None = None  # a raw prompt (no template): text or token ids
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"  # auto | none | required
+    forced_tool: str | None = None  # the function the answer must call (with tool_choice required)
+    parallel_tool_calls: bool = True
+    reasoning: bool | None = None  # think first (the template's enable_thinking); None: its default
+    template_vars: Mapping[str, Any] = field(default_factory=dict)  # more chat template variables
+    n: int = 1
+    stream: bool = False
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tool_choice not in TOOL_CHOICES:
+            raise ValueError(f"tool_choice is one of {TOOL_CHOICES}, got {self.tool_choice!r}")
+
+    @property
+    def chat(self) -> bool:
+        return self.prompt is None
+
+
+def settings_for(base: Settings, req: Request) -> Settings:
+    """The request's settings: the one place its fields are checked (by Settings itself)."""
+    try:
+        return base.replace(**req.overrides) if req.overrides else base
+    except LocalspecError as e:
+        raise from_localspec(e, "messages" if req.chat else "prompt") from None
+    except TypeError as e:  # a field Settings does not have: a dialect's bug, said plainly
+        raise APIError(400, str(e)) from None
+
+
+# the constraint, as overrides: every dialect's JSON mode and schema end up as these
+def json_schema(schema: Any, *, strict: bool | None = None) -> dict[str, Any]:
+    """The answer is JSON following `schema`; strict: refuse keywords that cannot be enforced
+    (None: the setting's default, on)."""
+    out: dict[str, Any] = {"json_schema": json.dumps(schema)}
+    if strict is not None:
+        out["json_strict"] = strict
+    return out
+
+
+def json_object() -> dict[str, Any]:
+    """The answer is any JSON object."""
+    return json_schema({"type": "object"}, strict=False)
+
+
+def grammar(text: str) -> dict[str, Any]:
+    """The answer follows a GBNF or Lark grammar."""
+    return {"grammar": text}
