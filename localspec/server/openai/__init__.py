@@ -1,2 +1,2 @@
 """OpenAI's dialects: chat completions, completions and the model list (one module each), over the
-shared wire types (schemas.py), formatting (render.py) and error shape (errors.py)."""
+shared wire types (schemas.py), formatting (common.py) and error shape (errors.py)."""

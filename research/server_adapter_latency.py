@@ -1,0 +1,120 @@
+"""What the dialect adapters (issue #46) add to a streamed reply's time per token: the same streamed
+chat/completions request against two checkouts' `localspec serve`, interleaved (A, B, B, A, ...), on
+the same model, one request at a time.
+
+    .venv/bin/python research/server_adapter_latency.py /work/main . --model models/default
+
+Each checkout serves with its own venv (CHECKOUT/.venv/bin/python). The figure per request is the
+client's view: (last content chunk - first content chunk) / (completion tokens - 1), greedy, so
+both sides write the same tokens; the answer is the B/A ratio per pair of requests (a shared
+machine's noise hits both sides of a pair alike), summarised by its median and quartiles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+PROMPT = "Write a long, detailed story about a lighthouse keeper and a storm."
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(checkout: Path, model: Path, extra: list[str]) -> tuple[subprocess.Popen, str]:
+    port = _port()
+    what = ["--pair", str(model)] if model.is_dir() else ["--target", str(model)]
+    cmd = [str(checkout / ".venv/bin/python"), "-m", "localspec", "serve", *what, "--port", str(port),
+           "--parallel", "1", "--no-log", *extra]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "LOCALSPEC_API_KEY"}
+    proc = subprocess.Popen(cmd, cwd=checkout, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    proc.kill()
+    raise SystemExit(f"{checkout}: the server did not come up")
+
+
+def one(url: str, max_tokens: int) -> tuple[float, float, int, str]:
+    """(seconds per token after the first, seconds to the first, tokens, text) of one streamed reply."""
+    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    t0 = time.perf_counter()
+    first = last = None
+    n, text = 0, []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                n = chunk["usage"]["completion_tokens"]
+            content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
+            if content:
+                last = time.perf_counter()
+                first = first or last
+                text.append(content)
+    return (last - first) / (n - 1), first - t0, n, "".join(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("a", type=Path, help="the baseline checkout (main)")
+    ap.add_argument("b", type=Path, help="the changed checkout")
+    ap.add_argument("--model", type=Path, default=Path("models/default"))
+    ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--serve-args", default="", help="more `serve` flags for both sides")
+    args = ap.parse_args()
+    model = args.model.resolve()
+    extra = args.serve_args.split()
+    servers = [start(c.resolve(), model, extra) for c in (args.a, args.b)]
+    try:
+        urls = [url for _, url in servers]
+        for url in urls:  # warm up: first-request costs, the tuner's first rounds
+            for _ in range(3):
+                one(url, args.max_tokens)
+        per_token: list[list[float]] = [[], []]
+        ttft: list[list[float]] = [[], []]
+        for r in range(args.repeats):
+            order = (0, 1) if r % 2 == 0 else (1, 0)
+            texts = {}
+            for side in order:
+                tpt, first, n, texts[side] = one(urls[side], args.max_tokens)
+                per_token[side].append(tpt)
+                ttft[side].append(first)
+            if texts[0] != texts[1]:
+                print(f"warning: repeat {r}: the two sides wrote different text")
+        ratios = sorted(b / a for a, b in zip(*per_token))
+        q = statistics.quantiles(ratios, n=4)
+        print(f"model {model.name}, {args.repeats} interleaved pairs, {n} tokens per reply")
+        for name, side in (("A", 0), ("B", 1)):
+            print(f"{name}: median {1e3 * statistics.median(per_token[side]):.2f} ms/token, "
+                  f"first token {1e3 * statistics.median(ttft[side]):.1f} ms")  # fmt: skip
+        print(f"B/A time per token: median {statistics.median(ratios):.4f} (quartiles {q[0]:.4f}, {q[2]:.4f}), "
+              f"mean {statistics.mean(ratios):.4f}")  # fmt: skip
+        tr = sorted(b / a for a, b in zip(*ttft))
+        print(f"B/A first token: median {statistics.median(tr):.4f}")
+    finally:
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
