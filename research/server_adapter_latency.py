@@ -7,7 +7,8 @@ the same model, one request at a time.
 Each checkout serves with its own venv (CHECKOUT/.venv/bin/python). The figure per request is the
 client's view: (last content chunk - first content chunk) / (completion tokens - 1), greedy, so
 both sides write the same tokens; the answer is the B/A ratio per pair of requests (a shared
-machine's noise hits both sides of a pair alike), summarised by its median and quartiles.
+machine's noise hits both sides of a pair alike), summarised by its median and quartiles; beside
+it the server process's CPU seconds per token (psutil), less sensitive to other processes' load.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 PROMPT = "Write a long, detailed story about a lighthouse keeper and a storm."
 
@@ -83,37 +85,53 @@ def main() -> None:
     args = ap.parse_args()
     model = args.model.resolve()
     extra = args.serve_args.split()
-    servers = [start(c.resolve(), model, extra) for c in (args.a, args.b)]
+    servers: list[tuple[subprocess.Popen, str]] = []
     try:
-        urls = [url for _, url in servers]
-        for url in urls:  # warm up: first-request costs, the tuner's first rounds
-            for _ in range(3):
-                one(url, args.max_tokens)
-        per_token: list[list[float]] = [[], []]
-        ttft: list[list[float]] = [[], []]
-        for r in range(args.repeats):
-            order = (0, 1) if r % 2 == 0 else (1, 0)
-            texts = {}
-            for side in order:
-                tpt, first, n, texts[side] = one(urls[side], args.max_tokens)
-                per_token[side].append(tpt)
-                ttft[side].append(first)
-            if texts[0] != texts[1]:
-                print(f"warning: repeat {r}: the two sides wrote different text")
-        ratios = sorted(b / a for a, b in zip(*per_token))
-        q = statistics.quantiles(ratios, n=4)
-        print(f"model {model.name}, {args.repeats} interleaved pairs, {n} tokens per reply")
-        for name, side in (("A", 0), ("B", 1)):
-            print(f"{name}: median {1e3 * statistics.median(per_token[side]):.2f} ms/token, "
-                  f"first token {1e3 * statistics.median(ttft[side]):.1f} ms")  # fmt: skip
-        print(f"B/A time per token: median {statistics.median(ratios):.4f} (quartiles {q[0]:.4f}, {q[2]:.4f}), "
-              f"mean {statistics.mean(ratios):.4f}")  # fmt: skip
-        tr = sorted(b / a for a, b in zip(*ttft))
-        print(f"B/A first token: median {statistics.median(tr):.4f}")
+        for checkout in (args.a, args.b):
+            servers.append(start(checkout.resolve(), model, extra))
+        measure([url for _, url in servers], [psutil.Process(p.pid) for p, _ in servers], args, model.name)
     finally:
         for proc, _ in servers:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def measure(urls: list[str], procs: list[psutil.Process], args: argparse.Namespace, name: str) -> None:
+    for url in urls:  # warm up: first-request costs, the tuner's first rounds
+        for _ in range(3):
+            one(url, args.max_tokens)
+    per_token: list[list[float]] = [[], []]
+    ttft: list[list[float]] = [[], []]
+    cpu: list[list[float]] = [[], []]  # the server process's CPU seconds per generated token
+    for r in range(args.repeats):
+        order = (0, 1) if r % 2 == 0 else (1, 0)
+        texts = {}
+        for side in order:
+            before = sum(procs[side].cpu_times()[:2])
+            tpt, first, n, texts[side] = one(urls[side], args.max_tokens)
+            cpu[side].append((sum(procs[side].cpu_times()[:2]) - before) / n)
+            per_token[side].append(tpt)
+            ttft[side].append(first)
+        same = "" if texts[0] == texts[1] else " (the two sides wrote different text)"
+        print(
+            f"pair {r}: A {1e3 * per_token[0][-1]:.2f} B {1e3 * per_token[1][-1]:.2f} ms/token, "
+            f"CPU A {1e3 * cpu[0][-1]:.2f} B {1e3 * cpu[1][-1]:.2f} ms/token{same}",
+            flush=True,
+        )
+    ratios = sorted(b / a for a, b in zip(*per_token))
+    q = statistics.quantiles(ratios, n=4)
+    print(f"model {name}, {args.repeats} interleaved pairs, {n} tokens per reply")
+    for label, side in (("A", 0), ("B", 1)):
+        print(f"{label}: median {1e3 * statistics.median(per_token[side]):.2f} ms/token, "
+              f"first token {1e3 * statistics.median(ttft[side]):.1f} ms")  # fmt: skip
+    print(f"B/A time per token: median {statistics.median(ratios):.4f} (quartiles {q[0]:.4f}, {q[2]:.4f}), "
+          f"mean {statistics.mean(ratios):.4f}")  # fmt: skip
+    cr = sorted(b / a for a, b in zip(*cpu))
+    cq = statistics.quantiles(cr, n=4)
+    print(
+        f"B/A server CPU per token: median {statistics.median(cr):.4f} (quartiles {cq[0]:.4f}, {cq[2]:.4f})"
+    )
+    print(f"B/A first token: median {statistics.median(sorted(b / a for a, b in zip(*ttft))):.4f}")
 
 
 if __name__ == "__main__":

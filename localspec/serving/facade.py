@@ -9,6 +9,7 @@ from typing import AsyncIterator, Awaitable, Callable, Protocol, Sequence
 
 from localspec.serving.events import Event, Finished
 from localspec.serving.request import Request
+from localspec.serving.totals import Counting
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Stream(Protocol):
 class Model(Protocol):
     name: str
     card: ModelCard
+    totals: Counting  # what its finished requests did, for /metrics
 
     def load(self) -> tuple[int, int]:
         """(running, waiting): requests in a slot and requests queued for one."""

@@ -9,9 +9,7 @@ import json
 from typing import Any, AsyncIterator, Sequence
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
-from localspec.server import framing
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import common, errors
@@ -26,13 +24,9 @@ error_response = errors.error_response
 
 @router.post("/v1/chat/completions")
 async def chat_completions(body: s.ChatRequest, request: Request) -> Any:
-    req = parse(body)
-    model = request.app.state.models.get(req.model)
-    stream = await model.submit(req)
-    ids = common.Ids(model.name, "chatcmpl-")
-    if req.stream:
-        return framing.sse(stream, render_stream(stream, ids, body), errors.event)
-    return JSONResponse(render(await stream.finished(request.is_disconnected), ids))
+    return await common.respond(
+        request, parse(body), "chatcmpl-", render, lambda stream, ids: render_stream(stream, ids, body)
+    )
 
 
 def parse(body: s.ChatRequest) -> internal.Request:
@@ -123,9 +117,5 @@ async def render_stream(
             done.append(e)
             lp = common.chat_logprobs(e.tail_logprobs) if want_lp and e.tail_logprobs else None
             yield chunk(e.choice, s.Delta(), finish=e.reason, timings=common.timings(e.response), logprobs=lp)
-    if body.include_usage:
-        usage = s.ChatCompletionChunk(
-            id=ids.id, created=ids.created, model=ids.model, choices=[], usage=common.usage(done)
-        )
-        yield {"data": common.dump(usage)}
-    yield {"data": "[DONE]"}
+    for frame in common.closing(s.ChatCompletionChunk, done, ids, body.include_usage):
+        yield frame

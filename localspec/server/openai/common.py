@@ -8,13 +8,19 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
+from fastapi import Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from localspec.chat.deltas import Delta as Part
 from localspec.chat.deltas import Message
+from localspec.server import framing
+from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
+from localspec.serving import Stream
+from localspec.serving import request as internal
 from localspec.serving.events import Finished, Response, TokenLogprob, total_usage
 
 # extras we leave out of a chunk when they are empty; OpenAI's own keys are always sent (null included)
@@ -32,6 +38,31 @@ class Ids:
 
     def __post_init__(self) -> None:
         self.id = self.id or self.prefix + uuid.uuid4().hex[:24]
+
+
+async def respond(
+    request: Request,
+    req: internal.Request,
+    prefix: str,
+    whole: Callable[[list[Finished], Ids], dict],
+    frames: Callable[[Stream, Ids], AsyncIterator[dict[str, str]]],
+) -> Any:
+    """`req` answered by the model it names: one JSON body (`whole`) or, streamed, SSE frames."""
+    model = request.app.state.models.get(req.model)
+    stream = await model.submit(req)
+    ids = Ids(model.name, prefix)
+    if req.stream:
+        return framing.sse(stream, frames(stream, ids), errors.event)
+    return JSONResponse(whole(await stream.finished(request.is_disconnected), ids))
+
+
+def closing(cls: type, done: Sequence[Finished], ids: Ids, include_usage: bool) -> Iterator[dict[str, str]]:
+    """A stream's last frames: with stream_options.include_usage a chunk of `cls` with no choices
+    and the usage, then [DONE]."""
+    if include_usage:
+        last = cls(id=ids.id, created=ids.created, model=ids.model, choices=[], usage=usage(done))
+        yield {"data": dump(last)}
+    yield {"data": "[DONE]"}
 
 
 def usage(done: Sequence[Finished]) -> s.Usage:

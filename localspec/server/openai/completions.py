@@ -8,9 +8,7 @@ from __future__ import annotations
 from typing import Any, AsyncIterator, Sequence
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
-from localspec.server import framing
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import common, errors
@@ -25,13 +23,9 @@ error_response = errors.error_response
 
 @router.post("/v1/completions")
 async def completions(body: s.CompletionRequest, request: Request) -> Any:
-    req = parse(body)
-    model = request.app.state.models.get(req.model)
-    stream = await model.submit(req)
-    ids = common.Ids(model.name, "cmpl-")
-    if req.stream:
-        return framing.sse(stream, render_stream(stream, ids, body), errors.event)
-    return JSONResponse(render(await stream.finished(request.is_disconnected), ids))
+    return await common.respond(
+        request, parse(body), "cmpl-", render, lambda stream, ids: render_stream(stream, ids, body)
+    )
 
 
 def parse(body: s.CompletionRequest) -> internal.Request:
@@ -92,9 +86,5 @@ async def render_stream(
             done.append(e)
             lp = common.completion_logprobs(e.tail_logprobs) if want_lp and e.tail_logprobs else None
             yield chunk(e.choice, "", finish=e.reason, timings=common.timings(e.response), logprobs=lp)
-    if body.include_usage:
-        usage = s.Completion(
-            id=ids.id, created=ids.created, model=ids.model, choices=[], usage=common.usage(done)
-        )
-        yield {"data": common.dump(usage)}
-    yield {"data": "[DONE]"}
+    for frame in common.closing(s.Completion, done, ids, body.include_usage):
+        yield frame
