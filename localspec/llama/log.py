@@ -17,7 +17,9 @@ from localspec.llama import backends
 # Logging: llama.cpp logs through one process-wide callback. We keep every line in a ring buffer
 # (doctor and placement checks read it) and only echo when LOCALSPEC_VERBOSE is set.
 _LOG_LINES: collections.deque[tuple[int, str]] = collections.deque(maxlen=20000)
-_LOG_LOCK = threading.Lock()
+# re-entrant: the garbage collector may run inside the callback (it allocates) and finalize an
+# engine nobody closed, whose models then log from the same thread while the lock is held
+_LOG_LOCK = threading.RLock()
 _LOG_PARTIAL: list[str] = []
 _LOG_LISTENERS: list[Callable[[int, str], None]] = []
 _LOG_COUNT = [0]  # lines ever logged: marks stay valid after the ring wraps (one model load ~3000)
