@@ -7,6 +7,7 @@ many requests may be in it at all."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ class LocalModel:
         started = time.time()
         answers = [Answer(i, plan.make_parser() if plan else None, self.token_bytes) for i in range(req.n)]
         stream = EventStream(
-            answers, self.loop, lambda i, resp, err: self._finished(stream, resp, err, choices[i][1], started)
+            answers, self.loop, functools.partial(self._finished, [o for _, o in choices], started)
         )
         self.streams.add(stream)
         prompt = plan.prompt_ids if plan else req.prompt
@@ -147,11 +148,12 @@ class LocalModel:
 
     def _finished(
         self,
+        logged: list[dict[str, Any]],
+        started: float,
         stream: EventStream,
+        i: int,
         resp: Response | None,
         error: BaseException | None,
-        overrides: dict[str, Any],
-        started: float,
     ) -> None:
         """A choice left the engine (on the event loop): free its place, book what it did."""
         self._release()
@@ -161,7 +163,7 @@ class LocalModel:
             self.totals.count("cancelled" if error is None else "failed")
             return
         self.totals.record(resp.stats, resp.finish_reason)
-        self.acclog.write(resp, self.settings.replace(**overrides), started=started)
+        self.acclog.write(resp, self.settings.replace(**logged[i]), started=started)
 
     # -- the engine's life -----------------------------------------------------------------------
     def fail_all(self, error: APIError) -> None:

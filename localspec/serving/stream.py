@@ -17,8 +17,9 @@ from localspec.serving.events import Event, Finished
 
 _END = object()
 SHUT_DOWN = "the server is shutting down; the generation was cancelled"
-# (choice, its Response or None when cancelled, the error it ended with)
-OnEnd = Callable[[int, "Response | None", "BaseException | None"], None]
+# (the stream, the choice, its Response or None when cancelled, the error it ended with); given the
+# stream rather than closing over it, so that nothing holds a finished stream in a cycle
+OnEnd = Callable[["EventStream", int, "Response | None", "BaseException | None"], None]
 
 
 class EventStream:
@@ -65,7 +66,8 @@ class EventStream:
 
     def _end(self, i: int) -> None:
         self._ended[i] = True
-        self._on_end(i, self.responses[i], self._errors[i])
+        self.handles[i] = None  # the engine is done with it (a handle holds its request, whose sink holds us)
+        self._on_end(self, i, self.responses[i], self._errors[i])
 
     def fail(self, error: BaseException) -> None:
         """End every choice still running with `error`, without the engine (it is gone)."""

@@ -31,7 +31,7 @@ def response(text: str, tokens: list[int], logprobs: list | None = None) -> Resp
 
 def start(parsers: list, ended: list) -> EventStream:
     answers = [Answer(i, p, lambda t: bytes([t])) for i, p in enumerate(parsers)]
-    stream = EventStream(answers, asyncio.get_running_loop(), lambda i, r, e: ended.append((i, r, e)))
+    stream = EventStream(answers, asyncio.get_running_loop(), lambda _, i, r, e: ended.append((i, r, e)))
     stream.handles = [Handle() for _ in parsers]
     return stream
 
