@@ -13,7 +13,17 @@ from localspec.chat.deltas import assemble
 from localspec.config.settings import Settings
 from localspec.decode.stats import Counters, Stats
 from localspec.engine import Response
-from localspec.serving import APIError, Delta, Event, Finished, ModelCard, Prompt, Request, TokenLogprob
+from localspec.serving import (
+    APIError,
+    Delta,
+    Embedded,
+    Event,
+    Finished,
+    ModelCard,
+    Prompt,
+    Request,
+    TokenLogprob,
+)
 from localspec.serving.request import settings_for
 from localspec.serving.totals import Counting
 
@@ -89,15 +99,19 @@ class FakeStream:
 
 
 class FakeModel:
-    def __init__(self, name: str = "fake", *, n_ctx: int = 4096, parallel: int = 4) -> None:
+    def __init__(
+        self, name: str = "fake", *, n_ctx: int = 4096, parallel: int = 4, embed_ctx: int = 16
+    ) -> None:
         self.name = name
         self.card = ModelCard(
             name=name, created=1_700_000_000, n_ctx=n_ctx, n_ctx_train=8192, n_vocab=256, n_params=1000,
-            size=2000, target=f"{name}.gguf", draft="draft.gguf", parallel=parallel, chat_template=None,
+            size=2000, target=f"{name}.gguf", draft="draft.gguf", parallel=parallel, chat_template=None, n_embd=4,
         )  # fmt: skip
         self.requests: list[Request] = []  # every request submitted, as its dialect parsed it
         self.settings: list[Settings] = []  # and the settings it asked for
         self.streams: list[FakeStream] = []
+        self.embed_ctx = embed_ctx
+        self.embedded: list[tuple[list, bool]] = []  # every embed call: its inputs and truncate
         self.totals = Counting()
         self._replies: deque[list[Any] | BaseException] = deque()
 
@@ -136,3 +150,24 @@ class FakeModel:
             raise reply
         self.streams.append(FakeStream(reply))
         return self.streams[-1]
+
+    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+        """A text's tokens are its UTF-8 bytes, cut or refused past `embed_ctx` as the real model
+        does; its vector counts its tokens by value mod 4, scaled to unit length."""
+        self.embedded.append((list(inputs), truncate))
+        vectors, counts = [], []
+        for i, x in enumerate(inputs):
+            ids = self.tokenize(x) if isinstance(x, str) else list(x)
+            if not ids:
+                raise APIError(400, f"input {i} is empty: there is nothing to embed", param="input")
+            if len(ids) > self.embed_ctx and not truncate:
+                raise APIError(
+                    400, f"input {i} is {len(ids)} tokens; the embeddings context takes {self.embed_ctx}",
+                    param="input", code="context_length_exceeded",
+                )  # fmt: skip
+            ids = ids[: self.embed_ctx]
+            v = [float(sum(1 for t in ids if t % 4 == k)) for k in range(4)]
+            norm = sum(a * a for a in v) ** 0.5
+            vectors.append([a / norm for a in v])
+            counts.append(len(ids))
+        return Embedded(vectors, counts)

@@ -13,7 +13,7 @@ from localspec.cli.common import resolve_settings, settings_options
 from localspec.config.settings import API_KEY_ENV
 from localspec.errors import LocalspecError
 
-SERVE_DEFAULTS = {"parallel": 4}  # below config files and flags
+SERVE_DEFAULTS = {"parallel": 4, "embed_ctx": 512}  # below config files and flags
 SHUTDOWN_GRACE_S = 10  # SIGTERM: in-flight requests get this long to finish, then are cancelled
 
 

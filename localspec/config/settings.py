@@ -255,6 +255,12 @@ class Settings:
     max_body: int = _f(
         8_000_000, "Largest request body in bytes; larger gets 413.", group="server", ge=1, le=1 << 40
     )
+    embed_ctx: int = _f(
+        0,
+        "Longest input /v1/embeddings and /api/embed take, in tokens: the served model's embeddings "
+        "context, made on the first such request (0: no embeddings; serve's default is 512).",
+        group="server", ge=0, le=1 << 20,
+    )  # fmt: skip
 
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:

@@ -10,15 +10,19 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
+import numpy as np
+
+from localspec import llama
 from localspec.chat import template as chat
 from localspec.config.settings import Settings
 from localspec.draft_len.pool import TunerPool
+from localspec.engine import embed
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
 from localspec.engine.request import Handle, Request
 from localspec.engine.scheduler import Scheduler
 from localspec.engine.thread import load_then_serve
 from localspec.engine.types import Chunk, Response
-from localspec.errors import LocalspecError, PromptTooLong
+from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
 from localspec.text_input import require_text
 
 T = TypeVar("T")
@@ -32,6 +36,7 @@ class Engine:
             raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
         self._closed = False
         self._pair: LoadedPair | None = None
+        self._embedder: Any = None  # llama.Embedder, made on the first embed()
         self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         # every decode of this engine, the load's warm-up and calibration included, runs on its one
@@ -234,6 +239,43 @@ class Engine:
             if chunk.response is not None:
                 return chunk.response
         raise AssertionError("stream ended without a response")
+
+    # -- embeddings ------------------------------------------------------------------------------
+    def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> embed.Embeddings:
+        """Unit-length embeddings of texts or token-id lists from the target's embeddings context
+        (made on the first call, --embed-ctx tokens; llama/embed.py). Each pass of it runs on the
+        engine thread between rounds. An input over --embed-ctx tokens is cut there when `truncate`,
+        else refused (PromptTooLong)."""
+        self._check_open()
+        n_ctx = self.settings.embed_ctx
+        if n_ctx <= 0:
+            raise LocalspecError("embeddings are off (--embed-ctx 0); give --embed-ctx N to serve them")
+        ids = embed.token_lists(self.target, inputs, n_ctx, truncate)
+
+        def run(part: range) -> np.ndarray:
+            try:
+                return self._embedder_made().embed([ids[i] for i in part])
+            except LocalspecError as e:  # the context or its decode failed: ours, not the input's
+                raise GenerationFailed(str(e)) from None
+
+        passes = embed.passes([len(x) for x in ids], n_ctx, llama.EMBED_SEQS)
+        parts = [self.on_engine_thread(lambda part=part: run(part)) for part in passes]
+        return embed.Embeddings(embed.unit(np.concatenate(parts)), [len(x) for x in ids])
+
+    def _embedder_made(self) -> Any:
+        """The embeddings context (on the engine thread: it decodes a warm-up); its pair closes it."""
+        if self._embedder is None:
+            s = self.settings
+            self._embedder = self._pair.stack.enter_context(
+                llama.Embedder(
+                    self.target,
+                    n_ctx=s.embed_ctx,
+                    n_threads=s.n_threads,
+                    flash_attn=s.flash_attn,
+                    kv_type=s.kv_type,
+                )
+            )
+        return self._embedder
 
     def _check_fits(self, ids: list[int], s: Settings) -> None:
         n_ctx = self.target_ctx.n_ctx

@@ -122,6 +122,10 @@ class Model:
         return int(C.llama_model_size(self.ptr))
 
     @property
+    def n_embd(self) -> int:
+        return int(C.llama_model_n_embd(self.ptr))
+
+    @property
     def n_layer(self) -> int:
         return int(C.llama_model_n_layer(self.ptr))
 

@@ -4,7 +4,10 @@ error on its paths) and, optionally, `PREFIX` (paths no route matches that still
 docs/architecture.md ("Adding a dialect") says how to write one."""
 
 from localspec.server import llama_server, ops
-from localspec.server.openai import chat, completions, models
+from localspec.server.ollama import chat as ollama_chat
+from localspec.server.ollama import embed as ollama_embed
+from localspec.server.ollama import models as ollama_models
+from localspec.server.openai import chat, completions, embeddings, models
 
 DIALECTS = (
     ops,  # /health, /metrics, /openapi.json
@@ -12,4 +15,8 @@ DIALECTS = (
     chat,  # OpenAI: POST /v1/chat/completions
     completions,  # OpenAI: POST /v1/completions
     llama_server,  # POST /tokenize, /detokenize
+    embeddings,  # OpenAI: POST /v1/embeddings
+    ollama_chat,  # Ollama: POST /api/chat, /api/generate
+    ollama_embed,  # Ollama: POST /api/embed, /api/embeddings
+    ollama_models,  # Ollama: /api/tags, /api/show, /api/ps, /api/version; pull & co. refused
 )

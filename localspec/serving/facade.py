@@ -27,6 +27,21 @@ class ModelCard:
     draft: str | None  # the draft GGUF's file name, "mtp" (the target's own head), or None
     parallel: int  # requests decoded at once
     chat_template: str | None
+    n_embd: int = 0  # the width of its hidden state: what an embedding of it holds
+    arch: str = ""  # the target's architecture (general.architecture)
+    quantization: str = ""  # the target's file type (Q4_0, Q8_0, F16, ...)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Embeddings of a request's inputs: unit-length vectors, and each input's tokens as embedded."""
+
+    vectors: list[list[float]]
+    n_tokens: list[int]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.n_tokens)
 
 
 @dataclass(frozen=True)
@@ -71,4 +86,9 @@ class Model(Protocol):
 
     async def submit(self, req: Request) -> Stream:
         """Admit and start a request; bad input raises APIError here, before anything streams."""
+        ...
+
+    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+        """Embeddings of texts or token-id lists; an input longer than the model's embeddings context
+        is cut to it when `truncate`, else refused (APIError 400, param "input")."""
         ...

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import anyio
+from gguf import LlamaFileType
 
 from localspec.config.settings import Settings
 from localspec.engine import Engine, Response
@@ -21,7 +22,7 @@ from localspec.errors import LocalspecError
 from localspec.serving import plan as chat_plan
 from localspec.serving.answer import Answer
 from localspec.serving.errors import APIError, from_localspec
-from localspec.serving.facade import ModelCard, Prompt
+from localspec.serving.facade import Embedded, ModelCard, Prompt
 from localspec.serving.request import Request, settings_for
 from localspec.serving.stream import EventStream
 from localspec.serving.totals import Counting
@@ -67,6 +68,15 @@ class LocalModel:
         s = settings_for(self.engine.settings, req)
         p = await anyio.to_thread.run_sync(lambda: self._plan(req, s))
         return Prompt(p.prompt_text, p.prompt_ids)
+
+    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+        if self.lost is not None:
+            raise self.lost
+        try:  # off the loop: tokenizing, then each pass waits for the engine thread
+            e = await anyio.to_thread.run_sync(lambda: self.engine.embed(inputs, truncate=truncate))
+        except LocalspecError as err:
+            raise from_localspec(err, "input") from None
+        return Embedded(e.vectors.tolist(), e.n_tokens)
 
     # -- generation ------------------------------------------------------------------------------
     async def submit(self, req: Request) -> EventStream:
@@ -189,5 +199,14 @@ def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
         n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
         size=target.size_bytes, target=Path(s.target).name if s.target else "",
         draft=None if s.draft is None else ("mtp" if s.draft_mtp else Path(s.draft).name),
-        parallel=parallel, chat_template=target.chat_template(),
+        parallel=parallel, chat_template=target.chat_template(), n_embd=target.n_embd,
+        arch=target.meta("general.architecture") or "", quantization=_file_type(target.meta("general.file_type")),
     )  # fmt: skip
+
+
+def _file_type(raw: str | None) -> str:
+    """GGUF's general.file_type as a quantization's name (Q4_0), or "" when absent or unknown."""
+    try:
+        return LlamaFileType(int(raw or "")).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return ""
