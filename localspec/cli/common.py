@@ -28,12 +28,14 @@ def _click_type(f: Any) -> Any:
     return base
 
 
-def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
-    """Add one --flag per Settings field of the given groups. Defaults are None ('not given') so
-    config files and pair presets can fill them; Settings.load applies the real defaults."""
+def settings_options(*groups: str, exclude: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> Callable:
+    """Add one --flag per Settings field of the given groups (and the fields named in `also`).
+    Defaults are None ('not given') so config files and pair presets can fill them; Settings.load
+    applies the real defaults."""
 
     def deco(fn: Callable) -> Callable:
-        for f in reversed([f for g in groups for f in setting_fields(g) if f.name not in exclude]):
+        chosen = [f for g in groups for f in setting_fields(g) if f.name not in exclude]
+        for f in reversed(chosen + [f for f in setting_fields() if f.name in also]):
             flag = "--" + f.name.replace("_", "-")
             help_text = f.metadata["help"]
             if "flag" in f.metadata:  # a one-way switch such as --no-log

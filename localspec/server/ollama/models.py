@@ -109,9 +109,17 @@ def _details(c: ModelCard) -> dict[str, Any]:
         "format": "gguf",
         "family": c.arch,
         "families": [c.arch] if c.arch else None,
-        "parameter_size": f"{c.n_params / 1e9:.1f}B" if c.n_params >= 1e9 else f"{c.n_params / 1e6:.0f}M",
+        "parameter_size": _count(c.n_params),
         "quantization_level": c.quantization,
     }
+
+
+def _count(n: int) -> str:
+    """1.3B, 135M, 12K: as Ollama writes a parameter count."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}B" if unit == "B" else f"{n / size:.0f}{unit}"
+    return str(n)
 
 
 def _listed(c: ModelCard) -> dict[str, Any]:
