@@ -184,7 +184,9 @@ def test_root_is_ollama_for_clients_and_the_page_for_browsers(client):
 
 
 def test_errors_take_ollama_shape(client, fake):
-    assert "unknown model 'other'" in error(client.post("/api/chat", json={"model": "other", "messages": HI}), 404)
+    assert "unknown model 'other'" in error(
+        client.post("/api/chat", json={"model": "other", "messages": HI}), 404
+    )
     assert "options.mirostat" in error(
         client.post("/api/chat", json={"model": "fake", "messages": HI, "options": {"mirostat": 2}}), 400
     )
@@ -224,6 +226,14 @@ def test_errors_take_ollama_shape(client, fake):
         client.post("/api/chat", json={"model": "fake", "messages": HI, "options": {"temperature": -1}}), 400
     )
     assert error(client.get("/api/nothing"), 404)
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}],
+    }
+    assert "messages.1.tool_calls.0.function.arguments" in error(
+        client.post("/api/chat", json={"model": "fake", "messages": HI + [call]}), 400
+    )
     fake.refuse(APIError(503, "busy", code="server_overloaded", headers={"Retry-After": "1"}))
     r = client.post("/api/chat", json={"model": "fake", "messages": HI})
     assert error(r, 503) == "busy" and r.headers["retry-after"] == "1"

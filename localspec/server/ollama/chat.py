@@ -112,7 +112,11 @@ def _messages(msgs: Sequence[s.Message]) -> tuple[internal.Message, ...]:
             raise APIError(400, "images are not supported yet", param=f"messages.{i}.images")
         role = m.role.lower()
         calls = tuple(
-            internal.ToolCall(c.id or f"call_{i}_{j}", c.function.name, _arguments(c.function.arguments))
+            internal.ToolCall(
+                c.id or f"call_{i}_{j}",
+                c.function.name,
+                _arguments(c.function.arguments, f"messages.{i}.tool_calls.{j}.function.arguments"),
+            )
             for j, c in enumerate(m.tool_calls or ())
         )
         if calls:
@@ -125,8 +129,16 @@ def _messages(msgs: Sequence[s.Message]) -> tuple[internal.Message, ...]:
     return tuple(out)
 
 
-def _arguments(a: dict | str) -> str:
-    return a if isinstance(a, str) else json.dumps(a, ensure_ascii=False)
+def _arguments(a: dict | str, path: str) -> str:
+    """A call's arguments: Ollama's are an object; the JSON text of one is taken too."""
+    if isinstance(a, dict):
+        return json.dumps(a, ensure_ascii=False)
+    try:
+        if isinstance(json.loads(a or "{}"), dict):
+            return a or "{}"
+    except json.JSONDecodeError:
+        pass
+    raise APIError(400, f"{path} must be a JSON object (got {a[:40]!r})", param=path)
 
 
 # -- render ---------------------------------------------------------------------------------------
