@@ -155,3 +155,61 @@ def numeric_option_cases(command: str) -> list[tuple[str, list[str], tuple[str, 
         ):
             cases.append((f"{p.name}={label}", [flag, value], (flag, p.name)))
     return cases
+
+
+# -- bad requests to Ollama's API and the embeddings endpoints (#46) ----------------------------------
+# (id, path, JSON text sent as it is, status, needles): each is one error in its dialect's shape -
+# {"error": "..."} under /api/, OpenAI's {"error": {"message", ...}} under /v1/ - never a 5xx
+HI = '"messages": [{"role": "user", "content": "hi"}]'
+DIALECT_REQUESTS: list[tuple[str, str, str, int, tuple[str, ...]]] = [
+    ("ollama-chat/not-json", "/api/chat", '{"model": "default", ', 400, ("JSON",)),
+    ("ollama-chat/no-model", "/api/chat", "{" + HI + "}", 400, ("model",)),
+    ("ollama-chat/unknown-model", "/api/chat", '{"model": "llama9:70b", ' + HI + "}", 404, ("llama9",)),
+    ("ollama-chat/messages-a-string", "/api/chat", '{"model": "default", "messages": "hi"}', 400, ("messages",)),
+    ("ollama-chat/image", "/api/chat",
+     '{"model": "default", "messages": [{"role": "user", "content": "hi", "images": ["AA=="]}]}', 400, ("images",)),
+    ("ollama-chat/negative-temperature", "/api/chat",
+     '{"model": "default", ' + HI + ', "options": {"temperature": -1}}', 400, ("temperature",)),
+    ("ollama-chat/huge-num-predict", "/api/chat",
+     '{"model": "default", ' + HI + ', "options": {"num_predict": 1e300}}', 400, ("num_predict",)),
+    ("ollama-chat/num-ctx-over-the-server", "/api/chat",
+     '{"model": "default", ' + HI + ', "options": {"num_ctx": 1000000}}', 400, ("num_ctx",)),
+    ("ollama-chat/unknown-option", "/api/chat",
+     '{"model": "default", ' + HI + ', "options": {"mirostat": 2}}', 400, ("options.mirostat",)),
+    ("ollama-chat/format-xml", "/api/chat", '{"model": "default", ' + HI + ', "format": "xml"}', 400, ("format",)),
+    ("ollama-chat/format-bad-schema", "/api/chat",
+     '{"model": "default", ' + HI + ', "format": {"type": "objet"}}', 400, ("format", "schema")),
+    ("ollama-chat/think-a-word", "/api/chat", '{"model": "default", ' + HI + ', "think": "lots"}', 400, ("think",)),
+    ("ollama-chat/tool-without-name", "/api/chat",
+     '{"model": "default", ' + HI + ', "tools": [{"type": "function", "function": {}}]}', 400, ("name",)),
+    ("ollama-chat/tool-call-arguments-not-json", "/api/chat",
+     '{"model": "default", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", '
+     '"tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]}', 400, ("arguments",)),
+    ("ollama-generate/prompt-an-object", "/api/generate", '{"model": "default", "prompt": {"a": 1}}', 400, ("prompt",)),
+    ("ollama-generate/suffix", "/api/generate", '{"model": "default", "prompt": "def f(", "suffix": ")"}', 400, ("suffix",)),
+    ("ollama-generate/context", "/api/generate", '{"model": "default", "prompt": "hi", "context": [1, 2]}', 400, ("context",)),
+    ("ollama-generate/raw-with-system", "/api/generate",
+     '{"model": "default", "prompt": "hi", "raw": true, "system": "be brief"}', 400, ("system",)),
+    ("ollama-embed/empty-item", "/api/embed", '{"model": "default", "input": ["a", ""]}', 400, ("input.1",)),
+    ("ollama-embed/numbers", "/api/embed", '{"model": "default", "input": [1, 2]}', 400, ("input",)),
+    ("ollama-embed/dimensions", "/api/embed", '{"model": "default", "input": "a", "dimensions": 7}', 400, ("dimensions",)),
+    ("ollama-embed/too-long-untruncated", "/api/embed",
+     '{"model": "default", "input": "' + "word " * 2000 + '", "truncate": false}', 400, ("tokens",)),
+    ("ollama-embed/too-many", "/api/embed", '{"model": "default", "input": [' + '"a",' * 2048 + '"a"]}', 400, ("2048",)),
+    ("ollama-embeddings/prompt-a-list", "/api/embeddings", '{"model": "default", "prompt": ["a"]}', 400, ("prompt",)),
+    ("ollama-show/no-model", "/api/show", "{}", 400, ("model",)),
+    ("ollama-show/unknown-model", "/api/show", '{"model": "llama9"}', 404, ("llama9",)),
+    ("ollama/unknown-path", "/api/nothing-here", "{}", 404, ("not found", "Not Found")),
+    ("embeddings/not-json", "/v1/embeddings", '{"input": ', 400, ("JSON",)),
+    ("embeddings/no-input", "/v1/embeddings", "{}", 400, ("input",)),
+    ("embeddings/empty-list", "/v1/embeddings", '{"input": []}', 400, ("input",)),
+    ("embeddings/empty-string", "/v1/embeddings", '{"input": ""}', 400, ("input",)),
+    ("embeddings/mixed-list", "/v1/embeddings", '{"input": ["a", 1]}', 400, ("input",)),
+    ("embeddings/not-a-token", "/v1/embeddings", '{"input": [1, 1000000000]}', 400, ("vocabulary",)),
+    ("embeddings/negative-token", "/v1/embeddings", '{"input": [[5, -1]]}', 400, ("vocabulary", "input")),
+    ("embeddings/encoding-hex", "/v1/embeddings", '{"input": "a", "encoding_format": "hex"}', 400, ("encoding_format",)),
+    ("embeddings/dimensions", "/v1/embeddings", '{"input": "a", "dimensions": 7}', 400, ("dimensions",)),
+    ("embeddings/too-long", "/v1/embeddings", '{"input": "' + "word " * 2000 + '"}', 400, ("tokens",)),
+    ("embeddings/too-many", "/v1/embeddings", '{"input": [' + '"a",' * 2048 + '"a"]}', 400, ("2048",)),
+    ("embeddings/unknown-field", "/v1/embeddings", '{"input": "a", "pooling": "cls"}', 400, ("pooling",)),
+]  # fmt: skip
