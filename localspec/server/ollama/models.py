@@ -37,14 +37,18 @@ MANAGED = {
 }
 
 
-@router.api_route("/api/version", methods=["GET", "HEAD"])
+@router.get("/api/version")
 async def version() -> dict[str, str]:
     return {"version": OLLAMA_VERSION, "localspec": __version__}
 
 
-@router.api_route("/api/tags", methods=["GET", "HEAD"])
+@router.get("/api/tags")
 async def tags(request: Request) -> dict[str, Any]:
     return {"models": [_listed(m.card) for m in request.app.state.models]}
+
+
+for _path, _call in (("/api/version", version), ("/api/tags", tags)):  # Ollama answers HEAD on both
+    router.add_api_route(_path, _call, methods=["HEAD"], include_in_schema=False)
 
 
 @router.get("/api/ps")
