@@ -9,9 +9,10 @@ Well-behaved clients run in a closed loop (streamed chat completions at temperat
 they wait its Retry-After and send again, as a client should: a request that never succeeds is
 lost. The abusers, while the well-behaved ones run ("abused" phases):
 - garbage: malformed JSON, wrong types, random bytes, token ids outside the vocabulary, a POST
-  that is not JSON, a Host that is not this server, unknown paths - each must get a 4xx (or the
-  503 of a full server: a full server refuses before it reads a request's settings);
-- disconnects: streams closed after their first chunk;
+  that is not JSON, a Host that is not this server, unknown paths, to OpenAI's, Ollama's and the
+  embeddings routes - each must get a 4xx (or the 503 of a full server: a full server refuses
+  before it reads a request's settings);
+- disconnects: streams (OpenAI's SSE and Ollama's NDJSON) closed after their first chunk;
 - slowloris: connections that send part of their headers and never the rest (the server must
   close them, serve/protocol.py).
 And in "overloaded" phases, bursts of more requests than slots plus queue: the excess must get
@@ -55,6 +56,22 @@ GARBAGE = [  # (content-type, body, extra headers)
     ("application/json", b'{"prompt": "hi", "max_tokens": 4}', {"host": "rebind.attacker.example"}),
     ("application/json", b'{"prompt": "hi", "temperature": -1}', {}),
 ]
+# the other dialects' routes, Ollama's and embeddings: (path, content-type, body); `MODEL` is the
+# served model's name, filled in by the abuser
+ROUTE_GARBAGE = [
+    ("/api/chat", "application/json", b'{"model": "MODEL", "messages": ['),
+    ("/api/chat", "application/json", b'{"model": "MODEL", "messages": "hi", "options": {"num_ctx": 1e9}}'),
+    ("/api/chat", "application/json", b'{"model": "no-such-model", "messages": []}'),
+    ("/api/generate", "application/json", b'{"model": "MODEL", "prompt": "hi", "options": {"temperature": -1}}'),
+    ("/api/generate", "text/plain", b'{"model": "MODEL", "prompt": "hi"}'),
+    ("/api/embed", "application/json", b'{"model": "MODEL", "input": [1, 2]}'),
+    ("/api/embed", "application/json", b'{"model": "MODEL", "input": ["' + b"word " * 20000 + b'"], "truncate": false}'),
+    ("/api/embeddings", "application/json", b'{"model": "MODEL", "prompt": {"a": 1}}'),
+    ("/api/show", "application/json", b"{}"),
+    ("/v1/embeddings", "application/json", b'{"input": [1, 1000000000]}'),
+    ("/v1/embeddings", "application/json", b'{"input": [' + b'"a",' * 3000 + b'"a"]}'),
+    ("/v1/embeddings", "application/json", b'{"input": "hi", "encoding_format": "int8"}'),
+]  # fmt: skip
 
 
 @dataclass
@@ -130,14 +147,20 @@ async def good_clients(args: argparse.Namespace, phase: Phase) -> None:
 async def garbage(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> None:
     rng = random.Random(0)
     async with httpx.AsyncClient(base_url=args.base_url, headers=_auth(args), timeout=30) as client:
+        model = (await _model_name(client)).encode()
         while not stop.is_set():
-            kind = rng.randrange(len(GARBAGE) + 2)
+            kind = rng.randrange(len(GARBAGE) + len(ROUTE_GARBAGE) + 2)
             if kind < len(GARBAGE):
                 ctype, body, extra = GARBAGE[kind]
                 r = await client.post(
                     "/v1/completions", content=body, headers={"content-type": ctype, **extra}
                 )
-            elif kind == len(GARBAGE):
+            elif kind < len(GARBAGE) + len(ROUTE_GARBAGE):
+                path, ctype, body = ROUTE_GARBAGE[kind - len(GARBAGE)]
+                r = await client.post(
+                    path, content=body.replace(b"MODEL", model), headers={"content-type": ctype}
+                )
+            elif kind == len(GARBAGE) + len(ROUTE_GARBAGE):
                 r = await client.post("/v1/chat/completions", content=rng.randbytes(rng.randrange(1, 4096)),
                                       headers={"content-type": "application/json"})  # fmt: skip
             else:
@@ -147,14 +170,22 @@ async def garbage(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -
 
 
 async def disconnects(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> None:
-    body = {"prompt": "Once upon a time", "max_tokens": 200, "stream": True}
     async with httpx.AsyncClient(base_url=args.base_url, headers=_auth(args), timeout=60) as client:
+        # OpenAI's SSE and Ollama's NDJSON streams, in turn
+        streams = [
+            ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 200, "stream": True}),
+            ("/api/generate", {"model": await _model_name(client), "prompt": "Once upon a time",
+                               "options": {"num_predict": 200}}),
+        ]  # fmt: skip
+        i = 0
         while not stop.is_set():
+            path, body = streams[i % len(streams)]
+            i += 1
             try:
-                async with client.stream("POST", "/v1/completions", json=body) as r:
+                async with client.stream("POST", path, json=body) as r:
                     if r.status_code == 200:
                         async for line in r.aiter_lines():
-                            if line.startswith("data: "):
+                            if line.strip():
                                 break  # and leave: the connection closes mid-stream
                     phase.count("disconnected" if r.status_code == 200 else f"disconnect got {r.status_code}")
             except httpx.HTTPError as e:
@@ -298,6 +329,11 @@ def _server_cpu(args: argparse.Namespace) -> float:
 
     t = psutil.Process(args.server_pid).cpu_times()
     return t.user + t.system
+
+
+async def _model_name(client: httpx.AsyncClient) -> str:
+    """The served model's name, as Ollama's clients learn it."""
+    return (await client.get("/api/tags")).json()["models"][0]["model"]
 
 
 def _auth(args: argparse.Namespace) -> dict[str, str]:
