@@ -158,11 +158,8 @@ def test_a_second_turn_evaluates_only_its_new_tokens(client, server, first):
         server,
         lambda: out.update(r=list(client.chat(model="default", messages=turn2, options=GREEDY, stream=True))),
     )
-    last = out["r"][-1]
-    n2 = last.prompt_eval_count
-    cached = last["timings"]["cache_n"] if "timings" in last else n2 - evaluated
-    assert evaluated <= n2 - n1, (evaluated, n1, n2)  # the first turn's prompt came from the cache
-    assert cached >= n1 and evaluated == n2 - cached
+    n2 = out["r"][-1].prompt_eval_count  # (the client drops the last line's `timings`)
+    assert 0 < evaluated <= n2 - n1, (evaluated, n1, n2)  # the first turn's prompt came from the cache
 
 
 @pytest.mark.parametrize(
