@@ -21,6 +21,7 @@ from localspec.gguf.memory_plan import EMBED_SEQS
 from localspec.llama.context import FLASH_ATTN, KV_TYPES, _Batch
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
+from localspec.llama.owner import Owner
 
 # GGUF pooling_type values (llama.h's enum); NONE and an absent key mean mean pooling here
 POOLING = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
@@ -43,7 +44,7 @@ def pooling_of(model: Model) -> str:
     return "mean" if kind == "none" else kind
 
 
-class Embedder:
+class Embedder(Owner):
     """Pooled embeddings of token sequences, one decode per call. Owns its context."""
 
     def __init__(
@@ -85,18 +86,6 @@ class Embedder:
         if getattr(self, "_ptr", None):
             C.llama_free(self._ptr)
             self._ptr = None
-
-    def __enter__(self) -> "Embedder":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def embed(self, inputs: Sequence[Sequence[int]]) -> np.ndarray:
         """One pooled vector per input, (len(inputs), n_embd) float32, in one decode: together the
