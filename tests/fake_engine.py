@@ -39,10 +39,12 @@ def answer(
     prompt_tokens: int = 7,
     logprobs: bool = False,
     drafted: tuple[int, int] = (6, 4),
+    stop_string: str | None = None,
 ) -> list[Event]:
     """One choice's events: its reasoning, its text in `pieces` pieces, its tool calls (name,
     arguments JSON) - each call's id and name first, then its arguments in two pieces - and its end.
-    `finish`: the engine's reason (stop, length); `drafted`: (drafted, accepted) for the stats."""
+    `finish`: the engine's reason (stop, length); `drafted`: (drafted, accepted) for the stats;
+    `stop_string`: the stop string that ended it."""
     tokens = list(text.encode())
     lps = [TokenLogprob(t, bytes([t]), -0.25, ((t, bytes([t]), -0.25),)) for t in tokens] if logprobs else []
     events: list[Event] = [Delta(reasoning=reasoning, choice=choice)] if reasoning else []
@@ -63,7 +65,7 @@ def answer(
     reason = "length" if finish != "stop" else ("tool_calls" if calls else "stop")
     resp = Response(
         text, tokens, finish, _stats(prompt_tokens, len(tokens), drafted), list(range(prompt_tokens)), seed=1234,
-        logprobs=[(lp.logprob, ()) for lp in lps] if logprobs else None,
+        logprobs=[(lp.logprob, ()) for lp in lps] if logprobs else None, stop_string=stop_string,
     )  # fmt: skip
     events.append(Finished(choice, reason, message, resp, logprobs=tuple(lps) if logprobs else None))
     return events

@@ -117,7 +117,14 @@ class Request(Job):
             total_s=t_end - self.t_start,
         )
         resp = Response(
-            "".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed, self.logprobs
+            "".join(self.parts),
+            list(ts.tokens),
+            ts.finish,
+            stats,
+            self.prompt,
+            self.seed,
+            self.logprobs,
+            ts.stop_hit,
         )
         self.post(Chunk("", [], [], resp))
         self.post(None)
