@@ -89,6 +89,8 @@ class LocalModel:
         plan = await anyio.to_thread.run_sync(lambda: self._plan(req, s)) if req.chat else None
         if plan is not None and plan.overrides:  # the constraint a forced tool call needs
             s = s.replace(**plan.overrides)
+        if req.clamp_max_tokens and plan is not None:
+            s = _clamped(s, self.card.n_ctx - len(plan.prompt_ids))
         choices = self._choices(req, s, plan)
         self._admit(req.n)
         started = time.time()
@@ -190,6 +192,11 @@ class LocalModel:
         with anyio.move_on_after(timeout):
             await self._idle.wait()
         return self._idle.is_set()
+
+
+def _clamped(s: Settings, room: int) -> Settings:
+    """max_tokens lowered to the context left after the prompt (none left: the engine says so)."""
+    return s.replace(max_tokens=room) if 0 < room < s.max_tokens else s
 
 
 def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:

@@ -59,6 +59,7 @@ class Request:
     n: int = 1
     stream: bool = False
     model: str | None = None
+    clamp_max_tokens: bool = False  # max_tokens past what the context holds means "what fits"
 
     def __post_init__(self) -> None:
         if self.tool_choice not in TOOL_CHOICES:
