@@ -229,7 +229,7 @@ class Settings:
         default=None,
         repr=False,
         metadata={
-            "help": f"Require 'Authorization: Bearer KEY' on every request (set {API_KEY_ENV} rather "
+            "help": f"Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every request (set {API_KEY_ENV} rather "
             "than the flag: a command line is visible to every user of the machine).",
             "group": "server",
             "envvar": API_KEY_ENV,

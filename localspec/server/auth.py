@@ -1,4 +1,6 @@
-"""The API key (--api-key): every API route depends on `require_key`."""
+"""The API key (--api-key): every API route depends on `require_key`. Clients send it as
+`Authorization: Bearer KEY` (OpenAI's, Anthropic's ANTHROPIC_AUTH_TOKEN) or `x-api-key: KEY`
+(Anthropic's SDKs, Claude Code's ANTHROPIC_API_KEY)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,22 @@ from fastapi import Request
 from localspec.serving.errors import APIError
 
 
+def _given(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        return token.strip()
+    return request.headers.get("x-api-key")
+
+
 def require_key(request: Request) -> None:
     key = request.app.state.settings.api_key
     if not key:
         return
-    given = request.headers.get("authorization", "")
-    scheme, _, token = given.partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), key.encode()):
+    given = _given(request)
+    if given is None or not secrets.compare_digest(given.encode(), key.encode()):
         raise APIError(
             401,
-            "missing or wrong API key: send 'Authorization: Bearer KEY'",
+            "missing or wrong API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
             code="invalid_api_key",
             headers={"WWW-Authenticate": "Bearer"},
         )
