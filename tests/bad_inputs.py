@@ -213,3 +213,27 @@ DIALECT_REQUESTS: list[tuple[str, str, str, int, tuple[str, ...]]] = [
     ("embeddings/too-many", "/v1/embeddings", '{"input": [' + '"a",' * 2048 + '"a"]}', 400, ("2048",)),
     ("embeddings/unknown-field", "/v1/embeddings", '{"input": "a", "pooling": "cls"}', 400, ("pooling",)),
 ]  # fmt: skip
+
+
+# bad bodies for Anthropic's POST /v1/messages: (id, JSON body, words the error message must hold).
+# Each gets a 400 in Anthropic's shape (tests/unit/test_anthropic_messages.py on the fake engine,
+# tests/system/test_anthropic_sdk.py on a real server).
+_HI = [{"role": "user", "content": "Hi"}]
+ANTHROPIC_BAD_BODIES: list[tuple[str, dict, str]] = [
+    ("no-max-tokens", {"messages": _HI}, "max_tokens"),
+    ("zero-max-tokens", {"max_tokens": 0, "messages": _HI}, "max_tokens"),
+    ("no-messages", {"max_tokens": 5, "messages": []}, "messages"),
+    ("unknown-field", {"max_tokens": 5, "messages": _HI, "frequency": 1}, "'frequency'"),
+    ("image-block", {"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, "'image'"),
+    ("tool-role", {"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "role"),
+    ("prefill", {"max_tokens": 5, "messages": [*_HI, {"role": "assistant", "content": "Sure"}]}, "prefill"),
+    ("tool-choice-no-name", {"max_tokens": 5, "messages": _HI, "tool_choice": {"type": "tool"}}, "name"),
+    ("server-tool", {"max_tokens": 5, "messages": _HI,
+                     "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "cannot run"),
+    ("negative-temperature", {"max_tokens": 5, "messages": _HI, "temperature": -1}, "temperature"),
+    ("thinking-type", {"max_tokens": 5, "messages": _HI, "thinking": {"type": "sometimes"}}, "thinking"),
+    ("content-number", {"max_tokens": 5, "messages": [{"role": "user", "content": 5}]}, "content"),
+    ("tool-result-image", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}]}]}, "'image'"),
+    ("stop-sequences-string", {"max_tokens": 5, "messages": _HI, "stop_sequences": "END"}, "stop_sequences"),
+]  # fmt: skip

@@ -9,8 +9,8 @@ Well-behaved clients run in a closed loop (streamed chat completions at temperat
 they wait its Retry-After and send again, as a client should: a request that never succeeds is
 lost. The abusers, while the well-behaved ones run ("abused" phases):
 - garbage: malformed JSON, wrong types, random bytes, token ids outside the vocabulary, a POST
-  that is not JSON, a Host that is not this server, unknown paths, to OpenAI's, Ollama's and the
-  embeddings routes - each must get a 4xx (or the 503 of a full server: a full server refuses
+  that is not JSON, a Host that is not this server, unknown paths, to OpenAI's, Ollama's, Anthropic's and
+  the embeddings routes - each must get a 4xx (or the 503 of a full server: a full server refuses
   before it reads a request's settings);
 - disconnects: streams (OpenAI's SSE and Ollama's NDJSON) closed after their first chunk;
 - slowloris: connections that send part of their headers and never the rest (the server must
@@ -71,6 +71,12 @@ ROUTE_GARBAGE = [
     ("/v1/embeddings", "application/json", b'{"input": [1, 1000000000]}'),
     ("/v1/embeddings", "application/json", b'{"input": [' + b'"a",' * 3000 + b'"a"]}'),
     ("/v1/embeddings", "application/json", b'{"input": "hi", "encoding_format": "int8"}'),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": ['),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": "hi"}'),
+    ("/v1/messages", "application/json", b'{"max_tokens": -4, "messages": [{"role": "user", "content": "hi"}]}'),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]}'),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "thinking": 1}'),
+    ("/v1/messages/count_tokens", "application/json", b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "x"}]}'),
 ]  # fmt: skip
 
 
