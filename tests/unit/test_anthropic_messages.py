@@ -17,22 +17,11 @@ from localspec.server.anthropic import blocks
 from localspec.serving import APIError
 
 from ..bad_inputs import ANTHROPIC_BAD_BODIES
-from ..fake_engine import FakeModel, answer
+from ..fake_engine import answer
 
 URL = "/v1/messages"
 HI = [{"role": "user", "content": "Hi"}]
 EVENT = TypeAdapter(at.RawMessageStreamEvent)
-
-
-@pytest.fixture()
-def fake():
-    return FakeModel()
-
-
-@pytest.fixture()
-def client(fake):
-    with TestClient(create_app(Settings(parallel=4), model=fake), base_url="http://localhost") as c:
-        yield c
 
 
 def events(r) -> list[tuple[str, dict]]:
