@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 def server(smollm2_path):
     if not CLAUDE.exists():
         pytest.skip(f"Claude Code is not installed at {CLAUDE}: .ci/run installs it (npm)")
-    srv = Server(smollm2_path, "--n-ctx", str(N_CTX), "--parallel", "1")
+    # Claude Code sends no sampling settings: the server's decide (greedy, for a short answer)
+    srv = Server(smollm2_path, "--n-ctx", str(N_CTX), "--parallel", "1", "--temperature", "0")
     yield srv
     srv.stop()
 
@@ -37,7 +38,9 @@ def claude(server: Server, home, *args: str) -> subprocess.CompletedProcess:
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",  # no telemetry, updates, error reports
         "DISABLE_AUTOUPDATER": "1",
         "API_TIMEOUT_MS": "1500000",  # a 12k-token prefill on two busy cores may pass its 10 min
-        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "48",  # a 135M model's answer, kept short on CI's CPUs
+        # an answer cut at this length is an error to `claude -p` (after retries): room for a 135M
+        # model's answer, short of the ~3.5k tokens the context leaves
+        "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "256",
     }
     # stdin closed: `claude -p` otherwise waits for more prompt on it
     return subprocess.run(
