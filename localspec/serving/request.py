@@ -60,6 +60,9 @@ class Request:
     stream: bool = False
     model: str | None = None
     clamp_max_tokens: bool = False  # max_tokens past what the context holds means "what fits"
+    # router mode: seconds the model stays loaded after this request (Ollama's keep_alive); 0
+    # unloads it once idle, negative keeps it until evicted; None: the server's --idle-unload
+    keep_alive: float | None = None
 
     def __post_init__(self) -> None:
         if self.tool_choice not in TOOL_CHOICES:

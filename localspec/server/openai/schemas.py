@@ -381,6 +381,30 @@ class ModelMeta(BaseModel):
     size: int
 
 
+class ModelStatus(BaseModel):
+    """llama-server's router `status` (value: loaded, loading, unloaded or error; ours also
+    unloading), with why it failed, how long its load took and when it unloads if left idle."""
+
+    value: str
+    failed: bool | None = None
+    error: str | None = None
+    load_s: float | None = None
+    loaded_at: int | None = None
+    expires_at: int | None = None
+    pid: int | None = None
+
+
+class ServedFiles(BaseModel):
+    """What is served under the name: a pair folder or one GGUF, its files and memory plan."""
+
+    kind: str  # pair | gguf
+    path: str
+    target: str
+    draft: str | None  # the draft's file, "mtp" (the target's own head), or None (lookup drafts)
+    parallel: int
+    memory: dict[str, int] | None = None  # cpu_bytes, device_bytes
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
@@ -388,6 +412,8 @@ class ModelCard(BaseModel):
     owned_by: str = "localspec"
     max_model_len: int  # vLLM's name for the context a request may use
     meta: ModelMeta
+    status: ModelStatus
+    localspec: ServedFiles
 
 
 class ModelList(BaseModel):
