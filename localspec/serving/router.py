@@ -266,7 +266,9 @@ class Router:
     async def _begin_load(self, s: Served) -> None:
         async with self._lock:
             if self._closing:
-                raise APIError(503, f"the server is shutting down; {s.name} is not loaded", code="shutting_down")
+                raise APIError(
+                    503, f"the server is shutting down; {s.name} is not loaded", code="shutting_down"
+                )
             if s.state != UNLOADED:
                 return
             try:
