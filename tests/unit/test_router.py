@@ -16,6 +16,7 @@ from localspec.errors import LocalspecError
 from localspec.serving import APIError, Request
 from localspec.serving import router as router_mod
 from localspec.serving.catalog import Entry, Facts, scan
+from localspec.serving.request import keep_alive
 from localspec.serving.room import Held, make_room
 from localspec.serving.router import Router
 
@@ -113,9 +114,7 @@ def facts(name: str, cpu: int = 100, files: int = 50) -> Facts:
     return Facts(Settings(), FakeModel(name).card, cpu, files, cpu)
 
 
-def make_router(
-    names=("a", "b", "c"), *, broken=(), sizes=None, available=10**12, **settings: Any
-) -> Router:
+def make_router(names=("a", "b", "c"), *, broken=(), sizes=None, available=10**12, **settings: Any) -> Router:
     sizes = sizes or {}
 
     def measure(entry: Entry) -> Facts:
@@ -124,9 +123,7 @@ def make_router(
         return facts(entry.name, *sizes.get(entry.name, (100, 50)))
 
     entries = [Entry(n, Path(f"/models/{n}.gguf"), "gguf") for n in names]
-    return Router(
-        entries, Settings(**settings), measure, spawn=FakeChild, available=lambda: available
-    )
+    return Router(entries, Settings(**settings), measure, spawn=FakeChild, available=lambda: available)
 
 
 def run(test: Callable[[], Awaitable[None]]) -> None:
@@ -246,7 +243,10 @@ def test_the_memory_plan_unloads_idle_models_until_the_new_one_fits():
 
 def test_a_model_that_cannot_fit_is_a_503_saying_what_would():
     async def go():
-        r = make_router(available=1000 * MiB, sizes={"a": (400 * MiB, 300 * MiB), "b": (5000 * MiB, MiB), "c": (900 * MiB, MiB)})
+        r = make_router(
+            available=1000 * MiB,
+            sizes={"a": (400 * MiB, 300 * MiB), "b": (5000 * MiB, MiB), "c": (900 * MiB, MiB)},
+        )
         r.start()
         await settle()
         await ask(r, "a")
@@ -337,6 +337,22 @@ def test_keep_alive_0_unloads_once_the_request_is_done():
     run(go)
 
 
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [(None, None), (0, 0), (30, 30), ("0", 0), ("-1", -1), ("5m", 300), ("1h30m", 5400), ("1.5s", 1.5),
+     ("-1m", -60), ("250ms", 0.25)],
+)  # fmt: skip
+def test_keep_alive_is_seconds_or_a_go_duration(value, seconds):
+    assert keep_alive(value) == seconds
+
+
+@pytest.mark.parametrize("value", ["", "5 minutes", "m", "5x", "nan", "1h-5m", True, [5]])
+def test_a_keep_alive_that_is_not_a_duration_is_a_400_naming_it(value):
+    with pytest.raises(APIError) as e:
+        keep_alive(value)
+    assert e.value.status == 400 and e.value.param == "keep_alive" and "5m" in e.value.message
+
+
 def test_an_idle_model_is_unloaded_after_idle_unload():
     async def go():
         r = make_router(idle_unload=0.05)
@@ -398,7 +414,11 @@ def test_names():
     assert r.get(None).name == "b" and r.get("claude-sonnet-4", fallback=True).name == "b"
     with pytest.raises(APIError) as e:
         r.get("claude-sonnet-4")
-    assert e.value.status == 404 and "'claude-sonnet-4'" in e.value.message and "'a', 'b', 'c'" in e.value.message
+    assert (
+        e.value.status == 404
+        and "'claude-sonnet-4'" in e.value.message
+        and "'a', 'b', 'c'" in e.value.message
+    )
     plain = make_router()
     with pytest.raises(APIError) as e:
         plain.get(None)

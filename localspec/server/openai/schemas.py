@@ -107,6 +107,8 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
     stream: bool = False
     stream_options: StreamOptions | None = None
     localspec: LocalspecOptions | None = None
+    # router mode: how long the model stays loaded once idle (Ollama's keep_alive: seconds or "5m")
+    keep_alive: float | str | None = None
     # constrained output: OpenAI's response_format; llama-server's grammar (GBNF or Lark) and json_schema
     response_format: ResponseFormat | None = None
     grammar: str | None = None
