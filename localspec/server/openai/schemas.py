@@ -407,6 +407,13 @@ class ServedFiles(BaseModel):
     memory: dict[str, int] | None = None  # cpu_bytes, device_bytes
 
 
+class Architecture(BaseModel):
+    """llama-server's router says what a model takes and gives (Zed and pi read it)."""
+
+    input_modalities: list[str] = ["text"]
+    output_modalities: list[str] = ["text"]
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
@@ -415,6 +422,7 @@ class ModelCard(BaseModel):
     max_model_len: int  # vLLM's name for the context a request may use
     meta: ModelMeta
     status: ModelStatus
+    architecture: Architecture = Architecture()
     localspec: ServedFiles
 
 
