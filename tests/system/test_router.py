@@ -19,6 +19,7 @@ ARGS = (*THREADS, "--max-tokens", "16", "--temperature", "0")
 SMOL, GEMMA, PAIR, BROKEN = "smol", "gemma-3-270m-q4_k_m", "default", "broken"
 HI = [{"role": "user", "content": "Name three colours."}]
 LONG = 300  # s: a load on a busy machine
+pytestmark = pytest.mark.slow  # runs the stand-in pair, three times (~3 min on 2 shared cores)
 
 
 @pytest.fixture(scope="module")
