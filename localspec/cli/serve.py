@@ -56,9 +56,8 @@ def serve(ctx: click.Context, **kwargs) -> None:
     else:
         if reload.reloads() and endpoints:  # re-executed after losing an rpc-server: wait for it (reload.py)
             reload.wait_for_servers(endpoints, rpc.probe, say)
-        engine = Engine(
-            settings, log=say
-        )  # loaded here, so a bad model is one `error:` line, not a traceback
+        # loaded here, so a bad model is one `error:` line, not a traceback
+        engine = Engine(settings, log=say)
         app = create_app(settings, lambda: engine)  # the app closes it on shutdown
         what = app.state.model_id
     config = uvicorn.Config(
