@@ -27,6 +27,7 @@ from localspec.serving.pipe import Pipe, error_out
 
 DRAIN_S = 10.0
 SYNC_CALLS = ("tokenize", "token_bytes", "detokenize", "devices")
+ASYNC_CALLS = ("render",)  # the facade's awaited methods; a new one (embed) is one more name here
 
 
 def say(line: str) -> None:
@@ -111,16 +112,20 @@ class Served:
         kind = msg[0]
         if kind == "submit":
             asyncio.ensure_future(self._submit(msg[1], msg[2]))
-        elif kind == "call":  # render
-            asyncio.ensure_future(self._render(msg[1], msg[3][0]))
+        elif kind == "call" and msg[2] in ASYNC_CALLS:
+            asyncio.ensure_future(self._acall(*msg[1:]))
+        elif kind == "call":  # a router newer than this list: said, not left waiting
+            self.pipe.send(
+                "reply", msg[1], error_out(TypeError(f"no call {msg[2]!r} in a model's process")), None
+            )
         elif kind == "cancel" and msg[1] in self.streams:
             self.streams[msg[1]].cancel()
         elif kind == "exit":
             self.leave.set()
 
-    async def _render(self, cid: int, req: Any) -> None:
+    async def _acall(self, cid: int, method: str, args: tuple, kwargs: dict) -> None:
         try:
-            value, err = await self.model.render(req), None
+            value, err = await getattr(self.model, method)(*args, **kwargs), None
         except Exception as e:  # noqa: BLE001
             value, err = None, error_out(e)
         self.pipe.send("reply", cid, err, value)

@@ -25,7 +25,7 @@ from localspec.config.settings import Settings
 from localspec.errors import LocalspecError
 from localspec.serving.errors import APIError
 from localspec.serving.events import Event, Finished
-from localspec.serving.facade import ModelCard, Prompt
+from localspec.serving.facade import ModelCard
 from localspec.serving.pipe import Pipe, error_in
 from localspec.serving.request import Request
 from localspec.serving.stream import collect_finished
@@ -187,8 +187,9 @@ class Child:
         except concurrent.futures.TimeoutError:
             raise APIError(503, f"{self.name} did not answer within {CALL_TIMEOUT_S:g} s") from None
 
-    async def render(self, req: Request) -> Prompt:
-        return await asyncio.wrap_future(self._call("render", req))
+    async def acall(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """An awaited call of the model facade's (render; any async method child.ASYNC_CALLS names)."""
+        return await asyncio.wrap_future(self._call(method, *args, **kwargs))
 
     async def submit(self, req: Request, on_end: Callable[[], None]) -> "RemoteStream":
         """Start `req` in the process: its refusal raises here (as LocalModel's does); `on_end` runs

@@ -92,9 +92,14 @@ class Served:
         return self._loaded().call("detokenize", list(tokens))
 
     async def render(self, req: Request) -> Prompt:
+        return await self._forward("render", req)
+
+    async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """An awaited facade call, made in the model's process once it is loaded (loading it if
+        need be): every such call goes through here, whichever dialect asks."""
         child = await self.router._acquire(self)
         try:
-            return await child.render(req)
+            return await child.acall(method, *args, **kwargs)
         finally:
             self.router._release(self)
 

@@ -4,6 +4,7 @@ copy). One router per module (--models-max 1), and a second for two models at on
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -12,6 +13,10 @@ import httpx
 import psutil
 import pytest
 
+from localspec.config.settings import Settings
+from localspec.serving import APIError, Message, Request
+from localspec.serving.remote import Child
+from localspec.serving.totals import Counting
 from tests.helpers import Server, localspec
 
 THREADS = ("--n-threads", "1")  # cores shared with other work: llama.cpp's spinning threads slow down
@@ -198,6 +203,30 @@ def test_a_pair_served_by_the_router_answers_as_serve_pair_does(router, default_
         assert text(r) == routed
     finally:
         single.stop()
+
+
+def test_a_models_process_answers_the_facades_calls_over_its_pipe(smollm2_path):
+    """remote.Child on a real process: an awaited call (render), the quick calls, a call the
+    process does not know (an error, not a wait), and an unload that ends the process."""
+
+    async def go() -> list[str]:
+        gone: list[str] = []
+        settings = Settings(target=smollm2_path, n_ctx=512, parallel=1, n_threads=1)
+        child = Child(SMOL, settings, Counting(), lambda c, why: gone.append(why), lambda line: None)
+        await child.start()
+        try:
+            prompt = await child.acall("render", Request(messages=(Message("user", "Hi there"),)))
+            assert "Hi there" in prompt.text and child.call("detokenize", prompt.ids) == prompt.text
+            with pytest.raises(APIError) as e:
+                await child.acall("everything")
+            assert "no call 'everything'" in e.value.message
+        finally:
+            await child.stop()
+        await asyncio.sleep(0.1)  # the exit is told on the event loop
+        assert child.proc is not None and child.proc.poll() is not None
+        return gone
+
+    assert asyncio.run(go()) == [f"{SMOL} was unloaded"]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import pytest
 
 from localspec.config.settings import Settings
 from localspec.errors import LocalspecError
-from localspec.serving import APIError, Request
+from localspec.serving import APIError, Message, Request
 from localspec.serving import router as router_mod
 from localspec.serving.catalog import Entry, Facts, scan
 from localspec.serving.request import keep_alive
@@ -68,8 +68,8 @@ class FakeChild:
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.model, method)(*args, **kwargs)
 
-    async def render(self, req: Request) -> Any:
-        return await self.model.render(req)
+    async def acall(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self.model, method)(*args, **kwargs)
 
     async def submit(self, req: Request, on_end: Callable[[], None]) -> Any:
         inner = await self.model.submit(req)
@@ -162,6 +162,15 @@ def test_nothing_loads_until_asked_then_the_model_answers():
         assert st.load_s is not None and st.pid == 4242 and st.card.n_vocab == 256
         await r.close()
         assert set(states(r).values()) == {"unloaded"}
+
+    run(go)
+
+
+def test_a_render_loads_the_model_too_and_leaves_it_idle():
+    async def go():
+        r = make_router()
+        prompt = await r.get("c").render(Request(messages=(Message("user", "hi"),)))
+        assert prompt.ids and states(r)["c"] == "loaded" and r.get("c").users == 0
 
     run(go)
 
