@@ -120,6 +120,8 @@ def test_each_model_loads_on_its_first_request_and_the_previous_one_leaves(route
     assert not psutil.pid_exists(pair_pid) or psutil.Process(pair_pid).status() == psutil.STATUS_ZOMBIE
     files = sum(f.stat().st_size for f in Path(ms[PAIR]["localspec"]["path"]).glob("*.gguf"))
     dropped = with_pair - rss(router)
+    print(f"process tree RSS: {with_pair / 1e6:.0f} MB with the pair, {dropped / 1e6:.0f} MB less once it left and SmolLM2 came in"
+          f" (its files: {files / 1e6:.0f} MB)")  # fmt: skip
     assert dropped > 0.6 * files, (dropped, files)  # SmolLM2 (98 MB) came in, the pair (908 MB) left
     assert text(ask(router, GEMMA))
     load_s = {n: m["status"]["load_s"] for n, m in models(router).items() if m["status"]["load_s"]}
