@@ -27,7 +27,7 @@ from localspec.serving.pipe import Pipe, error_out
 
 DRAIN_S = 10.0
 SYNC_CALLS = ("tokenize", "token_bytes", "detokenize", "devices")
-ASYNC_CALLS = ("render",)  # the facade's awaited methods; a new one (embed) is one more name here
+ASYNC_CALLS = ("render", "embed")  # the facade's awaited methods; a new one is one more name here
 
 
 def say(line: str) -> None:

@@ -25,7 +25,7 @@ from localspec.config.settings import Settings
 from localspec.errors import LocalspecError
 from localspec.serving.catalog import Entry, Facts
 from localspec.serving.errors import APIError
-from localspec.serving.facade import ModelCard, Prompt
+from localspec.serving.facade import Embedded, ModelCard, Prompt
 from localspec.serving.registry import Status, pick
 from localspec.serving.remote import Child, RemoteStream, accelerator
 from localspec.serving.request import Request
@@ -93,6 +93,9 @@ class Served:
 
     async def render(self, req: Request) -> Prompt:
         return await self._forward("render", req)
+
+    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+        return await self._forward("embed", list(inputs), truncate=truncate)
 
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """An awaited facade call, made in the model's process once it is loaded (loading it if

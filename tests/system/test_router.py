@@ -166,6 +166,20 @@ def test_keep_alive_0_unloads_the_model_once_it_has_answered(router):
     assert pid not in children(router)
 
 
+def test_ollamas_api_sees_the_same_models_and_its_keep_alive_unloads(router):
+    tags = {m["name"] for m in httpx.get(router.url + "/api/tags", timeout=10).json()["models"]}
+    assert tags == {f"{n}:latest" for n in (PAIR, SMOL, GEMMA, BROKEN)}
+    body = {"model": f"{SMOL}:latest", "prompt": "Hi", "stream": False, "options": {"num_predict": 4}}
+    r = httpx.post(router.url + "/api/generate", json=body | {"keep_alive": "5m"}, timeout=LONG)
+    assert r.status_code == 200 and r.json()["done"], r.text
+    (ps,) = httpx.get(router.url + "/api/ps", timeout=10).json()["models"]  # --models-max 1
+    assert ps["name"] == f"{SMOL}:latest" and not ps["expires_at"].startswith("9999")  # in 5 minutes
+    r = httpx.post(router.url + "/api/generate", json=body | {"keep_alive": 0}, timeout=LONG)
+    assert r.status_code == 200
+    wait_for(lambda: state(router, SMOL) == "unloaded")
+    assert httpx.get(router.url + "/api/ps", timeout=10).json()["models"] == []
+
+
 def test_a_crashed_model_is_an_error_and_the_router_goes_on(router):
     assert text(ask(router, SMOL))
     pid = models(router)[SMOL]["status"]["pid"]
