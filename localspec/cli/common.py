@@ -92,7 +92,13 @@ def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = N
     names = {f.name for f in setting_fields()}
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     config = kwargs.pop("config", None)
-    return Settings.load(config=config, defaults=defaults, resolve_pair=_resolve_pair, **given)
+    return Settings.load(
+        config=config,
+        defaults=defaults,
+        resolve_pair=_resolve_pair,
+        warn=lambda msg: click.echo(f"warning: {msg}", err=True),
+        **given,
+    )
 
 
 def _resolve_pair(pair: Path, yes: bool) -> Path:

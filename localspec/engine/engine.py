@@ -14,7 +14,7 @@ import numpy as np
 
 from localspec import llama
 from localspec.chat import template as chat
-from localspec.config.settings import Settings
+from localspec.config.settings import REQUEST, Settings
 from localspec.draft_len.pool import TunerPool
 from localspec.engine import embed
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
@@ -208,7 +208,7 @@ class Engine:
         instead of the handle's queue (the server hands them to its event loop; it must not block).
         `settings`: the request's settings, already built from its overrides (by the caller)."""
         self._check_open()
-        s = settings or (self.settings.replace(**overrides) if overrides else self.settings)
+        s = settings or (self.settings.override(REQUEST, **overrides) if overrides else self.settings)
         ids = self.tokenize(prompt, chat_mode=chat)
         self._check_fits(ids, s)
         n_vocab = self.target.n_vocab
