@@ -54,6 +54,16 @@ def make_bad_files(d: Path, real: Path) -> dict[str, BadFile]:
         out[name] = BadFile(p, needles)
     (d / "a-directory.gguf").mkdir(exist_ok=True)
     out["directory"] = BadFile(d / "a-directory.gguf", ("is a directory", "no config.json", "config.json"))
+    # local files that are not files (#48): opening a FIFO waits for a writer forever; a symlink loop
+    # is not a missing file
+    fifo = d / "a-fifo.gguf"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    out["fifo"] = BadFile(fifo, ("a FIFO", "a file; give"))
+    loop = d / "a-loop.gguf"
+    if not loop.is_symlink():
+        loop.symlink_to(loop.name)
+    out["symlink-loop"] = BadFile(loop, ("symlink loop", "a file; give"))
     return out
 
 

@@ -4,6 +4,7 @@ CLI, a `localspec serve` on loopback)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -13,7 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -349,3 +350,15 @@ def responses_of(handles: Sequence[Any], timeout: float = 120) -> list[Any]:
     for t in threads:
         t.join(timeout=timeout)
     return out
+
+
+def logged(log: Path, pred: Callable[[dict], bool], timeout: float = 10.0) -> list[dict]:
+    """The acceptance log's records that `pred` accepts, once there is one: the log is written by a
+    thread of its own (deferred.py) shortly after the response goes out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
+        mine = [r for r in recs if pred(r)]
+        if mine or time.monotonic() > deadline:
+            return mine
+        time.sleep(0.05)

@@ -13,6 +13,7 @@ import click
 
 from localspec.config.settings import Settings, setting_fields
 from localspec.errors import LocalspecError
+from localspec.files import read_capped
 
 
 def _click_type(f: Any) -> Any:
@@ -75,15 +76,16 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = (), also: tuple[st
     return deco
 
 
+MAX_SETTING_FILE = 1 << 20  # a schema or grammar is refused past 64 KB anyway (constrain/compile.py)
+
+
 def _read_file(ctx: click.Context, param: click.Parameter, path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise LocalspecError(
-            f"cannot read {param.opts[0]} {path}: {getattr(e, 'strerror', None) or e}"
-        ) from None
+        return read_capped(path, param.opts[0], MAX_SETTING_FILE).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LocalspecError(f"cannot read {param.opts[0]} {path}: {e}") from None
 
 
 def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:

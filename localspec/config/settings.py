@@ -411,9 +411,9 @@ class Settings:
         values: dict[str, Any] = dict(defaults or {})
         values.update(_flat(read_toml(paths.package_data("defaults.toml"), "the shipped defaults")))
         if config is not None:
-            if not Path(config).exists():
-                raise LocalspecError(f"config file not found: {config}")
-            values.update(_flat(read_toml(Path(config), "config file")))
+            values.update(
+                _flat(read_toml(Path(config), "config file", missing=f"config file not found: {config}"))
+            )
         given = {k: v for k, v in overrides.items() if v is not None and v != ()}
         pair = given.get("pair", values.get("pair"))
         if pair is not None and not (given.get("target") or given.get("draft")):

@@ -96,9 +96,14 @@ class TunerPool:
         if self.memory is not None and (ctl.has_model or not self.has_draft):  # the record is the pair's
             verify, draft_s, catch_s = tuner.costs.snapshot()
             ev = tuner.evidence
-            self.memory.save(
+            self.memory.remember(  # written by another thread, not this one (the engine's)
                 TunerRecord(verify, draft_s, ev.acc.tolist(), ev.tried.tolist(), catch_s=catch_s)
             )
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Write what the tuner memory still holds (at close: it is written off the engine thread)."""
+        if self.memory is not None:
+            self.memory.flush(timeout)
 
     def _new_tuner(self, k_min: int, k_max: int, has_model: bool, sampled: bool) -> AutoK:
         if self.costs is None:

@@ -136,6 +136,8 @@ class Engine:
         if getattr(self, "_thread", None) is not None:
             self._inbox.put(None)
             self._thread.join()
+        if getattr(self, "tuners", None) is not None:
+            self.tuners.flush()
         if getattr(self, "_pair", None) is not None:
             self._pair.close()
 

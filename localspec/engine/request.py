@@ -174,6 +174,7 @@ class Handle:
     def __init__(self, req: Request) -> None:
         self._req = req
         self.prompt_tokens = req.prompt
+        self.settings = req.settings  # what this request runs with: the engine's and its overrides
         self.response: Response | None = None
 
     def cancel(self) -> None:

@@ -54,6 +54,7 @@ def create_app(
             yield
         finally:
             clean = await local.drain(DRAIN_TIMEOUT_S)
+            await anyio.to_thread.run_sync(local.acclog.flush, DRAIN_TIMEOUT_S)
             if local.lost is not None:
                 pass  # an rpc-server dropped: freeing the models would talk to it and abort (reload.py)
             elif clean and hasattr(engine, "close"):

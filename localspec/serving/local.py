@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import anyio
 from gguf import LlamaFileType
@@ -91,19 +91,17 @@ class LocalModel:
             s = s.replace(**plan.overrides)
         if req.clamp_max_tokens and plan is not None:
             s = _clamped(s, self.card.n_ctx - len(plan.prompt_ids))
-        choices = self._choices(req, s, plan)
+        choices = self._choices(req, s)
         self._admit(req.n)
         started = time.time()
         answers = [Answer(i, plan.make_parser() if plan else None, self.token_bytes) for i in range(req.n)]
-        stream = EventStream(
-            answers, self.loop, functools.partial(self._finished, [o for _, o in choices], started)
-        )
+        stream = EventStream(answers, self.loop, functools.partial(self._finished, choices, started))
         self.streams.add(stream)
         prompt = plan.prompt_ids if plan else req.prompt
         keep = plan.keep_special if plan else ()
 
         def start() -> None:  # n choices: n sequences from one prompt (the slots share its cache)
-            for i, (si, _) in enumerate(choices):
+            for i, si in enumerate(choices):
                 stream.handles[i] = self.engine.submit(
                     prompt, keep_special=keep, sink=stream.sink(i), settings=si
                 )
@@ -123,17 +121,13 @@ class LocalModel:
         return stream
 
     @staticmethod
-    def _choices(
-        req: Request, s: Settings, plan: chat_plan.ChatPlan | None
-    ) -> list[tuple[Settings, dict[str, Any]]]:
-        """Each choice's settings, and the overrides the acceptance log records over the server's
-        settings: choice i samples with seed + i when the request gave a seed."""
-        logged = {**req.overrides, **(plan.overrides if plan else {})}
-        out = [(s, logged)]
-        for i in range(1, req.n):
-            seed = s.seed + i if "seed" in req.overrides else None
-            out.append((s, logged) if seed is None else (s.replace(seed=seed), logged | {"seed": seed}))
-        return out
+    @staticmethod
+    def _choices(req: Request, s: Settings) -> list[Settings]:
+        """Each choice's settings (the acceptance log records them): choice i samples with seed + i
+        when the request gave a seed."""
+        return [
+            s if i == 0 or "seed" not in req.overrides else s.replace(seed=s.seed + i) for i in range(req.n)
+        ]
 
     def _plan(self, req: Request, s: Settings) -> chat_plan.ChatPlan:
         try:
@@ -160,7 +154,7 @@ class LocalModel:
 
     def _finished(
         self,
-        logged: list[dict[str, Any]],
+        settings: list[Settings],
         started: float,
         stream: EventStream,
         i: int,
@@ -175,7 +169,7 @@ class LocalModel:
             self.totals.count("cancelled" if error is None else "failed")
             return
         self.totals.record(resp.stats, resp.finish_reason)
-        self.acclog.write(resp, self.settings.replace(**logged[i]), started=started)
+        self.acclog.write(resp, settings[i], started=started)  # its line is built and written off the loop
 
     # -- the engine's life -----------------------------------------------------------------------
     def fail_all(self, error: APIError) -> None:

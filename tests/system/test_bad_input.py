@@ -37,6 +37,8 @@ BAD_FILES = [
     "offset-past-eof",
     "zero-alignment",
     "directory",
+    "fifo",
+    "symlink-loop",
 ]
 SETTINGS_CASES = [(cmd, *case) for cmd in SETTINGS_COMMANDS for case in numeric_setting_cases(cmd)]
 OPTION_CASES = [(cmd, *case) for cmd in OPTION_COMMANDS for case in numeric_option_cases(cmd)]

@@ -6,7 +6,6 @@ and the speculative counters are non-trivial.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from ..helpers import SERVER_N_CTX, Server
+from ..helpers import SERVER_N_CTX, Server, logged
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "sekret-test-key"
@@ -66,8 +65,7 @@ def test_completion_usage_and_timings(server, model_id, smollm2):
     assert t["k_history"] and t["acceptance_by_pos"] and t["mean_accepted_len"] > 0
     # the acceptance log has this request's line (conftest points the state directory at a temp dir)
     log = Path(os.environ["XDG_STATE_HOME"]) / "localspec" / "acceptance.jsonl"
-    recs = [json.loads(line) for line in log.read_text().splitlines()]
-    mine = [r for r in recs if r["source"] == "server" and r["seed"] == t["seed"]]
+    mine = logged(log, lambda r: r["source"] == "server" and r["seed"] == t["seed"])
     assert len(mine) == 1 and mine[0]["stats"]["n_accepted"] == t["draft_n_accepted"]
     assert mine[0]["settings"]["temperature"] == 0
 
