@@ -15,6 +15,12 @@ lost. The abusers, while the well-behaved ones run ("abused" phases):
 - disconnects: streams (OpenAI's SSE and Ollama's NDJSON) closed after their first chunk;
 - slowloris: connections that send part of their headers and never the rest (the server must
   close them, serve/protocol.py).
+In "costly" phases one abuser sends valid requests that are expensive to serve, one at a time (it
+holds at most one slot, as one more client would): 16 stop strings of 4,096 characters; the
+knobs draft_max 64 and draft_min 64 with the end of text banned by logit_bias; a logit_bias over
+the whole vocabulary; and /tokenize and /detokenize bodies near the body limit. Each must cost the
+others no more than one more ordinary client would: the well-behaved keep >= 70% of their clean
+throughput (`--costly-min`; the exit status says so).
 And in "overloaded" phases, bursts of more requests than slots plus queue: the excess must get
 503 + Retry-After. Their admitted requests are real work that shares the slots with the
 well-behaved clients, so those phases report 503s and lost requests, not a throughput ratio.
@@ -242,6 +248,36 @@ async def overload(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) 
             await asyncio.sleep(args.burst_every)
 
 
+def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
+    """(name, path, body): valid requests that cost the server the most it lets one cost."""
+    no_end = {"0": -100, "1": -100, "2": -100}  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>
+    text = "the quick brown fox jumps over the lazy dog " * 170_000  # ~7.6 MB: just under the body limit
+    return [
+        ("stops", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
+                                      "stop": [chr(ord("a") + i) * 4095 + "!" for i in range(16)]}),
+        ("knobs", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64, "draft_max": 64,
+                                      "draft_min": 64, "logit_bias": no_end}),
+        ("huge bias", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
+                                          "logit_bias": {str(i): -1.0 for i in range(n_vocab)} | no_end}),
+        ("huge tokenize", "/tokenize", {"content": text[:7_500_000], "with_pieces": True}),
+        ("huge detokenize", "/detokenize", {"tokens": [28] * 1_300_000}),
+    ]  # fmt: skip
+
+
+async def costly(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> None:
+    kinds = costly_requests(args.n_vocab)
+    async with httpx.AsyncClient(base_url=args.base_url, headers=_auth(args), timeout=300) as client:
+        i = 0
+        while not stop.is_set():
+            name, path, body = kinds[i % len(kinds)]
+            i += 1
+            try:
+                r = await client.post(path, json=body)
+                phase.count(f"costly {name} {r.status_code}")
+            except httpx.HTTPError as e:
+                phase.count(f"costly {name} {type(e).__name__}")
+
+
 # -- the run ------------------------------------------------------------------------------------------------
 # each abuser alone, then the three together (what each costs the others, and all of it)
 ABUSERS = {
@@ -250,6 +286,7 @@ ABUSERS = {
     "disconnects": (disconnects,),
     "slowloris": (slowloris,),
     "abused": (garbage, disconnects, slowloris),
+    "costly": (costly,),
     "overloaded": (overload,),
 }
 
@@ -407,6 +444,11 @@ def main() -> None:
         "--burst", type=int, default=None, help="requests per overload burst (default: slots + queue + 4)"
     )
     p.add_argument("--burst-every", type=float, default=5.0)
+    p.add_argument(
+        "--n-vocab", type=int, default=49152, help="the model's vocabulary (the costly phase's bias)"
+    )
+    p.add_argument("--costly-min", type=float, default=0.7,
+                   help="the well-behaved clients' least throughput in costly phases, as a share of clean")  # fmt: skip
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", default=None, help="also write the report to this file")
     args = p.parse_args()
@@ -427,6 +469,11 @@ def main() -> None:
     if proc is not None:
         rep["server_exit_code"] = code
         rep["server_tracebacks"] = _output(proc).count("Traceback")
+    costly_ratio = rep["phases"]["costly"]["ratio_mean"]
+    rep["costly_ratio_ok"] = costly_ratio is not None and costly_ratio >= args.costly_min
+    rep["costly_5xx"] = sum(  # a 503 (busy, with Retry-After) is an answer; any other 5xx is not
+        v for k, v in rep["abuse"].items() if k.startswith("costly ") and k[-3:] in {"500", "502", "504"}
+    )
     print(json.dumps(rep, indent=2))
     if args.json:
         with open(args.json, "w") as f:
@@ -436,6 +483,8 @@ def main() -> None:
         or not rep["all_healthy"]
         or rep["server_5xx_to_garbage"]
         or rep["503_without_retry_after"]
+        or not rep["costly_ratio_ok"]
+        or rep["costly_5xx"]
     )
     sys.exit(1 if bad or (proc is not None and (code != 0 or rep["server_tracebacks"])) else 0)
 

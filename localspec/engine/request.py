@@ -82,6 +82,7 @@ class Request(Job):
             penalties=penalties_of(s),
             logprobs=s.top_logprobs if s.logprobs else -1, post_sampling_probs=s.post_sampling_probs,
             draft_model=self.draft_model,
+            bound=self.tuners.bound(s) if self.speculative else None,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
