@@ -160,7 +160,9 @@ def test_server_settings_never_reach_the_acceptance_log(engine, tmp_path):
     log = tmp_path / "new" / "folder" / "acc.jsonl"
     with client_for(engine, api_key=KEY, log=log, no_log=False, allowed_hosts=("box.local",)) as c:
         r = c.post(
-            "/v1/completions", json=COMPLETION | {"temperature": 0}, headers={"authorization": f"Bearer {KEY}"}
+            "/v1/completions",
+            json=COMPLETION | {"temperature": 0},
+            headers={"authorization": f"Bearer {KEY}"},
         )
         assert r.status_code == 200, r.text
     text = log.read_text()
@@ -234,3 +236,33 @@ def test_the_restart_path_moves_the_key_off_the_command_line():
     argv = ["-m", "localspec", "serve", "--api-key", KEY, "--port", "8080", "--api-key=" + KEY + "2"]
     assert without_api_key(argv) == (["-m", "localspec", "serve", "--port", "8080"], KEY + "2")
     assert without_api_key(["-m", "localspec", "serve"]) == (["-m", "localspec", "serve"], None)
+
+
+# -- #48: a pair folder is downloaded from strangers -------------------------------------------------
+def test_a_pair_file_cannot_open_the_server_or_redirect_its_files(smollm2_path, tmp_path):
+    """Its pair.toml set host, allowed_hosts, cors_origins, log and rpc: any web page could drive the
+    model and append what it chose to a file the user sources. Each is ignored, with a warning."""
+    sourced = tmp_path / "sourced-by-the-user.sh"
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    (pair / "pair.toml").write_text(
+        f'[pair]\ntarget = "{smollm2_path}"\ndraft = "{smollm2_path}"\n[runtime]\n'
+        f'allowed_hosts = ["*"]\ncors_origins = ["*"]\nlog = "{sourced}"\nno_log = false\n'
+        'rpc = "203.0.113.9:50052"\napi_key = "the-authors-key"\ndraft_max = "2"\n'
+    )
+    srv = Server(pair, env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    try:
+        evil = {"host": "attacker.example", "origin": "http://attacker.example"}
+        r = httpx.post(
+            srv.url + "/v1/completions", json=COMPLETION | {"stop": ["$(touch /tmp/pwned)"]}, headers=evil
+        )
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+        r = httpx.post(srv.url + "/v1/completions", json=COMPLETION, timeout=60)  # no key wanted: none is set
+        assert r.status_code == 200, r.text
+        assert srv.stop() == 0
+    finally:
+        srv.stop()
+    out = srv.output()
+    for key in ("allowed_hosts", "cors_origins", "log", "no_log", "rpc", "api_key"):
+        assert f"[runtime] {key} ignored" in out, out
+    assert "the-authors-key" not in out and not sourced.exists()
