@@ -200,7 +200,10 @@ def test_a_template_that_loops_or_grows_is_stopped(template, why):
         ("{{ ('x'|center(1000000000))|length }}", "MiB"),
         ("{{ '%1000000000d' % 1 }}", "MiB"),
         # two strings below the limit each, above it together (the review's rebuilt SmolLM2)
-        ("{% set a = 'x'|center(300000000) %}{% set b = 'y'|center(300000000) %}{{ a|length + b|length }}", "MiB"),
+        (
+            "{% set a = 'x'|center(300000000) %}{% set b = 'y'|center(300000000) %}{{ a|length + b|length }}",
+            "MiB",
+        ),
         # a filter written in Python outside the template's frames: the clock in the render misses it
         ("{{ ('x y ' * 2000000)|wordwrap(3)|length }}", "2 s"),
     ],
