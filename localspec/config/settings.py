@@ -146,7 +146,7 @@ class Settings:
         True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
     )
     cost_bound: float = _f(
-        3.0,
+        2.0,
         "A request's rounds may cost at most this many plain steps per token they emit: past it its "
         "drafts are cut back, down to plain decoding (a draft_max or draft_min is an ask, not an "
         "order; the text is the same). 0 = no bound (what bench measures).",
