@@ -313,8 +313,10 @@ class Server:
     def client(self, api_key: str = "none") -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
 
-    def health(self) -> dict:
-        return httpx.get(self.url + "/health", timeout=5).json()
+    def health(self, api_key: str | None = None) -> dict:
+        """/health; with a key set, its model and load only for a caller with the key."""
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+        return httpx.get(self.url + "/health", headers=headers, timeout=5).json()
 
     def metrics(self, headers: dict | None = None) -> dict[str, float]:
         text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from localspec.server import metrics
-from localspec.server.auth import require_key
+from localspec.server.auth import has_key, require_key
 from localspec.server.openai import errors
 
 router = APIRouter()
@@ -19,6 +19,10 @@ error_response = errors.error_response
 
 @router.get("/health")
 async def health(request: Request) -> dict[str, Any]:
+    """Liveness for anyone (a load balancer, the page before it has a key); what model is served and
+    how busy it is only for a caller with the key, when one is set (docs/serving.md)."""
+    if not has_key(request):
+        return {"status": "ok"}
     model = request.app.state.models.get(None)
     running, waiting = model.load()
     return {"status": "ok", "model": model.name, "running": running, "waiting": waiting}

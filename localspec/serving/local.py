@@ -20,6 +20,7 @@ from localspec.config.settings import Settings
 from localspec.engine import Engine, Response
 from localspec.errors import LocalspecError
 from localspec.serving import plan as chat_plan
+from localspec.serving import text_ops
 from localspec.serving.answer import Answer
 from localspec.serving.errors import APIError, from_localspec
 from localspec.serving.facade import Embedded, ModelCard, Prompt
@@ -45,24 +46,45 @@ class LocalModel:
         self._admitted = 0  # choices in the engine or about to be
         self._idle = asyncio.Event()
         self._idle.set()
+        self._text = text_ops.OffLoop()  # tokenizing for clients: bounded, off the loop, one at a time
 
     def load(self) -> tuple[int, int]:
         running = min(self._admitted, self.settings.parallel)
         return running, self._admitted - running
 
     # -- text ------------------------------------------------------------------------------------
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        return self.engine.target.tokenize(text, add_special=add_special, parse_special=parse_special)
+    async def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
+        text_ops.check_text(text)
+        target = self.engine.target
+        return await self._text.run(
+            lambda: target.tokenize(text, add_special=add_special, parse_special=parse_special)
+        )
+
+    async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        text_ops.check_tokens(tokens, text_ops.MAX_PIECES, "spelled out piece by piece")
+        self._check_ids(tokens)
+        target = self.engine.target
+        return await self._text.run(lambda: [target.token_bytes(t, special=True) for t in tokens])
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return self.engine.target.token_bytes(token, special=special)
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        text_ops.check_tokens(tokens)
+
+        def work() -> str:
+            self._check_ids(tokens)  # a million ids: checked off the loop too
+            return self.engine.target.detokenize(tokens, special=True)
+
+        return await self._text.run(work)
+
+    def _check_ids(self, tokens: Sequence[int]) -> None:
         n_vocab = self.engine.target.n_vocab
         bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
         if bad is not None:
             raise APIError(400, f"token {bad} is not in the vocabulary (0..{n_vocab - 1})", param="tokens")
-        return self.engine.target.detokenize(tokens, special=True)
 
     async def render(self, req: Request) -> Prompt:
         s = settings_for(self.engine.settings, req)
@@ -178,6 +200,14 @@ class LocalModel:
         self.lost = error
         for stream in list(self.streams):
             stream.fail(error)
+
+    async def wind_down(self, grace: float) -> None:
+        """Shutting down: what is in flight gets `grace` seconds to finish; then what still runs is
+        cancelled, and each request is answered with a 503 (a stream: its error frame)."""
+        with anyio.move_on_after(grace):
+            await self._idle.wait()
+        for stream in list(self.streams):
+            stream.cancel()
 
     async def drain(self, timeout: float) -> bool:
         """Cancel everything still running and wait until the engine has let go of it all."""

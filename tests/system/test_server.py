@@ -249,7 +249,7 @@ def test_full_queue_answers_503(strict):
     finally:
         busy.close()
     t0 = time.monotonic()
-    while strict.health()["running"] and time.monotonic() - t0 < 2:
+    while strict.health(KEY)["running"] and time.monotonic() - t0 < 2:
         time.sleep(0.05)
     assert client.completions.create(model=model, prompt="Hi", max_tokens=2).choices
     assert strict.metrics({"authorization": f"Bearer {KEY}"})["localspec:requests_rejected_total"] == 1

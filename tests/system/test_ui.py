@@ -402,7 +402,7 @@ def test_key_prompt(browser, keyed):
         hold.start()
         try:
             deadline = time.monotonic() + 30
-            while keyed.health()["running"] < 1 and time.monotonic() < deadline:
+            while keyed.health(KEY)["running"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.1)
             p.send("Are you busy?")
             p.wait_idle()
