@@ -7,6 +7,8 @@ and the speculative counters are non-trivial.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -268,3 +270,29 @@ def test_sigterm_mid_stream_exits_0(smollm2_path):
         for _ in stream:
             pass
     assert "Traceback" not in srv.output() and "ERROR" not in srv.output()
+
+
+def test_sigterm_answers_a_whole_request_in_flight_in_its_shape(smollm2_path):
+    """A non-streamed request in flight waited out uvicorn's graceful shutdown (10 s), then got a
+    plain-text 500 and the log an 80-line traceback (#48). It gets the grace, then a 503 in
+    OpenAI's shape, and the server exits 0 with a clean log."""
+    srv = Server(smollm2_path, "--n-ctx", "4096", "--n-threads", "1", "--no-log")
+    body = {"prompt": "Once upon a time", "max_tokens": 4000, "logit_bias": {"0": -100, "2": -100}}
+    done: dict = {}
+    worker = threading.Thread(
+        target=lambda: done.update(r=httpx.post(srv.url + "/v1/completions", json=body, timeout=60)),
+        daemon=True,
+    )
+    worker.start()
+    deadline = time.monotonic() + 30
+    while srv.health()["running"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    srv.proc.send_signal(signal.SIGTERM)
+    worker.join(40)
+    r = done["r"]
+    assert r.status_code == 503 and r.headers["content-type"].startswith("application/json"), r.text
+    assert "shutting down" in r.json()["error"]["message"] and r.json()["error"]["type"] == "server_error"
+    assert time.monotonic() - t0 < 14
+    assert srv.stop() == 0
+    assert "Traceback" not in srv.output(), srv.output()[-3000:]

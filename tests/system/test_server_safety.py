@@ -266,3 +266,14 @@ def test_a_pair_file_cannot_open_the_server_or_redirect_its_files(smollm2_path, 
     for key in ("allowed_hosts", "cors_origins", "log", "no_log", "rpc", "api_key"):
         assert f"[runtime] {key} ignored" in out, out
     assert "the-authors-key" not in out and not sourced.exists()
+
+
+def test_health_tells_the_model_only_to_a_caller_with_the_key(engine):
+    """Anyone may ask whether the server lives; which model it runs and how busy it is are for
+    callers with the key (#48)."""
+    with client_for(engine, api_key=KEY) as c:
+        assert c.get("/health").json() == {"status": "ok"}
+        full = c.get("/health", headers={"authorization": f"Bearer {KEY}"}).json()
+        assert full["status"] == "ok" and full["model"] and {"running", "waiting"} <= set(full)
+    with client_for(engine) as c:  # no key set: nothing to keep from anyone
+        assert "model" in c.get("/health").json()
