@@ -18,9 +18,9 @@ lost. The abusers, while the well-behaved ones run ("abused" phases):
 In "costly" phases one abuser sends valid requests that are expensive to serve, one at a time (it
 holds at most one slot, as one more client would): 16 stop strings of 4,096 characters; the
 knobs draft_max 64 and draft_min 64 with the end of text banned by logit_bias; a logit_bias over
-the whole vocabulary; and /tokenize and /detokenize bodies near the body limit. Each must cost the
-others no more than one more ordinary client would: the well-behaved keep >= 70% of their clean
-throughput (`--costly-min`; the exit status says so).
+the whole vocabulary; and the largest /tokenize and /detokenize bodies the server takes. Each must
+cost the others no more than one more ordinary client would: the well-behaved keep >= 70% of their
+clean throughput (`--costly-min`; the exit status says so).
 And in "overloaded" phases, bursts of more requests than slots plus queue: the excess must get
 503 + Retry-After. Their admitted requests are real work that shares the slots with the
 well-behaved clients, so those phases report 503s and lost requests, not a throughput ratio.
@@ -251,7 +251,8 @@ async def overload(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) 
 def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
     """(name, path, body): valid requests that cost the server the most it lets one cost."""
     no_end = {"0": -100, "1": -100, "2": -100}  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>
-    text = "the quick brown fox jumps over the lazy dog " * 170_000  # ~7.6 MB: just under the body limit
+    # the most a tokenize may ask (serving/text_ops.py): 1,048,576 characters; pieces for 65,536 tokens
+    text = ("the quick brown fox jumps over the lazy dog " * 24_000)[: 1 << 20]
     return [
         ("stops", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
                                       "stop": [chr(ord("a") + i) * 4095 + "!" for i in range(16)]}),
@@ -259,8 +260,9 @@ def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
                                       "draft_min": 64, "logit_bias": no_end}),
         ("huge bias", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
                                           "logit_bias": {str(i): -1.0 for i in range(n_vocab)} | no_end}),
-        ("huge tokenize", "/tokenize", {"content": text[:7_500_000], "with_pieces": True}),
-        ("huge detokenize", "/detokenize", {"tokens": [28] * 1_300_000}),
+        ("huge tokenize", "/tokenize", {"content": text}),
+        ("huge pieces", "/tokenize", {"content": text[: 1 << 18], "with_pieces": True}),
+        ("huge detokenize", "/detokenize", {"tokens": [28] * (1 << 20)}),
     ]  # fmt: skip
 
 
