@@ -176,7 +176,7 @@ class FakeModel:
         self.embedded.append((list(inputs), truncate))
         vectors, counts = [], []
         for i, x in enumerate(inputs):
-            ids = self.tokenize(x) if isinstance(x, str) else list(x)
+            ids = (await self.tokenize(x)) if isinstance(x, str) else list(x)
             if not ids:
                 raise APIError(400, f"input {i} is empty: there is nothing to embed", param="input")
             if len(ids) > self.embed_ctx and not truncate:
