@@ -4,6 +4,7 @@ CLI, a `localspec serve` on loopback)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -13,7 +14,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -314,8 +315,10 @@ class Server:
     def client(self, api_key: str = "none") -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
 
-    def health(self) -> dict:
-        return httpx.get(self.url + "/health", timeout=5).json()
+    def health(self, api_key: str | None = None) -> dict:
+        """/health; with a key set, its model and load only for a caller with the key."""
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+        return httpx.get(self.url + "/health", headers=headers, timeout=5).json()
 
     def metrics(self, headers: dict | None = None, model: str | None = None) -> dict[str, float]:
         """/metrics' samples by name and labels, of one model (its `model` label left out of the
@@ -356,3 +359,15 @@ def responses_of(handles: Sequence[Any], timeout: float = 120) -> list[Any]:
     for t in threads:
         t.join(timeout=timeout)
     return out
+
+
+def logged(log: Path, pred: Callable[[dict], bool], timeout: float = 10.0) -> list[dict]:
+    """The acceptance log's records that `pred` accepts, once there is one: the log is written by a
+    thread of its own (deferred.py) shortly after the response goes out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
+        mine = [r for r in recs if pred(r)]
+        if mine or time.monotonic() > deadline:
+            return mine
+        time.sleep(0.05)

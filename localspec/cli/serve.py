@@ -18,7 +18,6 @@ from localspec.config.settings import API_KEY_ENV, Settings, setting_fields
 from localspec.errors import LocalspecError
 
 SERVE_DEFAULTS = {"parallel": 4, "embed_ctx": 512}  # below config files and flags
-SHUTDOWN_GRACE_S = 10  # SIGTERM: in-flight requests get this long to finish, then are cancelled
 
 
 @click.command()
@@ -37,7 +36,7 @@ def serve(ctx: click.Context, **kwargs) -> None:
     from localspec import llama  # noqa: PLC0415
     from localspec.engine import Engine  # noqa: PLC0415
     from localspec.llama import rpc  # noqa: PLC0415
-    from localspec.server import create_app, protocol, reload  # noqa: PLC0415
+    from localspec.server import create_app, protocol, reload, shutdown  # noqa: PLC0415
 
     def say(msg: str) -> None:
         click.echo(msg, err=True)
@@ -65,12 +64,12 @@ def serve(ctx: click.Context, **kwargs) -> None:
         host=settings.host,
         port=settings.port,
         log_level="warning",
-        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        timeout_graceful_shutdown=shutdown.FORCE_AFTER_S,  # after the app's own grace (shutdown.py)
         http=protocol.GuardedH11,  # a deadline for reading each request: slow clients let go of
         timeout_keep_alive=protocol.KEEP_ALIVE_S,
         h11_max_incomplete_event_size=protocol.HEADER_MAX_BYTES,
     )
-    server = uvicorn.Server(config)
+    server = shutdown.Server(config)  # a SIGTERM answers every request in flight in its API's shape
     lost = reload.EngineLost(say)
     if endpoints:  # llama.cpp aborts on a lost rpc-server: answer what is in flight, then reload
         lost.install(server, app)

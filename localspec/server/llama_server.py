@@ -1,12 +1,16 @@
 """llama-server's own endpoints that clients and tools use: POST /tokenize and /detokenize, over the
-model facade, and its router's GET /models, POST /models/load and /models/unload; errors in
+model facade (which bounds them and runs them off the event loop: serving/text_ops.py), and
+its router's GET /models, POST /models/load and /models/unload; errors in
 OpenAI's shape, as llama-server gives them."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from localspec.server.auth import require_key
@@ -39,27 +43,33 @@ class DetokenizeRequest(BaseModel):
 
 
 @router.post("/tokenize")
-async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
+async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     """{"tokens": [...]}, with pieces {"id", "piece"} when asked."""
     model = await request.app.state.models.ready(body.model)
-    ids = model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
-    if not body.with_pieces:
-        return {"tokens": ids}
-    out = []
-    for t in ids:
-        b = model.token_bytes(t, special=True)
-        try:
-            piece: Any = b.decode("utf-8")
-        except UnicodeDecodeError:  # part of a character: its bytes, as llama-server gives them
-            piece = list(b)
-        out.append({"id": t, "piece": piece})
-    return {"tokens": out}
+    ids = await model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
+    pieces = await model.pieces(ids) if body.with_pieces else None
+    return await _json({"tokens": ids if pieces is None else [_piece(t, b) for t, b in zip(ids, pieces)]})
+
+
+def _piece(token: int, b: bytes) -> dict[str, Any]:
+    try:
+        piece: Any = b.decode("utf-8")
+    except UnicodeDecodeError:  # part of a character: its bytes, as llama-server gives them
+        piece = list(b)
+    return {"id": token, "piece": piece}
 
 
 @router.post("/detokenize")
-async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
-    model = await request.app.state.models.ready(body.model)
-    return {"content": model.detokenize(body.tokens)}
+async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
+    return await _json(
+        {"content": await (await request.app.state.models.ready(body.model)).detokenize(body.tokens)}
+    )
+
+
+async def _json(content: dict[str, Any]) -> Response:
+    """A body of up to a million tokens, encoded off the event loop."""
+    data = await anyio.to_thread.run_sync(lambda: json.dumps(content, ensure_ascii=False).encode())
+    return Response(data, media_type="application/json")
 
 
 @router.get("/models")

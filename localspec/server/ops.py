@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from localspec.server import metrics
-from localspec.server.auth import require_key
+from localspec.server.auth import has_key, require_key
 from localspec.server.openai import errors
 
 router = APIRouter()
@@ -19,7 +19,11 @@ error_response = errors.error_response
 
 @router.get("/health")
 async def health(request: Request) -> dict[str, Any]:
-    """The one model's load; a router's: what is loaded and the load over all of them."""
+    """Liveness for anyone (a load balancer, the page before it has a key); what is served and how
+    busy it is only for a caller with the key, when one is set (docs/serving.md). A router's: what
+    is loaded and the load over all of them."""
+    if not has_key(request):
+        return {"status": "ok"}
     status = request.app.state.models.status()
     running, waiting = sum(s.running for s in status), sum(s.waiting for s in status)
     if not request.app.state.router:

@@ -26,8 +26,14 @@ from localspec.serving.local import LocalModel
 from localspec.serving.pipe import Pipe, error_out
 
 DRAIN_S = 10.0
-SYNC_CALLS = ("tokenize", "token_bytes", "detokenize", "devices")
-ASYNC_CALLS = ("render", "embed")  # the facade's awaited methods; a new one is one more name here
+SYNC_CALLS = ("token_bytes", "devices")
+ASYNC_CALLS = (
+    "render",
+    "embed",
+    "tokenize",
+    "pieces",
+    "detokenize",
+)  # the facade's awaited methods; a new one is one more name here
 
 
 def say(line: str) -> None:

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from localspec.config.settings import Settings
+from localspec.config.settings import REQUEST, Settings
 from localspec.errors import LocalspecError
 from localspec.serving.errors import APIError, from_localspec
 
@@ -75,9 +75,10 @@ class Request:
 
 
 def settings_for(base: Settings, req: Request) -> Settings:
-    """The request's settings: the one place its fields are checked (by Settings itself)."""
+    """The request's settings: the one place its fields are checked (by Settings itself, which
+    refuses a field outside a request's scope)."""
     try:
-        return base.replace(**req.overrides) if req.overrides else base
+        return base.override(REQUEST, **req.overrides) if req.overrides else base
     except LocalspecError as e:
         raise from_localspec(e, "messages" if req.chat else "prompt") from None
     except TypeError as e:  # a field Settings does not have: a dialect's bug, said plainly

@@ -82,14 +82,19 @@ class Served:
             )
         return self.child
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        return self._loaded().call("tokenize", text, add_special=add_special, parse_special=parse_special)
+    async def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
+        return await self._forward("tokenize", text, add_special=add_special, parse_special=parse_special)
+
+    async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        return await self._forward("pieces", list(tokens))
+
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        return await self._forward("detokenize", list(tokens))
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return self._loaded().call("token_bytes", token, special=special)
-
-    def detokenize(self, tokens: Sequence[int]) -> str:
-        return self._loaded().call("detokenize", list(tokens))
 
     async def render(self, req: Request) -> Prompt:
         return await self._forward("render", req)

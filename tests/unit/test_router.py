@@ -461,14 +461,16 @@ def test_the_folder_gives_pairs_lone_ggufs_and_skips_the_rest(tmp_path):
         scan(tmp_path / "nope")
 
 
-def test_a_ready_model_answers_quick_calls_and_a_model_not_loaded_says_so():
+def test_text_calls_load_the_model_and_a_byte_lookup_on_one_not_loaded_says_so():
     async def go():
         r = make_router()
         with pytest.raises(APIError) as e:
-            r.get("a").tokenize("hi")
+            r.get("a").token_bytes(104)
         assert e.value.status == 409 and "POST /models/load" in e.value.message
-        model = await r.ready("a")
-        assert model.tokenize("hi") == [104, 105] and model.detokenize([104, 105]) == "hi"
+        model = r.get("a")
+        assert await model.tokenize("hi") == [104, 105]  # loads it, as a request does
+        assert model.state == "loaded" and await model.detokenize([104, 105]) == "hi"
+        assert await model.pieces([104]) == [b"h"]
 
     run(go)
 
