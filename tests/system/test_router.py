@@ -76,7 +76,8 @@ def rss(srv: Server) -> int:
 
 
 def children(srv: Server) -> list[int]:
-    return [p.pid for p in psutil.Process(srv.proc.pid).children(recursive=True)]
+    """The models' processes (not theirs: a model's process has its template renderer)."""
+    return [p.pid for p in psutil.Process(srv.proc.pid).children()]
 
 
 def wait_for(cond, timeout: float = 30) -> None:  # noqa: ANN001
