@@ -1,8 +1,8 @@
 """Claude Code (npm @anthropic-ai/claude-code, installed by .ci/run into .npm-clients/) against a real
 `localspec serve`, as docs/apps.md says to point it: ANTHROPIC_BASE_URL, an API key, no traffic to
-anywhere else. SmolLM2 is the target (drafting for itself) with a 16k context: Claude Code's ~12k-token
+anywhere else. SmolLM2 is the target (lookup drafts, no draft model) with a 16k context: Claude Code's ~12k-token
 prompt fits. `claude -p` completes a turn; the second (`--continue`) re-sends the whole conversation,
-and only its new tokens are evaluated: the cached prefix serves the rest in the target and the draft."""
+and only its new tokens are evaluated: the cached prefix serves the rest."""
 
 from __future__ import annotations
 
@@ -23,8 +23,11 @@ pytestmark = pytest.mark.slow
 def server(smollm2_path):
     if not CLAUDE.exists():
         pytest.skip(f"Claude Code is not installed at {CLAUDE}: .ci/run installs it (npm)")
-    # Claude Code sends no sampling settings: the server's decide (greedy, for a short answer)
-    srv = Server(smollm2_path, "--n-ctx", str(N_CTX), "--parallel", "1", "--temperature", "0")
+    # SmolLM2 alone, as docs/apps.md serves it (`--target`): lookup drafts, no draft model to prefill
+    # the ~12k-token prompt a second time. Claude Code sends no sampling settings: the server's decide
+    srv = Server(
+        smollm2_path, "--n-ctx", str(N_CTX), "--parallel", "1", "--temperature", "0", "--lookup", "only"
+    )
     yield srv
     srv.stop()
 
@@ -70,7 +73,6 @@ def test_two_turns_and_the_second_evaluates_only_its_new_tokens(server, tmp_path
     after_second = evaluated(server)
     tokens_2, seconds_2 = after_second[0] - after_first[0], after_second[1] - after_first[1]
     # the target evaluated only what is new (the first answer, the new prompt, Claude Code's per-turn
-    # reminders); the prefill time covers target and draft: a draft that re-read the prompt would
-    # take about as long as the first turn did
+    # reminders); a prefill that re-read the prompt would take about as long as the first turn's
     assert 0 < tokens_2 < 0.1 * tokens_1, (tokens_1, tokens_2)
     assert seconds_2 < 0.25 * seconds_1, (seconds_1, seconds_2, time.monotonic() - start)
