@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from localspec.server.openai.schemas import LocalspecOptions, Overrides
 
@@ -67,6 +68,9 @@ class ToolChoiceObject(_Loose):
     tools: list[dict[str, Any]] | None = None
 
 
+_ITEMS = TypeAdapter(list[Item])
+
+
 class TextFormat(_Loose):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
@@ -103,6 +107,21 @@ class ResponsesRequest(Overrides):
     background: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
     localspec: LocalspecOptions | None = None
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_shape(cls, v: Any) -> Any:
+        # one message naming the item (pydantic's names the union's first branch: "input.str: ...")
+        if isinstance(v, str):
+            return v
+        if not isinstance(v, list):
+            raise PydanticCustomError("input_shape", "must be a string or a list of input items")
+        try:
+            return _ITEMS.validate_python(v)
+        except ValidationError as e:
+            first = e.errors()[0]
+            at = ".".join(str(x) for x in first["loc"] if not str(x).startswith(("str", "list[")))
+            raise PydanticCustomError("input_item", f"item {at}: {first['msg']}") from None
 
     @property
     def mark_drafts(self) -> bool:
