@@ -5,28 +5,16 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from fastapi.testclient import TestClient
 
 from localspec.config.settings import Settings
 from localspec.server import create_app
 from localspec.serving import APIError
 
-from ..fake_engine import FakeModel, answer
+from ..fake_engine import answer
 
 URL = "/v1/chat/completions"
 HI = [{"role": "user", "content": "Hi"}]
-
-
-@pytest.fixture()
-def fake():
-    return FakeModel()
-
-
-@pytest.fixture()
-def client(fake):
-    with TestClient(create_app(Settings(parallel=4), model=fake), base_url="http://localhost") as c:
-        yield c
 
 
 def sse(r) -> list:

@@ -6,31 +6,16 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from fastapi.testclient import TestClient
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from localspec.config.settings import Settings
-from localspec.server import create_app
 from localspec.serving import APIError
 
-from ..fake_engine import FakeModel, answer
+from ..fake_engine import answer
 
 URL = "/v1/responses"
 EVENT = TypeAdapter(ResponseStreamEvent)
 FN = {"type": "function", "name": "get", "parameters": {"type": "object"}, "strict": False}
-
-
-@pytest.fixture()
-def fake():
-    return FakeModel()
-
-
-@pytest.fixture()
-def client(fake):
-    with TestClient(create_app(Settings(parallel=4), model=fake), base_url="http://localhost") as c:
-        yield c
 
 
 def events(r) -> list[dict]:
