@@ -55,6 +55,16 @@ def make_bad_files(d: Path, real: Path) -> dict[str, BadFile]:
         out[name] = BadFile(p, needles)
     (d / "a-directory.gguf").mkdir(exist_ok=True)
     out["directory"] = BadFile(d / "a-directory.gguf", ("is a directory", "no config.json", "config.json"))
+    # local files that are not files (#48): opening a FIFO waits for a writer forever; a symlink loop
+    # is not a missing file
+    fifo = d / "a-fifo.gguf"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    out["fifo"] = BadFile(fifo, ("a FIFO", "a file; give"))
+    loop = d / "a-loop.gguf"
+    if not loop.is_symlink():
+        loop.symlink_to(loop.name)
+    out["symlink-loop"] = BadFile(loop, ("symlink loop", "a file; give"))
     return out
 
 
@@ -261,3 +271,63 @@ DIALECT_REQUESTS += [
     (f"responses/{name}", "/v1/responses", body if isinstance(body, str) else json.dumps(body), 400, needles)
     for name, body, needles in RESPONSES_BAD_REQUESTS
 ]
+
+
+# bad bodies for Anthropic's POST /v1/messages: (id, JSON body, words the error message must hold).
+# Each gets a 400 in Anthropic's shape (tests/unit/test_anthropic_messages.py on the fake engine,
+# tests/system/test_anthropic_sdk.py on a real server).
+_HI = [{"role": "user", "content": "Hi"}]
+ANTHROPIC_BAD_BODIES: list[tuple[str, dict, str]] = [
+    ("no-max-tokens", {"messages": _HI}, "max_tokens"),
+    ("zero-max-tokens", {"max_tokens": 0, "messages": _HI}, "max_tokens"),
+    ("no-messages", {"max_tokens": 5, "messages": []}, "messages"),
+    ("unknown-field", {"max_tokens": 5, "messages": _HI, "frequency": 1}, "'frequency'"),
+    ("image-block", {"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, "'image'"),
+    ("tool-role", {"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "role"),
+    ("prefill", {"max_tokens": 5, "messages": [*_HI, {"role": "assistant", "content": "Sure"}]}, "prefill"),
+    ("tool-choice-no-name", {"max_tokens": 5, "messages": _HI, "tool_choice": {"type": "tool"}}, "name"),
+    ("server-tool", {"max_tokens": 5, "messages": _HI,
+                     "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "cannot run"),
+    ("negative-temperature", {"max_tokens": 5, "messages": _HI, "temperature": -1}, "temperature"),
+    ("thinking-type", {"max_tokens": 5, "messages": _HI, "thinking": {"type": "sometimes"}}, "thinking"),
+    ("content-number", {"max_tokens": 5, "messages": [{"role": "user", "content": 5}]}, "content"),
+    ("tool-result-image", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image"}]}]}]}, "'image'"),
+    ("stop-sequences-string", {"max_tokens": 5, "messages": _HI, "stop_sequences": "END"}, "stop_sequences"),
+]  # fmt: skip
+
+
+# -- requests a client sends a server (#48): each is one 400 in the API's shape ------------------------
+@dataclass(frozen=True)
+class BadRequest:
+    id: str
+    path: str
+    body: str  # JSON text, sent as it is: `\ud800` in it is an escaped lone surrogate (valid JSON)
+    needles: tuple[str, ...]  # the error's message must hold one of these
+
+
+LONE = "lone surrogate"
+BAD_REQUESTS = [
+    BadRequest("completion/prompt", "/v1/completions", '{"prompt": "ab\\ud800cd", "max_tokens": 2}', (LONE,)),
+    BadRequest("chat/role", "/v1/chat/completions",
+               '{"messages": [{"role": "us\\udc00er", "content": "hi"}], "max_tokens": 2}', (LONE,)),
+    BadRequest("chat/content", "/v1/chat/completions",
+               '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udfff"}]}]}', (LONE,)),
+    BadRequest("chat/tool-name", "/v1/chat/completions",
+               '{"messages": [{"role": "user", "content": "hi"}], '
+               '"tools": [{"type": "function", "function": {"name": "f\\ud800"}}]}', (LONE,)),
+    BadRequest("completion/grammar", "/v1/completions",
+               '{"prompt": "hi", "max_tokens": 2, "grammar": "root ::= \\"\\ud800\\""}', (LONE,)),
+    BadRequest("completion/stop", "/v1/completions", '{"prompt": "hi", "stop": ["\\udfff"]}', (LONE,)),
+    BadRequest("completion/schema-key", "/v1/completions",
+               '{"prompt": "hi", "response_format": {"type": "json_schema", "json_schema": {"schema": '
+               '{"type": "object", "properties": {"\\ud800": {"type": "string"}}}}}}', (LONE,)),
+    BadRequest("completion/bias-key", "/v1/completions", '{"prompt": "hi", "logit_bias": {"\\ud800": 1}}', (LONE,)),
+    BadRequest("completion/field-name", "/v1/completions", '{"prompt": "hi", "mod\\ud800el": 1}', (LONE,)),
+    BadRequest("tokenize/content", "/tokenize", '{"content": "ab\\ud800cd"}', (LONE,)),
+    BadRequest("tokenize/too-long", "/tokenize", '{"content": "' + "a" * ((1 << 20) + 1) + '"}', ("at most",)),
+    BadRequest("tokenize/too-many-pieces", "/tokenize",
+               '{"content": "' + "a " * 70_000 + '", "with_pieces": true}', ("at most",)),
+    BadRequest("detokenize/too-many", "/detokenize", '{"tokens": [' + "1," * (1 << 20) + "1]}", ("at most",)),
+    BadRequest("detokenize/not-a-token", "/detokenize", '{"tokens": [1, 1000000000]}', ("not in the vocabulary",)),
+]  # fmt: skip

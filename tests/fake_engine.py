@@ -23,6 +23,7 @@ from localspec.serving import (
     Prompt,
     Request,
     TokenLogprob,
+    text_ops,
 )
 from localspec.serving.request import settings_for
 from localspec.serving.totals import Counting
@@ -39,10 +40,12 @@ def answer(
     prompt_tokens: int = 7,
     logprobs: bool = False,
     drafted: tuple[int, int] = (6, 4),
+    stop_string: str | None = None,
 ) -> list[Event]:
     """One choice's events: its reasoning, its text in `pieces` pieces, its tool calls (name,
     arguments JSON) - each call's id and name first, then its arguments in two pieces - and its end.
-    `finish`: the engine's reason (stop, length); `drafted`: (drafted, accepted) for the stats."""
+    `finish`: the engine's reason (stop, length); `drafted`: (drafted, accepted) for the stats;
+    `stop_string`: the stop string that ended it."""
     tokens = list(text.encode())
     lps = [TokenLogprob(t, bytes([t]), -0.25, ((t, bytes([t]), -0.25),)) for t in tokens] if logprobs else []
     events: list[Event] = [Delta(reasoning=reasoning, choice=choice)] if reasoning else []
@@ -63,7 +66,7 @@ def answer(
     reason = "length" if finish != "stop" else ("tool_calls" if calls else "stop")
     resp = Response(
         text, tokens, finish, _stats(prompt_tokens, len(tokens), drafted), list(range(prompt_tokens)), seed=1234,
-        logprobs=[(lp.logprob, ()) for lp in lps] if logprobs else None,
+        logprobs=[(lp.logprob, ()) for lp in lps] if logprobs else None, stop_string=stop_string,
     )  # fmt: skip
     events.append(Finished(choice, reason, message, resp, logprobs=tuple(lps) if logprobs else None))
     return events
@@ -126,21 +129,37 @@ class FakeModel:
     def load(self) -> tuple[int, int]:
         return 0, 0
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    async def wind_down(self, grace: float) -> None:  # nothing runs between its queued events
+        pass
+
+    async def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
+        text_ops.check_text(text)
         return list(text.encode())
+
+    async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        text_ops.check_tokens(tokens, text_ops.MAX_PIECES, "spelled out piece by piece")
+        self._check_ids(tokens)
+        return [bytes([t]) for t in tokens]
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return bytes([token])
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        text_ops.check_tokens(tokens)
+        self._check_ids(tokens)
+        return bytes(tokens).decode("utf-8", "replace")
+
+    @staticmethod
+    def _check_ids(tokens: Sequence[int]) -> None:
         bad = next((t for t in tokens if not 0 <= t < 256), None)
         if bad is not None:
             raise APIError(400, f"token {bad} is not in the vocabulary (0..255)", param="tokens")
-        return bytes(tokens).decode("utf-8", "replace")
 
     async def render(self, req: Request) -> Prompt:
         text = "".join(f"<{m.role}>{m.content}\n" for m in req.messages) + "<assistant>"
-        return Prompt(text, self.tokenize(text))
+        return Prompt(text, list(text.encode()))
 
     async def submit(self, req: Request) -> FakeStream:
         self.requests.append(req)
@@ -157,7 +176,7 @@ class FakeModel:
         self.embedded.append((list(inputs), truncate))
         vectors, counts = [], []
         for i, x in enumerate(inputs):
-            ids = self.tokenize(x) if isinstance(x, str) else list(x)
+            ids = (await self.tokenize(x)) if isinstance(x, str) else list(x)
             if not ids:
                 raise APIError(400, f"input {i} is empty: there is nothing to embed", param="input")
             if len(ids) > self.embed_ctx and not truncate:

@@ -13,6 +13,7 @@ import click
 
 from localspec.config.settings import Settings, setting_fields
 from localspec.errors import LocalspecError
+from localspec.files import read_capped
 
 
 def _click_type(f: Any) -> Any:
@@ -75,15 +76,16 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = (), also: tuple[st
     return deco
 
 
+MAX_SETTING_FILE = 1 << 20  # a schema or grammar is refused past 64 KB anyway (constrain/compile.py)
+
+
 def _read_file(ctx: click.Context, param: click.Parameter, path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise LocalspecError(
-            f"cannot read {param.opts[0]} {path}: {getattr(e, 'strerror', None) or e}"
-        ) from None
+        return read_capped(path, param.opts[0], MAX_SETTING_FILE).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LocalspecError(f"cannot read {param.opts[0]} {path}: {e}") from None
 
 
 def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:
@@ -92,7 +94,13 @@ def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = N
     names = {f.name for f in setting_fields()}
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     config = kwargs.pop("config", None)
-    return Settings.load(config=config, defaults=defaults, resolve_pair=_resolve_pair, **given)
+    return Settings.load(
+        config=config,
+        defaults=defaults,
+        resolve_pair=_resolve_pair,
+        warn=lambda msg: click.echo(f"warning: {msg}", err=True),
+        **given,
+    )
 
 
 def _resolve_pair(pair: Path, yes: bool) -> Path:

@@ -39,10 +39,8 @@ def pair_toml_path(path: Path) -> Path:
 
 def read_pair(path: Path) -> PairFile:
     toml_path = pair_toml_path(Path(path))
-    if not toml_path.exists():
-        hint = " (run `make models` to build the default pair)" if "default" in str(path) else ""
-        raise LocalspecError(f"no pair at {path}: {toml_path} does not exist{hint}")
-    data = read_toml(toml_path)
+    hint = " (run `make models` to build the default pair)" if "default" in str(path) else ""
+    data = read_toml(toml_path, "pair file", missing=f"no pair at {path}: {toml_path} does not exist{hint}")
     pair, runtime = data.get("pair", {}), data.get("runtime", {})
     if not isinstance(pair, dict) or not all(isinstance(pair.get(k), str) for k in ("target", "draft")):
         raise LocalspecError(f'{toml_path} needs [pair] target = "FILE.gguf" and draft = "FILE.gguf"')

@@ -44,6 +44,7 @@ from localspec.decode.rows import (
 from localspec.decode.sampling import Dist
 from localspec.decode.state import Evaluator, Item, SeqState, Step
 from localspec.draft_len.batch import choose_batch
+from localspec.draft_len.cost_bound import round_charge
 
 LOOKUP_MAX = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
 
@@ -165,6 +166,8 @@ def _round(
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
         left = lefts[st] = st.max_new - st.n_new - 1 if st.max_new is not None else room
         cap[st] = min(room - 1, left, max_draft if max_draft is not None else room)  # drafts, every source
+        if st.bound is not None:  # what the request's rounds may cost it (draft_len/cost_bound.py)
+            cap[st] = min(cap[st], st.bound.k_cap)
         if target.past(st.seq) < len(st.tokens) - 1:
             cap[st] = 0  # a restored snapshot: this round replays the kept tokens (drafting on top of a
             # replay would put them back under a snapshot a rejection returns to)
@@ -277,6 +280,7 @@ def _round(
     vrows = {st: verify_rows(st, rows, drafts[st]) for st, rows in zip(live, all_rows) if not st.sp.greedy}
     ps, ys = distributions([(st, rows, len(st.tokens)) for st, rows in vrows.items()])
     t_dists = time.perf_counter() - ts  # shared: charged to each sequence's sampling time
+    longest = max((srcs[st].count(model_source) for st in live), default=0)  # the draft loop's steps
     for st, rows in zip(live, all_rows):
         ts = time.perf_counter() - t_dists
         new: list[Step] = []
@@ -370,6 +374,11 @@ def _round(
             catch_tokens=caught.get(st, 0),
             catch_s=catch_per_token * caught.get(st, 0),
         )
+        if st.bound is not None:
+            charge = round_charge(t1 - t0 - t_catch, src.count(model_source), longest, t2 - t1, len(d) + 1,
+                               batch_tokens)  # fmt: skip
+            st.bound.observe(charge, len(new))
+            c.cost_cuts = st.bound.cut
         if offered.get(st) and not n_look:
             st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new[len(forced[st]) :]))
         c.fallbacks = st.k_ctl.fallbacks

@@ -14,7 +14,7 @@ import numpy as np
 
 from localspec import llama
 from localspec.chat import template as chat
-from localspec.config.settings import Settings
+from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
 from localspec.draft_len.pool import TunerPool
 from localspec.engine import embed
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
@@ -136,6 +136,8 @@ class Engine:
         if getattr(self, "_thread", None) is not None:
             self._inbox.put(None)
             self._thread.join()
+        if getattr(self, "tuners", None) is not None:
+            self.tuners.flush()
         if getattr(self, "_pair", None) is not None:
             self._pair.close()
 
@@ -208,7 +210,8 @@ class Engine:
         instead of the handle's queue (the server hands them to its event loop; it must not block).
         `settings`: the request's settings, already built from its overrides (by the caller)."""
         self._check_open()
-        s = settings or (self.settings.replace(**overrides) if overrides else self.settings)
+        s = settings or (self.settings.override(REQUEST, **overrides) if overrides else self.settings)
+        s = self._capped(s)
         ids = self.tokenize(prompt, chat_mode=chat)
         self._check_fits(ids, s)
         n_vocab = self.target.n_vocab
@@ -224,6 +227,12 @@ class Engine:
         if self._closed:  # closed meanwhile: the engine thread may be gone
             req.fail(LocalspecError("this engine is closed; create a new Engine"))
         return Handle(req)
+
+    def _capped(self, s: Settings) -> Settings:
+        """A request's fixed K no larger than the engine's own (auto's most, or its fixed K): a
+        request asks, the person who started the engine decides (drafts change speed, not text)."""
+        ceiling = max(AUTO_K_MAX, self.settings.draft_k or 0)
+        return s.replace(draft_max=str(ceiling)) if s.draft_k is not None and s.draft_k > ceiling else s
 
     def stream(
         self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any

@@ -82,6 +82,7 @@ class Request(Job):
             penalties=penalties_of(s),
             logprobs=s.top_logprobs if s.logprobs else -1, post_sampling_probs=s.post_sampling_probs,
             draft_model=self.draft_model,
+            bound=self.tuners.bound(s) if self.speculative else None,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
@@ -117,7 +118,14 @@ class Request(Job):
             total_s=t_end - self.t_start,
         )
         resp = Response(
-            "".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed, self.logprobs
+            "".join(self.parts),
+            list(ts.tokens),
+            ts.finish,
+            stats,
+            self.prompt,
+            self.seed,
+            self.logprobs,
+            ts.stop_hit,
         )
         self.post(Chunk("", [], [], resp))
         self.post(None)
@@ -167,6 +175,7 @@ class Handle:
     def __init__(self, req: Request) -> None:
         self._req = req
         self.prompt_tokens = req.prompt
+        self.settings = req.settings  # what this request runs with: the engine's and its overrides
         self.response: Response | None = None
 
     def cancel(self) -> None:

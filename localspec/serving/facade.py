@@ -72,16 +72,30 @@ class Model(Protocol):
         """(running, waiting): requests in a slot and requests queued for one."""
         ...
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]: ...
+    # a client's text work: bounded (text_ops.py: a 400 past the bounds) and off the event loop
+    async def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]: ...
 
-    def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
+    async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes (special tokens as their text); 400 for an id outside the vocabulary."""
+        ...
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
+    async def detokenize(self, tokens: Sequence[int]) -> str:
         """Raises APIError 400 for an id outside the vocabulary."""
+        ...
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """One token's bytes (what a stream spells its chunks with)."""
         ...
 
     async def render(self, req: Request) -> Prompt:
         """The chat template applied to a chat request (nothing is generated)."""
+        ...
+
+    async def wind_down(self, grace: float) -> None:
+        """The server is shutting down: requests in flight get `grace` seconds to finish, then the
+        rest are cancelled (each answered: a 503, a stream's error frame)."""
         ...
 
     async def submit(self, req: Request) -> Stream:

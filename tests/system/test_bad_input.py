@@ -10,11 +10,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ..bad_inputs import (
+    BAD_REQUESTS,
     ENTRY_POINTS,
     OPTION_COMMANDS,
     SETTINGS_COMMANDS,
@@ -37,6 +41,8 @@ BAD_FILES = [
     "offset-past-eof",
     "zero-alignment",
     "directory",
+    "fifo",
+    "symlink-loop",
 ]
 SETTINGS_CASES = [(cmd, *case) for cmd in SETTINGS_COMMANDS for case in numeric_setting_cases(cmd)]
 OPTION_CASES = [(cmd, *case) for cmd in OPTION_COMMANDS for case in numeric_option_cases(cmd)]
@@ -228,3 +234,49 @@ def test_doctor_reports_a_mismatched_pair():
     assert proc.returncode == 0 and "REFUSED by run: target and draft cannot be paired" in proc.stdout, (
         proc.stderr
     )
+
+
+# -- requests to a real server (#48): one 400 each, in the API's shape, and no traceback ---------------
+@pytest.fixture(scope="module")
+def api(smollm2_path):
+    from ..helpers import Server
+
+    srv = Server(smollm2_path, "--parallel", "2", "--n-threads", "1", "--no-log")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=lambda c: c.id)
+def test_bad_request(api, case):
+    r = httpx.post(api.url + case.path, content=case.body.encode(), headers={"content-type": "application/json"},
+                   timeout=60)  # fmt: skip
+    assert r.status_code == 400, f"{case.id}: {r.status_code} {r.text[:300]}"
+    error = r.json()["error"]  # OpenAI's shape (llama-server's routes use it too)
+    assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
+    assert any(n in error["message"] for n in case.needles), f"{case.id}: {error['message']}"
+
+
+def test_big_tokenizes_leave_the_server_answering(api):
+    """A 7.9 MB body with its pieces froze every request for 18.5 s: tokenizing ran on the event
+    loop. Two of the largest texts one may tokenize now run beside it; /health answers throughout."""
+    text = "the quick brown fox jumps over the lazy dog " * 23_000  # ~1M characters, the most allowed
+    done: list = []
+
+    def tokenize() -> None:
+        done.append(httpx.post(api.url + "/tokenize", json={"content": text}, timeout=120))
+
+    clients = [threading.Thread(target=tokenize, daemon=True) for _ in range(2)]
+    for t in clients:
+        t.start()
+    worst = 0.0
+    while any(t.is_alive() for t in clients):
+        t0 = time.monotonic()
+        assert httpx.get(api.url + "/health", timeout=60).status_code == 200
+        worst = max(worst, time.monotonic() - t0)
+        time.sleep(0.02)
+    assert [r.status_code for r in done] == [200, 200] and len(done[0].json()["tokens"]) > 100_000
+    assert worst < 1.0, f"/health waited {worst:.2f} s behind a tokenize"
+
+
+def test_the_server_logged_no_traceback(api):  # after every bad request above
+    assert "Traceback" not in api.output(), api.output()[-3000:]

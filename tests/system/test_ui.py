@@ -248,6 +248,37 @@ def test_markdown_is_sanitised_and_keeps_its_structure(page):
     assert page.page.evaluate("() => window.pwned") is None
 
 
+def test_the_sanitiser_runs_last(page):
+    """The draft marks (U+E000/U+E001) used to be stripped from attributes after DOMPurify had
+    checked them, so `java\ue000script:` in model output became a live `javascript:` link (#48)."""
+    page.open()
+    got = page.page.evaluate(
+        """async () => {
+          const { renderMarkdown } = await import('/ui/markdown.js');
+          const render = (runs) => { const d = document.createElement('div'); d.append(renderMarkdown(runs)); return d; };
+          const cases = [
+            [['<a href="java\ue000script:window.pwned=1">raw</a>', 1]],
+            [['<a href="java\ue001script:window.pwned=1">off</a>', 0]],
+            [['[md](java\ue000script:window.pwned=2)', 1]],
+            [['<a href="jav', 0], ['ascript:window.pwned=3">split</a>', 1]],
+            [['<img src=x one\ue000rror="window.pwned=4">', 1]],
+            [['[ok](https://example.com/a\ue000b) and **bold**', 1]],
+          ];
+          const out = cases.map(render);
+          out.forEach((d) => { document.body.append(d); d.querySelectorAll('a').forEach((a) => a.click()); });
+          return out.map((d) => ({ html: d.innerHTML,
+                                   hrefs: [...d.querySelectorAll('[href]')].map((a) => a.getAttribute('href')) }));
+        }"""
+    )
+    for case in got:
+        assert not any(
+            h.replace("\x00", "").strip().lower().startswith("javascript:") for h in case["hrefs"]
+        ), case
+        assert "onerror" not in case["html"] and "<img" not in case["html"], case
+    assert got[-1]["hrefs"] == ["https://example.com/ab"] and "<strong>" in got[-1]["html"]  # left working
+    assert page.page.evaluate("() => window.pwned") is None
+
+
 def test_conversation_survives_a_reload(page):
     page.open()
     page.send("Say hello.")
@@ -371,7 +402,7 @@ def test_key_prompt(browser, keyed):
         hold.start()
         try:
             deadline = time.monotonic() + 30
-            while keyed.health()["running"] < 1 and time.monotonic() < deadline:
+            while keyed.health(KEY)["running"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.1)
             p.send("Are you busy?")
             p.wait_idle()
@@ -395,6 +426,54 @@ def _hold_slot(srv: Server) -> None:
             if i > 400:
                 break
             time.sleep(0.005)  # hold on long enough for the page to be refused
+
+
+# -- router mode: the model picker ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory, smollm2_path):
+    """A router over two names for SmolLM2 (small, and with a chat template), one loaded at a time."""
+    root = tmp_path_factory.mktemp("models")
+    for name in ("smol-a", "smol-b"):
+        (root / name).mkdir()
+        (root / name / smollm2_path.name).symlink_to(smollm2_path)
+    srv = Server(root, *THREADS, "--models-max", "1", "--max-tokens", "8", "--temperature", "0")
+    yield srv
+    srv.stop()
+
+
+def test_the_picker_shows_each_models_state_and_loads_the_one_chosen(browser, routed):
+    def shows(*options: str) -> None:
+        p.page.wait_for_function(
+            "want => [...document.querySelectorAll('#model-picker option')].map(o => o.textContent).join('|') === want",
+            arg="|".join(options),
+        )
+
+    def up(name: str) -> None:
+        p.page.wait_for_function(
+            "name => document.getElementById('server-status').dataset.state === 'up'"
+            " && document.getElementById('model-name').textContent === name",
+            arg=name,
+        )
+
+    p = Page(browser, routed.url)
+    try:
+        p.open()
+        shows("smol-a · unloaded", "smol-b · unloaded")
+        p.page.select_option("#model-picker", "smol-b")
+        up("smol-b")
+        shows("smol-a · unloaded", "smol-b · loaded")
+        p.send("Say hello.")
+        p.wait_idle()
+        assert "smol-b" in p.page.locator(".message.assistant .stats").last.inner_text()  # who answered
+        p.page.select_option("#model-picker", "smol-a")  # --models-max 1: smol-b makes room
+        up("smol-a")
+        shows("smol-a · loaded", "smol-b · unloaded")
+        p.page.reload()  # the choice is kept
+        up("smol-a")
+        assert p.page.input_value("#model-picker") == "smol-a"
+        assert p.console == []
+    finally:
+        p.close()
 
 
 # -- screenshots for the README ---------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""What the dialects' unit tests share: the fake engine and an app serving it in-process."""
+"""A dialect's unit tests: the app on the fake engine (tests/fake_engine.py), driven by Starlette's
+TestClient."""
 
 from __future__ import annotations
 
