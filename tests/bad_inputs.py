@@ -4,6 +4,7 @@ for a model path); adding a bad file is one line in `make_bad_files`."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -223,6 +224,53 @@ DIALECT_REQUESTS: list[tuple[str, str, str, int, tuple[str, ...]]] = [
     ("embeddings/too-many", "/v1/embeddings", '{"input": [' + '"a",' * 2048 + '"a"]}', 400, ("2048",)),
     ("embeddings/unknown-field", "/v1/embeddings", '{"input": "a", "pooling": "cls"}', 400, ("pooling",)),
 ]  # fmt: skip
+
+
+# -- OpenAI's Responses API (#46): each body is one 400 in OpenAI's error shape, naming what to fix;
+# they join DIALECT_REQUESTS (tests/system/test_ollama.py sends them all to a real serve) ----------------
+_FN = {"type": "function", "name": "get", "parameters": {"type": "object"}}
+_USER = {"role": "user", "content": "hi"}
+RESPONSES_BAD_REQUESTS: list[tuple[str, object, tuple[str, ...]]] = [  # (id, body, needles)
+    ("no-input", {"model": "m"}, ("input",)),
+    ("input-number", {"input": 5}, ("a string or a list of input items",)),
+    ("input-empty", {"input": []}, ("'input' is empty",)),
+    ("item-not-object", {"input": [5]}, ("item 0",)),
+    ("item-kind", {"input": [{"type": "image_generation_call", "id": "x"}]}, ("not supported",)),
+    ("role", {"input": [{"role": "robot", "content": "hi"}]}, ("role",)),
+    ("image", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+     ("only text content",)),
+    ("content-number", {"input": [{"role": "user", "content": 5}]}, ("content",)),
+    ("call-without-id", {"input": [_USER, {"type": "function_call", "name": "get", "arguments": "{}"}]},
+     ("call_id",)),
+    ("output-without-id", {"input": [_USER, {"type": "function_call_output", "output": "x"}]}, ("call_id",)),
+    ("item-reference", {"input": [{"type": "item_reference", "id": "msg_1"}]}, ("item references",)),
+    ("previous-response", {"input": "hi", "previous_response_id": "resp_1"}, ("previous_response_id", "whole conversation")),
+    ("background", {"input": "hi", "background": True}, ("background",)),
+    ("truncation", {"input": "hi", "truncation": "auto"}, ("truncation",)),
+    ("format-kind", {"input": "hi", "text": {"format": {"type": "yaml"}}}, ("text.format.type",)),
+    ("format-no-schema", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x"}}}, ("schema",)),
+    ("format-bad-schema", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x",
+                                                              "schema": {"type": "nonsense"}}}}, ("schema",)),
+    ("choice-built-in", {"input": "hi", "tools": [_FN], "tool_choice": {"type": "web_search"}}, ("built-in",)),
+    ("choice-not-a-tool", {"input": "hi", "tools": [_FN], "tool_choice": {"type": "function", "name": "nope"}},
+     ("not among the tools",)),
+    ("choice-word", {"input": "hi", "tool_choice": "sometimes"}, ("tool_choice",)),
+    ("required-nothing", {"input": "hi", "tool_choice": "required"}, ("needs tools",)),
+    ("tool-without-name", {"input": "hi", "tools": [{"type": "function", "parameters": {}}]}, ("name",)),
+    ("tool-not-object", {"input": "hi", "tools": [5]}, ("tools.0",)),
+    ("max-negative", {"input": "hi", "max_output_tokens": -1}, ("max_tokens",)),
+    ("max-huge", {"input": "hi", "max_output_tokens": 10**30}, ("max_tokens",)),
+    ("max-word", {"input": "hi", "max_output_tokens": "many"}, ("max_output_tokens",)),
+    ("temperature", {"input": "hi", "temperature": -1}, ("temperature",)),
+    ("unknown-field", {"input": "hi", "frobnicate": 1}, ("frobnicate",)),
+    ("reasoning-word", {"input": "hi", "reasoning": "high"}, ("reasoning",)),
+    ("body-array", [], ("valid dictionary",)),
+    ("body-broken", '{"input": ', ("not valid JSON",)),
+]  # fmt: skip
+DIALECT_REQUESTS += [
+    (f"responses/{name}", "/v1/responses", body if isinstance(body, str) else json.dumps(body), 400, needles)
+    for name, body, needles in RESPONSES_BAD_REQUESTS
+]
 
 
 # bad bodies for Anthropic's POST /v1/messages: (id, JSON body, words the error message must hold).

@@ -9,10 +9,11 @@ Well-behaved clients run in a closed loop (streamed chat completions at temperat
 they wait its Retry-After and send again, as a client should: a request that never succeeds is
 lost. The abusers, while the well-behaved ones run ("abused" phases):
 - garbage: malformed JSON, wrong types, random bytes, token ids outside the vocabulary, a POST
-  that is not JSON, a Host that is not this server, unknown paths, to OpenAI's, Ollama's, Anthropic's and
-  the embeddings routes - each must get a 4xx (or the 503 of a full server: a full server refuses
+  that is not JSON, a Host that is not this server, unknown paths, to OpenAI's (the Responses API's
+  too), Ollama's, Anthropic's and the embeddings routes - each must get a 4xx (or the 503 of a full server: a full server refuses
   before it reads a request's settings);
-- disconnects: streams (OpenAI's SSE and Ollama's NDJSON) closed after their first chunk;
+- disconnects: streams (OpenAI's completions and Responses SSE, Ollama's NDJSON) closed after their
+  first chunk;
 - slowloris: connections that send part of their headers and never the rest (the server must
   close them, serve/protocol.py).
 In "costly" phases one abuser sends valid requests that are expensive to serve, one at a time (it
@@ -77,6 +78,15 @@ ROUTE_GARBAGE = [
     ("/v1/embeddings", "application/json", b'{"input": [1, 1000000000]}'),
     ("/v1/embeddings", "application/json", b'{"input": [' + b'"a",' * 3000 + b'"a"]}'),
     ("/v1/embeddings", "application/json", b'{"input": "hi", "encoding_format": "int8"}'),
+    ("/v1/responses", "application/json", b'{"input": 5}'),
+    ("/v1/responses", "application/json", b'{"input": [{"type": "function_call", "name": "f"}]}'),
+    ("/v1/responses", "application/json", b'{"input": [{"role": "user", "content": [{"type": "input_image"}]}]}'),
+    ("/v1/responses", "application/json", b'{"input": "hi", "previous_response_id": "resp_1"}'),
+    ("/v1/responses", "application/json",
+     b'{"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}'),
+    ("/v1/responses", "application/json", b'{"input": "hi", "text": {"format": {"type": "json_schema", "schema": {"type": "no"}}}}'),
+    ("/v1/responses", "application/json", b'{"input": "hi", "max_output_tokens": -1}'),
+    ("/v1/responses", "application/json", b'{"input": [' * 5000),
     ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": ['),
     ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": "hi"}'),
     ("/v1/messages", "application/json", b'{"max_tokens": -4, "messages": [{"role": "user", "content": "hi"}]}'),
@@ -186,6 +196,7 @@ async def disconnects(args: argparse.Namespace, phase: Phase, stop: asyncio.Even
         # OpenAI's SSE and Ollama's NDJSON streams, in turn
         streams = [
             ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 200, "stream": True}),
+            ("/v1/responses", {"input": "Once upon a time", "max_output_tokens": 200, "stream": True}),
             ("/api/generate", {"model": await _model_name(client), "prompt": "Once upon a time",
                                "options": {"num_predict": 200}}),
         ]  # fmt: skip

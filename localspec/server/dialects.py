@@ -8,13 +8,14 @@ from localspec.server.anthropic import messages
 from localspec.server.ollama import chat as ollama_chat
 from localspec.server.ollama import embed as ollama_embed
 from localspec.server.ollama import models as ollama_models
-from localspec.server.openai import chat, completions, embeddings, models
+from localspec.server.openai import chat, completions, embeddings, models, responses
 
 DIALECTS = (
     ops,  # /health, /metrics, /openapi.json
     models,  # OpenAI: GET /v1/models
     chat,  # OpenAI: POST /v1/chat/completions
     completions,  # OpenAI: POST /v1/completions
+    responses,  # OpenAI: POST /v1/responses
     llama_server,  # POST /tokenize, /detokenize
     embeddings,  # OpenAI: POST /v1/embeddings
     ollama_chat,  # Ollama: POST /api/chat, /api/generate

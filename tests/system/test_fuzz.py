@@ -26,7 +26,7 @@ TIMEOUT_S = 60
 def _bounded(body: object) -> None:
     """Keep a valid request's generation short (its other fields stay as generated)."""
     if isinstance(body, dict):
-        for name in ("max_tokens", "max_completion_tokens"):
+        for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
             if isinstance(body.get(name), int) and not isinstance(body[name], bool):
                 body[name] = max(1, min(body[name], MAX_NEW))
         if isinstance(body.get("options"), dict):  # Ollama's; without options, --max-tokens bounds it
@@ -70,7 +70,8 @@ def test_fuzzed_requests_get_no_undocumented_5xx_and_the_server_stays_healthy(se
     schema = schemathesis.openapi.from_url(server.url + "/openapi.json", headers=AUTH, timeout=10)
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {f"{op.method.upper()} {op.path}" for op in operations} >= {
-        "POST /v1/chat/completions", "POST /v1/completions", "GET /v1/models", "GET /health", "GET /metrics",
+        "POST /v1/chat/completions", "POST /v1/completions", "POST /v1/responses", "GET /v1/models",
+        "GET /health", "GET /metrics",
     }  # fmt: skip
     seen: dict[int, int] = {}
     t0 = time.monotonic()

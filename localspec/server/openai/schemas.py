@@ -100,7 +100,25 @@ _overrides = create_model(
 )
 
 
-class RequestBase(_overrides):  # type: ignore[misc, valid-type]
+class Overrides(_overrides):  # type: ignore[misc, valid-type]
+    """The request fields generated from Settings (every OpenAI dialect reads them)."""
+
+    def setting_overrides(self) -> dict[str, Any]:
+        """Settings overrides: every generated field the client set."""
+        out: dict[str, Any] = {}
+        for f in _GENERATED:
+            v = getattr(self, f.name, None)
+            if v is None:
+                continue
+            if f.name == "stop":
+                v = (v,) if isinstance(v, str) else tuple(v)
+            elif f.name == "draft_max":
+                v = str(v)
+            out[f.name] = v
+        return out
+
+
+class RequestBase(Overrides):
     IGNORED: ClassVar[frozenset[str]] = IGNORED_FIELDS
     model: str | None = None
     n: int = 1
@@ -115,17 +133,8 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
     json_schema: dict[str, Any] | bool | None = None
 
     def overrides(self) -> dict[str, Any]:
-        """Settings overrides for Engine.submit: every generated field the client set."""
-        out: dict[str, Any] = {}
-        for f in _GENERATED:
-            v = getattr(self, f.name, None)
-            if v is None:
-                continue
-            if f.name == "stop":
-                v = (v,) if isinstance(v, str) else tuple(v)
-            elif f.name == "draft_max":
-                v = str(v)
-            out[f.name] = v
+        """Settings overrides for Engine.submit: the generated fields and the constraint."""
+        out = self.setting_overrides()
         if self.response_format is not None:
             out.update(self.response_format.constraint())
         if self.json_schema is not None:
