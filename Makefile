@@ -90,10 +90,13 @@ test: models rpc-server npm-clients
 # binaries come inside the packages. One line per agent (tests/system/test_codex.py, ...)
 NPM_CLIENTS := .npm-clients
 NPM_INSTALL := npm install --prefix $(NPM_CLIENTS) --save-exact --no-audit --no-fund --loglevel=error
-npm-clients: $(NPM_CLIENTS)/node_modules/@openai/codex/package.json
+npm-clients: $(NPM_CLIENTS)/node_modules/@openai/codex/package.json $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json
 
 $(NPM_CLIENTS)/node_modules/@openai/codex/package.json:
 	$(NPM_INSTALL) @openai/codex@0.171.0
+
+$(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json:
+	$(NPM_INSTALL) @anthropic-ai/claude-code@2.1.332
 
 # the tiers: tests/unit (pure: the fake backend, no model), tests/models (the real small models in this
 # process), tests/system (processes: the CLI, servers, rpc-servers, a browser)

@@ -1,4 +1,4 @@
-"""Claude Code (npm @anthropic-ai/claude-code, installed by .ci/run into .npm-clients/) against a real
+"""Claude Code (npm @anthropic-ai/claude-code, installed by `make npm-clients` into .npm-clients/) against a real
 `localspec serve`, as docs/apps.md says to point it: ANTHROPIC_BASE_URL, an API key, no traffic to
 anywhere else. SmolLM2 is the target (lookup drafts, no draft model) with a 16k context. Claude Code runs
 with `--tools ""`: its own system prompt (~1.9k tokens) without the 12 tools' ~11k tokens of schemas,
