@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def server(smollm2_path):
     if not CLAUDE.exists():
-        pytest.skip(f"Claude Code is not installed at {CLAUDE}: .ci/run installs it (npm)")
+        pytest.skip(f"Claude Code is not installed at {CLAUDE}: `make npm-clients` installs it")
     # SmolLM2 alone, as docs/apps.md serves it (`--target`): lookup drafts, no draft model to prefill
     # the ~12k-token prompt a second time. Claude Code sends no sampling settings: the server's decide
     srv = Server(
