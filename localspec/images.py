@@ -8,10 +8,12 @@ import hashlib
 import io
 import warnings
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from localspec.errors import LocalspecError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # what the page, the APIs and `--image` accept; every other format Pillow knows stays closed
 FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -46,7 +48,9 @@ class Image:
 
 def decode_image(data: bytes, limits: Limits, what: str = "the image") -> Image:
     """`data` (an encoded PNG, JPEG, WebP, GIF or BMP) as RGB pixels, within `limits`."""
-    from PIL import Image as PIL, UnidentifiedImageError  # noqa: PLC0415 - only where images are used
+    import numpy as np  # noqa: PLC0415 - only where images are used (settings imports this module)
+    from PIL import Image as PIL  # noqa: PLC0415
+    from PIL import UnidentifiedImageError  # noqa: PLC0415
 
     if not data:
         raise BadImage(f"{what} is empty")

@@ -25,7 +25,7 @@ Ctrl-C during an answer stops it."""
 
 
 @click.command()
-@settings_options("model", "sampling", "spec", "log")
+@settings_options("model", "images", "sampling", "spec", "log")
 @click.option("--system", "system", default=None, help="System prompt.")
 def chat(system: str | None, **kwargs: Any) -> None:
     """Chat with a model; with no model given, the embedded default pair (built first if missing)."""

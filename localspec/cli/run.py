@@ -13,7 +13,7 @@ from localspec.cli.common import resolve_settings, settings_options
 
 @click.command()
 @click.argument("prompt")
-@settings_options("model", "sampling", "constraint", "spec", "log")
+@settings_options("model", "images", "sampling", "constraint", "spec", "log")
 @click.option("--chat", "chat_mode", is_flag=True, help="Apply the model's chat template to the prompt.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, stats.")
 @click.option("--stats/--no-stats", "show_stats", default=True, help="Print a stats line on stderr.")

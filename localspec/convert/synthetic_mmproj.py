@@ -35,7 +35,9 @@ class ProjectorShape:
     n_hidden: int = 256  # the projector MLP's hidden width
     image_size: int = 64  # every image is resized to this square
     patch_size: int = 16  # (64 / 16)^2 = 16 tokens an image
-    out_std: float = 0.05  # spread of the projected embeddings (SmolLM2's token embeddings: ~0.05)
+    # spread of the projected rows: large enough that SmolLM2's answer depends on the image (at 0.05,
+    # its token embeddings' scale, the default system prompt drowned them out)
+    out_std: float = 0.5
 
 
 def _kvs(s: ProjectorShape) -> list[KV]:
@@ -76,7 +78,9 @@ def _tensors(w: _Weights, s: ProjectorShape) -> None:
         for ln in ("ln1", "ln2"):
             w.const(b + ln + ".weight", (d,), 1.0)
             w.const(b + ln + ".bias", (d,), 0.0)
-        w.add(b + "ffn_up.weight", (s.n_ff, d), 1 / np.sqrt(d))  # n_ff != d: clip.cpp reads the names as given
+        w.add(
+            b + "ffn_up.weight", (s.n_ff, d), 1 / np.sqrt(d)
+        )  # n_ff != d: clip.cpp reads the names as given
         w.const(b + "ffn_up.bias", (s.n_ff,), 0.0)
         w.add(b + "ffn_down.weight", (d, s.n_ff), 1 / np.sqrt(s.n_ff))
         w.const(b + "ffn_down.bias", (d,), 0.0)
@@ -99,7 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dst", type=Path, help=f"where to write it (e.g. models/{FILE_NAME})")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--n-embd-text", type=int, default=ProjectorShape.n_embd_text, help="the text model's width")
+    ap.add_argument(
+        "--n-embd-text", type=int, default=ProjectorShape.n_embd_text, help="the text model's width"
+    )
     args = ap.parse_args(argv)
     print(write_mmproj(args.dst, shape=ProjectorShape(n_embd_text=args.n_embd_text), seed=args.seed))
 

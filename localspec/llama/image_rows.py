@@ -43,7 +43,9 @@ def _item(ctx: "Context", seq: int, tokens: Sequence[int], pos: int, n_logits: i
         if is_image[a]:
             parts += _image(ctx, seq, toks[a:b], pos + a, want[a:b])
         else:
-            rows = ctx._decode([(seq, toks[a:b].astype(np.int32), pos + a, int(want[a:b].sum()))], copy=True)[0]
+            rows = ctx._decode([(seq, toks[a:b].astype(np.int32), pos + a, int(want[a:b].sum()))], copy=True)[
+                0
+            ]
             parts += [rows] if len(rows) else []
     return _joined(parts, ctx.n_vocab)
 

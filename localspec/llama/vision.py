@@ -146,14 +146,18 @@ class Projector:
     def _tokenize(self, image: Image) -> tuple:
         M = _mtmd()
         data = np.ascontiguousarray(image.pixels, np.uint8)
-        bitmap = M.mtmd_bitmap_init(image.width, image.height, data.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte)))
+        bitmap = M.mtmd_bitmap_init(
+            image.width, image.height, data.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        )
         chunks = M.mtmd_input_chunks_init()
         try:
             if not bitmap or not chunks:
                 raise LocalspecError("mtmd could not allocate an image")
             text = M.mtmd_input_text(self._marker, len(self._marker), False, True)
             mark = log_mark()
-            rc = M.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), (M.mtmd_bitmap_p_ctypes * 1)(bitmap), 1)
+            rc = M.mtmd_tokenize(
+                self.ctx, chunks, ctypes.byref(text), (M.mtmd_bitmap_p_ctypes * 1)(bitmap), 1
+            )
             if rc != 0:
                 raise BadImage(f"the projector could not take this image: {last_error(mark)}")
             return self._pieces_of(chunks, image.digest)
@@ -176,7 +180,9 @@ class Projector:
                 continue
             n_tok = int(M.mtmd_input_chunk_get_n_tokens(ch))
             if not 0 < n_tok <= MAX_ROWS or M.mtmd_input_chunk_get_n_pos(ch) != n_tok:
-                raise BadImage(f"an image of {n_tok} embedding rows is more than localspec takes ({MAX_ROWS})")
+                raise BadImage(
+                    f"an image of {n_tok} embedding rows is more than localspec takes ({MAX_ROWS})"
+                )
             index = self._index_of((digest, n_runs))
             n_runs += 1
             chunk = self._chunks.get(index)
