@@ -176,6 +176,8 @@ class Engine:
         held while the request runs). Chat messages may hold image parts ({"type": "image", "image":
         Image}); `images` go before a string prompt's text."""
         self._check_open()
+        if isinstance(prompt, media.Prompt):  # tokenized here already (a chat's conversation)
+            return prompt
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
             if images:
                 raise LocalspecError("images go with a text prompt or chat messages, not token ids")
@@ -195,7 +197,7 @@ class Engine:
         else:
             _check_count(images, max_images)
             text, chat_text = marker * len(images) + require_text(str(prompt)), False
-        p = media.tokenize(self.target, self._pair.projector, text, images, marker, chat=chat_text)
+        p = media.tokenize(self.target, self.projector, text, images, marker, chat=chat_text)
         if not p.ids:
             raise LocalspecError("the prompt is empty")
         return p
@@ -219,6 +221,14 @@ class Engine:
     def tokenize_chat(self, text: str, *, continuation: bool = False) -> list[int]:
         """Tokens of rendered chat text; a continuation of a conversation already tokenized gets no BOS."""
         return chat.tokenize_rendered(self.target, text, continuation=continuation)
+
+    def tokenize_images(self, text: str, images: Sequence[Image], marker: str) -> media.Prompt:
+        """Tokens of rendered chat text with an image at each `marker` (chat.media)."""
+        return media.tokenize(self.target, self.projector, text, images, marker, chat=True)
+
+    @property
+    def projector(self):  # noqa: ANN201 - the target's llama.Projector, or None
+        return self._pair.projector
 
     # -- generation ------------------------------------------------------------------------------
     def submit(
