@@ -6,7 +6,7 @@ reads the second-to-last block's output), then mm.0 -> GELU -> mm.2 into the lan
 The weights are seeded Gaussians, so the embeddings mean nothing, but different pixels give
 different embeddings and the same pixels the same ones - what the plumbing tests need.
 
-    python -m localspec.convert.synthetic_mmproj models/mmproj-smollm2-test.gguf
+    localspec models        (or: python -m localspec.convert.synthetic_mmproj models/mmproj-smollm2-test.gguf)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from localspec.convert.gguf_stream import KV, write_gguf
 from localspec.convert.synthetic_arch import F32, _Weights
 from localspec.files import atomic_output
 
-FILE_NAME = "mmproj-smollm2-test.gguf"  # what `make mmproj` writes into models/
+FILE_NAME = "mmproj-smollm2-test.gguf"  # what `localspec models` (`make models`) writes into models/
 
 
 @dataclass(frozen=True)
