@@ -105,6 +105,10 @@ def read_images(files: tuple[Path, ...], settings: Settings) -> list[Any]:
     whole (a file is untrusted input like any request's image)."""
     from localspec.images import BadImage, decode_image  # noqa: PLC0415
 
+    if files and settings.mmproj is None:
+        from localspec.chat.media import NO_PROJECTOR  # noqa: PLC0415
+
+        raise LocalspecError(NO_PROJECTOR)
     if len(files) > settings.max_images:
         raise LocalspecError(f"{len(files)} images; at most {settings.max_images} (--max-images)")
     out = []
