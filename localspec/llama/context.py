@@ -19,6 +19,7 @@ from localspec.errors import LocalspecError
 from localspec.llama import image_rows, recurrent
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
+from localspec.llama.owner import Owner
 from localspec.top_logits import TopLogits
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 BUSY_SINCE = [0.0]
 
 
-class Context:
+class Context(Owner):
     """One inference context (KV cache + compute buffers) over a Model, for `n_seq` sequences.
 
     Created once; the batch is allocated once. Each sequence (0..n_seq-1) may hold up to `n_ctx`
@@ -128,18 +129,6 @@ class Context:
             if chain is not None:
                 C.llama_sampler_free(chain)
         self._chains, self._retired = [], []
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def ptr(self):  # noqa: ANN201 - a ctypes pointer
@@ -258,7 +247,7 @@ class Context:
                         logits = logits.copy() if keep else logits
                     parts[idx].append(logits[r0:r1])
             start = end
-        return [_joined(ps, self.n_vocab) for ps in parts]
+        return [image_rows.joined(ps, self.n_vocab) for ps in parts]
 
     def _top_rows(self, first: int, n: int) -> TopLogits:
         """Rows first.. (negative: counted from the decode's last output) as the backend's top-k
@@ -391,15 +380,6 @@ class _Batch:
         m = len(tok)
         self.token[:m], self.pos[:m], self.seq[:m], self.logits[:m] = tok, pos, seq, want
         self.struct.n_tokens = m
-
-
-def _joined(parts: list, n_vocab: int):  # noqa: ANN202 - rows or TopLogits
-    """One item's rows from the decodes that made them."""
-    if not parts:
-        return np.zeros((0, n_vocab), np.float32)
-    if len(parts) == 1:
-        return parts[0]
-    return TopLogits.concat(parts) if isinstance(parts[0], TopLogits) else np.concatenate(parts)
 
 
 def _top_k_chain(k: int):  # noqa: ANN202 - a llama_sampler pointer

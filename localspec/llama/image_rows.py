@@ -9,16 +9,17 @@ before. Only prompts hold images, so this costs a prefill, never a decoding roun
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
 import llama_cpp as C
 import numpy as np
 
-if TYPE_CHECKING:
-    from localspec.llama.context import Context
+from localspec.top_logits import TopLogits
+
+Context = Any  # llama.context.Context, which imports this module (an import back would be a cycle)
 
 
-def decode(ctx: "Context", items: Sequence) -> list:
+def decode(ctx: Context, items: Sequence) -> list:
     """Each item's logits rows (copies), as `Context._decode` returns them."""
     out: list = [None] * len(items)
     plain = [i for i, it in enumerate(items) if min(it[1]) >= 0]
@@ -31,9 +32,7 @@ def decode(ctx: "Context", items: Sequence) -> list:
     return out
 
 
-def _item(ctx: "Context", seq: int, tokens: Sequence[int], pos: int, n_logits: int):  # noqa: ANN202
-    from localspec.llama.context import _joined  # noqa: PLC0415 - context imports this module
-
+def _item(ctx: Context, seq: int, tokens: Sequence[int], pos: int, n_logits: int):  # noqa: ANN202
     toks = np.asarray(tokens, np.int64)
     want = np.arange(len(toks)) >= len(toks) - n_logits
     is_image = toks < 0
@@ -47,10 +46,10 @@ def _item(ctx: "Context", seq: int, tokens: Sequence[int], pos: int, n_logits: i
                 0
             ]
             parts += [rows] if len(rows) else []
-    return _joined(parts, ctx.n_vocab)
+    return joined(parts, ctx.n_vocab)
 
 
-def _image(ctx: "Context", seq: int, ids: np.ndarray, pos: int, want: np.ndarray) -> list:
+def _image(ctx: Context, seq: int, ids: np.ndarray, pos: int, want: np.ndarray) -> list:
     rows = ctx.projector.rows(ids)
     parts = []
     non_causal = ctx.projector.non_causal
@@ -70,7 +69,16 @@ def _image(ctx: "Context", seq: int, ids: np.ndarray, pos: int, want: np.ndarray
     return parts
 
 
-def _rows(ctx: "Context", seq: int, n_out: int):  # noqa: ANN202
+def joined(parts: list, n_vocab: int):  # noqa: ANN202 - rows or TopLogits
+    """One item's rows from the decodes that made them (Context's batches and these)."""
+    if not parts:
+        return np.zeros((0, n_vocab), np.float32)
+    if len(parts) == 1:
+        return parts[0]
+    return TopLogits.concat(parts) if isinstance(parts[0], TopLogits) else np.concatenate(parts)
+
+
+def _rows(ctx: Context, seq: int, n_out: int):  # noqa: ANN202
     """The last decode's n_out rows, copied (a prompt ending on an image asks for one)."""
     if ctx._top_on[seq]:
         return ctx._top_rows(-n_out, n_out).copy()

@@ -26,6 +26,7 @@ from localspec.gguf.projector import projector_facts
 from localspec.images import BadImage, Image
 from localspec.llama.log import _LOG_CALLBACK, default_threads, init_backend, last_error, log_mark, log_since
 from localspec.llama.model import Model
+from localspec.llama.owner import Owner
 
 ID_BITS = 13  # an image chunk's rows are ids -(1 + (index << 13) + row): 8192 rows at most
 MAX_ROWS = 1 << ID_BITS
@@ -46,26 +47,20 @@ class ImageRun:
     chunk: object = field(compare=False, repr=False)
 
 
-class _Chunk:
+class _Chunk(Owner):
     """One mtmd image chunk: owned until encoded, then only its embedding rows are kept."""
 
     def __init__(self, ptr, n_tokens: int) -> None:  # noqa: ANN001 - an mtmd_input_chunk pointer
         self._ptr, self.n_tokens = ptr, n_tokens
         self.rows: np.ndarray | None = None
 
-    def free(self) -> None:
+    def close(self) -> None:
         if self._ptr:
             _mtmd().mtmd_input_chunk_free(self._ptr)
             self._ptr = None
 
-    def __del__(self) -> None:
-        try:
-            self.free()
-        except Exception:
-            pass
 
-
-class Projector:
+class Projector(Owner):
     """The mmproj file over a loaded text model; one per target. Thread-safe: requests tokenize their
     images on their own threads, the engine thread encodes them."""
 
@@ -108,22 +103,10 @@ class Projector:
     def close(self) -> None:
         with getattr(self, "_lock", threading.Lock()):
             for chunk in list(getattr(self, "_chunks", {}).values()):
-                chunk.free()
+                chunk.close()
             if self._ctx:
                 _mtmd().mtmd_free(self._ctx)
                 self._ctx = None
-
-    def __enter__(self) -> "Projector":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def ctx(self):  # noqa: ANN201 - an mtmd_context pointer
@@ -226,7 +209,7 @@ class Projector:
                     raise LocalspecError(f"the projector failed to encode an image: {last_error(mark)}")
                 embd = M.mtmd_get_output_embd(self.ctx)
                 chunk.rows = np.ctypeslib.as_array(embd, shape=(chunk.n_tokens, self.n_embd)).copy()
-                chunk.free()  # the preprocessed pixels are not needed again
+                chunk.close()  # the preprocessed pixels are not needed again
             return chunk.rows
 
 
