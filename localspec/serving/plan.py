@@ -85,9 +85,11 @@ def template_vars(req: Request) -> dict[str, Any]:
     return extra
 
 
-def images_of(req: Request, s: Settings) -> list[Image]:
+def images_of(req: Request, s: Settings, projector: Any) -> list[Image]:
     """Every image of the conversation, in order, decoded within the server's limits (or a 400)."""
     found = [(i, img) for i, m in enumerate(req.messages) for img in sorted(m.images, key=lambda x: x.at)]
+    if found and projector is None:
+        raise APIError(400, media.NO_PROJECTOR, param=f"messages.{found[0][0]}.content", code="invalid_image")
     if len(found) > s.max_images:
         raise APIError(400, f"{len(found)} images in one request; at most {s.max_images}", param="messages")
     out = []
@@ -108,7 +110,7 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
     tools = [template_tool(t) for t in req.tools]
     tools_on = bool(tools) and choice != "none"
     extra = template_vars(req)
-    images, marker = images_of(req, s), media.new_marker()
+    images, marker = images_of(req, s, engine.projector), media.new_marker()
     msgs = [template_message(m, marker) for m in req.messages]
     if template and (tools_on or any("tool_calls" in m or m["role"] == "tool" for m in msgs)):
         msgs, tool_vars = tool_prompt.prepare(

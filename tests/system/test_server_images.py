@@ -71,3 +71,14 @@ def test_limits_and_urls(server):
     assert "9 images in one request; at most 8" in e["message"]
     e = post([{"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}])
     assert "not fetched" in e["message"] and e["param"] == "messages.0.content.0"
+
+
+def test_ollama_images_reach_the_same_tokens_as_openai_chat(server):
+    want = ask(server, png(1))
+    body = {
+        "model": server.model, "stream": False, "options": {"temperature": 0, "num_predict": 12},
+        "messages": [{"role": "user", "content": ASK, "images": [base64.b64encode(png(1)).decode()]}],
+    }  # fmt: skip
+    got = httpx.post(server.url + "/api/chat", json=body, timeout=120).json()
+    assert got["prompt_eval_count"] == want.usage.prompt_tokens
+    assert got["message"]["content"] == want.choices[0].message.content
