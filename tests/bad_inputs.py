@@ -237,7 +237,10 @@ ANTHROPIC_BAD_BODIES: list[tuple[str, dict, str]] = [
     ("zero-max-tokens", {"max_tokens": 0, "messages": _HI}, "max_tokens"),
     ("no-messages", {"max_tokens": 5, "messages": []}, "messages"),
     ("unknown-field", {"max_tokens": 5, "messages": _HI, "frequency": 1}, "'frequency'"),
-    ("image-block", {"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, "'image'"),
+    ("image-url", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}, "'url' are not read"),
+    ("image-bad-base64", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "no!"}}]}]}, "base64"),
     ("tool-role", {"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "role"),
     ("prefill", {"max_tokens": 5, "messages": [*_HI, {"role": "assistant", "content": "Sure"}]}, "prefill"),
     ("tool-choice-no-name", {"max_tokens": 5, "messages": _HI, "tool_choice": {"type": "tool"}}, "name"),

@@ -82,3 +82,20 @@ def test_ollama_images_reach_the_same_tokens_as_openai_chat(server):
     got = httpx.post(server.url + "/api/chat", json=body, timeout=120).json()
     assert got["prompt_eval_count"] == want.usage.prompt_tokens
     assert got["message"]["content"] == want.choices[0].message.content
+
+
+def test_anthropic_images_reach_the_same_tokens_as_openai_chat(server):
+    want = ask(server, png(1))
+    source = {"type": "base64", "media_type": "image/png", "data": base64.b64encode(png(1)).decode()}
+    body = {
+        "model": server.model, "max_tokens": 12, "temperature": 0,
+        "messages": [{"role": "user", "content": [{"type": "image", "source": source}, {"type": "text", "text": ASK}]}],
+    }  # fmt: skip
+    got = httpx.post(server.url + "/v1/messages", json=body, timeout=120).json()
+    assert (
+        got["usage"]["input_tokens"] + got["usage"].get("cache_read_input_tokens", 0)
+        == want.usage.prompt_tokens
+    )
+    assert (
+        "".join(b["text"] for b in got["content"] if b["type"] == "text") == want.choices[0].message.content
+    )

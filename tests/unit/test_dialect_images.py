@@ -27,6 +27,9 @@ SHAPES = {
     "ollama-chat": ("/api/chat", {"model": "fake", "stream": False,
                                   "messages": [{"role": "user", "content": ASK, "images": [B64]}]}),
     "ollama-generate": ("/api/generate", {"model": "fake", "stream": False, "prompt": ASK, "images": [B64]}),
+    "anthropic": ("/v1/messages", {"model": "fake", "max_tokens": 9, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}},
+        {"type": "text", "text": ASK}]}]}),
 }  # fmt: skip
 
 
