@@ -276,7 +276,7 @@ SERVER_N_CTX = 1024
 
 class Server:
     """`localspec serve` on loopback. `model` is one GGUF (drafting for itself, --draft-max 4 unless
-    args say otherwise) or a pair folder."""
+    args say otherwise), a pair folder, or a folder of models (router mode)."""
 
     def __init__(
         self, model: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 90
@@ -288,6 +288,8 @@ class Server:
         model = Path(model)
         models = ["--pair", str(model)] if model.is_dir() or model.suffix == ".toml" else [
             "--target", str(model), "--draft", str(model), "--draft-max", "4"]  # fmt: skip
+        if model.is_dir() and not (model / "pair.toml").exists():  # a folder of models: router mode
+            models = ["--models-dir", str(model)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localspec", "serve", *models,
              "--port", str(self.port), "--n-ctx", str(SERVER_N_CTX), *args],
@@ -318,12 +320,17 @@ class Server:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else None
         return httpx.get(self.url + "/health", headers=headers, timeout=5).json()
 
-    def metrics(self, headers: dict | None = None) -> dict[str, float]:
+    def metrics(self, headers: dict | None = None, model: str | None = None) -> dict[str, float]:
+        """/metrics' samples by name and labels, of one model (its `model` label left out of the
+        keys): `model`, or the one model a `serve --pair` has."""
         text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
+        samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+        names = {s.labels.get("model") for s in samples}
+        assert model in names if model else len(names) == 1, names
         return {
-            s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items())): s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
+            s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()) if k != "model"): s.value
+            for s in samples
+            if model is None or s.labels.get("model") == model
         }
 
     def stop(self) -> int:

@@ -326,6 +326,26 @@ class Settings:
         "context, made on the first such request (0: no embeddings; serve's default is 512).",
         group="server", ge=0, le=1 << 20,
     )  # fmt: skip
+    # -- router mode: `serve` with no --pair/--target serves every model of a folder (docs/serving.md)
+    models_dir: Path | None = _f(
+        None,
+        "Serve every model in this folder by name, each loaded when first asked for (default, when "
+        "no --pair or --target is given: the models folder, LOCALSPEC_MODELS).",
+        group="server",
+    )
+    models_max: int = _f(
+        4, "Router mode: models loaded at once; past it the least recently used idle one is unloaded "
+        "(0 = no limit).", group="server", ge=0, le=1024,
+    )  # fmt: skip
+    idle_unload: float = _f(
+        0, "Router mode: unload a model idle this many seconds (0 = never).", group="server", ge=0, le=1e9
+    )
+    default_model: str | None = _f(
+        None,
+        "Router mode: the model for requests that name none, and for names no model has from clients "
+        "that send their own (Claude Code's claude-... names).",
+        group="server",
+    )
 
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:

@@ -23,6 +23,7 @@ from localspec.serving.errors import APIError
 from localspec.serving.facade import Model
 from localspec.serving.local import LocalModel
 from localspec.serving.registry import Models
+from localspec.serving.router import Router
 
 log = logging.getLogger("localspec.server")
 DRAIN_TIMEOUT_S = 30.0
@@ -37,10 +38,15 @@ def model_id(settings: Settings) -> str:
 
 
 def create_app(
-    settings: Settings, engine_provider: Callable[[], Any] | None = None, *, model: Model | None = None
+    settings: Settings,
+    engine_provider: Callable[[], Any] | None = None,
+    *,
+    model: Model | None = None,
+    router: Callable[[], Router] | None = None,
 ) -> FastAPI:
     """`engine_provider()` returns a loaded Engine (the app closes it on shutdown, if it can);
-    `model` is a ready model facade instead (tests/fake_engine.py's)."""
+    `model` is a ready model facade instead (tests/fake_engine.py's); `router()` makes the
+    registry of a folder of models (router mode), which loads and unloads them itself."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -48,6 +54,14 @@ def create_app(
         if model is not None:
             app.state.models = Models([model])
             yield
+            return
+        if router is not None:
+            app.state.models = routed = router()
+            routed.start()
+            try:
+                yield
+            finally:
+                await routed.close()
             return
         engine = await anyio.to_thread.run_sync(engine_provider)
         local = LocalModel(engine, settings, app.state.model_id)
@@ -70,7 +84,8 @@ def create_app(
     # the schema is served by ops.py, behind the API key; no docs pages
     app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
-    app.state.model_id = model_id(settings)
+    app.state.router = router is not None
+    app.state.model_id = "router" if router is not None else model_id(settings)
     errors.install(app, DIALECTS, default=openai_error)
     for dialect in DIALECTS:
         app.include_router(dialect.router)

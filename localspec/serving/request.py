@@ -6,6 +6,7 @@ by `Settings` itself, when the model builds the request's settings (LocalModel.s
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -84,6 +85,9 @@ class Request:
     stream: bool = False
     model: str | None = None
     clamp_max_tokens: bool = False  # max_tokens past what the context holds means "what fits"
+    # router mode: seconds the model stays loaded after this request (Ollama's keep_alive); 0
+    # unloads it once idle, negative keeps it until evicted; None: the server's --idle-unload
+    keep_alive: float | None = None
 
     def __post_init__(self) -> None:
         if self.tool_choice not in TOOL_CHOICES:
@@ -123,3 +127,28 @@ def json_object() -> dict[str, Any]:
 def grammar(text: str) -> dict[str, Any]:
     """The answer follows a GBNF or Lark grammar."""
     return {"grammar": text}
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def keep_alive(value: Any, param: str = "keep_alive") -> float | None:
+    """Ollama's keep_alive in seconds: a number of seconds, or a Go duration ("5m", "1h30m",
+    "-1", "0"); negative: until evicted. None stays None (the server's --idle-unload)."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = None
+    if seconds is not None and seconds == seconds:  # not NaN
+        return seconds
+    sign, body = (-1.0, text[1:]) if text[:1] == "-" else (1.0, text.lstrip("+"))
+    parts = _DURATION.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        raise APIError(
+            400, f"{param} is seconds or a duration like 5m, 1h30m or -1; got {value!r}", param=param
+        )
+    return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)

@@ -438,6 +438,54 @@ def _hold_slot(srv: Server) -> None:
             time.sleep(0.005)  # hold on long enough for the page to be refused
 
 
+# -- router mode: the model picker ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory, smollm2_path):
+    """A router over two names for SmolLM2 (small, and with a chat template), one loaded at a time."""
+    root = tmp_path_factory.mktemp("models")
+    for name in ("smol-a", "smol-b"):
+        (root / name).mkdir()
+        (root / name / smollm2_path.name).symlink_to(smollm2_path)
+    srv = Server(root, *THREADS, "--models-max", "1", "--max-tokens", "8", "--temperature", "0")
+    yield srv
+    srv.stop()
+
+
+def test_the_picker_shows_each_models_state_and_loads_the_one_chosen(browser, routed):
+    def shows(*options: str) -> None:
+        p.page.wait_for_function(
+            "want => [...document.querySelectorAll('#model-picker option')].map(o => o.textContent).join('|') === want",
+            arg="|".join(options),
+        )
+
+    def up(name: str) -> None:
+        p.page.wait_for_function(
+            "name => document.getElementById('server-status').dataset.state === 'up'"
+            " && document.getElementById('model-name').textContent === name",
+            arg=name,
+        )
+
+    p = Page(browser, routed.url)
+    try:
+        p.open()
+        shows("smol-a · unloaded", "smol-b · unloaded")
+        p.page.select_option("#model-picker", "smol-b")
+        up("smol-b")
+        shows("smol-a · unloaded", "smol-b · loaded")
+        p.send("Say hello.")
+        p.wait_idle()
+        assert "smol-b" in p.page.locator(".message.assistant .stats").last.inner_text()  # who answered
+        p.page.select_option("#model-picker", "smol-a")  # --models-max 1: smol-b makes room
+        up("smol-a")
+        shows("smol-a · loaded", "smol-b · unloaded")
+        p.page.reload()  # the choice is kept
+        up("smol-a")
+        assert p.page.input_value("#model-picker") == "smol-a"
+        assert p.console == []
+    finally:
+        p.close()
+
+
 # -- screenshots for the README ---------------------------------------------------------------------
 @pytest.mark.skipif(
     not os.environ.get("LOCALSPEC_SCREENSHOTS"), reason="set LOCALSPEC_SCREENSHOTS=1 to write docs/ui-*.png"

@@ -37,7 +37,7 @@ def test_a_body_becomes_the_internal_request(client, fake):
         "tool_choice": {"type": "function", "function": {"name": "get"}},
         "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}, "strict": True}},
         "max_completion_tokens": 9, "stop": "END", "temperature": 0, "n": 2, "seed": 5,
-        "chat_template_kwargs": {"enable_thinking": False}, "user": "ignored",
+        "chat_template_kwargs": {"enable_thinking": False}, "user": "ignored", "keep_alive": "5m",
     }  # fmt: skip
     assert client.post(URL, json=body).status_code == 200
     req, s = fake.requests[-1], fake.settings[-1]
@@ -51,6 +51,7 @@ def test_a_body_becomes_the_internal_request(client, fake):
         "get",
     )
     assert req.template_vars == {"enable_thinking": False} and (req.n, req.model) == (2, "fake")
+    assert req.keep_alive == 300
     assert (s.max_tokens, s.stop, s.temperature, s.seed) == (9, ("END",), 0.0, 5)
     assert json.loads(s.json_schema) == {"type": "object"} and s.json_strict is True
 
@@ -114,8 +115,8 @@ def test_errors_take_openai_shape(client, fake):
         client.post(URL, json={"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}), 400
     )
     assert e["param"] == "messages.0.content.0" and "'input_audio'" in e["message"]
-    e = error(client.post(URL, json={"messages": HI, "model": "other"}), 400)
-    assert e["code"] == "model_not_found" and "'fake'" in e["message"]
+    e = error(client.post(URL, json={"messages": HI, "model": "other"}), 404)  # as OpenAI's
+    assert e["code"] == "model_not_found" and "'other'" in e["message"] and "'fake'" in e["message"]
     e = error(client.post(URL, json={"messages": HI, "top_p": 0}), 400)
     assert "top_p" in e["message"]
     fake.refuse(APIError(503, "busy", code="server_overloaded", headers={"Retry-After": "1"}))

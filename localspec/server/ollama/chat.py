@@ -76,6 +76,7 @@ def parse_chat(body: s.ChatRequest) -> internal.Request:
         template_vars=extra,
         stream=body.stream,
         model=model_name(body.model),
+        keep_alive=internal.keep_alive(body.keep_alive),
     )
 
 
@@ -98,7 +99,7 @@ def parse_generate(body: s.GenerateRequest) -> internal.Request:
     reasoning, extra = body.reasoning()
     common = {
         "overrides": body.overrides(), "reasoning": reasoning, "template_vars": extra,
-        "stream": body.stream, "model": model_name(body.model),
+        "stream": body.stream, "model": model_name(body.model), "keep_alive": internal.keep_alive(body.keep_alive),
     }  # fmt: skip
     if body.raw:
         return internal.Request(prompt=body.prompt or None, **common)

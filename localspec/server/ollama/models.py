@@ -53,10 +53,17 @@ for _path, _call in (("/api/version", version), ("/api/tags", tags)):  # Ollama 
 
 @router.get("/api/ps")
 async def ps(request: Request) -> dict[str, Any]:
+    """The models loaded now (a router's come and go), each with when it will be unloaded."""
     return {
         "models": [
-            _listed(m.card) | {"expires_at": NEVER, "size_vram": 0, "context_length": m.card.n_ctx}
-            for m in request.app.state.models
+            _listed(st.card)
+            | {
+                "expires_at": NEVER if st.expires_at is None else _iso(st.expires_at),
+                "size_vram": 0,
+                "context_length": st.card.n_ctx,
+            }
+            for st in request.app.state.models.status()
+            if st.state == "loaded"
         ]
     }
 

@@ -1,9 +1,9 @@
 """Ollama's requests as pydantic models (its api/types.go), and `options` mapped onto our Settings.
 
 Unknown fields are a 400 naming them (server/fields.py); each model's IGNORED lists what Ollama's
-clients send that does not change the answer: `keep_alive` (a router will act on it), the runner's
-load options (num_gpu, num_thread, ...), `truncate` and `shift` (we never cut a prompt: one that
-does not fit is a 400). Options that would change the answer and that we do not have (mirostat,
+clients send that does not change the answer: the runner's load options (num_gpu, num_thread,
+...), `truncate` and `shift` (we never cut a prompt: one that does not fit is a 400); `keep_alive`
+is read (a router unloads by it). Options that would change the answer and that we do not have (mirostat,
 typical_p, tfs_z) are refused unless they are set to their neutral value."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from localspec.server.fields import Checked
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 
-_IGNORED_TOP = frozenset({"keep_alive", "truncate", "shift"})
+_IGNORED_TOP = frozenset({"truncate", "shift"})
 # Ollama option -> Settings field, where the meaning is the same
 SAME = {
     "temperature": "temperature",
@@ -138,6 +138,7 @@ class GenerationBase(Checked):
     format: str | dict[str, Any] | None = None
     options: Options | None = None
     think: bool | str | None = None
+    keep_alive: float | str | None = None  # router mode: how long the model stays loaded once idle
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
 

@@ -47,6 +47,7 @@ def parse(body: s.ChatRequest) -> internal.Request:
         n=body.n,
         stream=body.stream,
         model=body.model,
+        keep_alive=internal.keep_alive(body.keep_alive),
     )
 
 

@@ -107,6 +107,8 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
     stream: bool = False
     stream_options: StreamOptions | None = None
     localspec: LocalspecOptions | None = None
+    # router mode: how long the model stays loaded once idle (Ollama's keep_alive: seconds or "5m")
+    keep_alive: float | str | None = None
     # constrained output: OpenAI's response_format; llama-server's grammar (GBNF or Lark) and json_schema
     response_format: ResponseFormat | None = None
     grammar: str | None = None
@@ -387,6 +389,37 @@ class ModelMeta(BaseModel):
     size: int
 
 
+class ModelStatus(BaseModel):
+    """llama-server's router `status` (value: loaded, loading, unloaded or error; ours also
+    unloading), with why it failed, how long its load took and when it unloads if left idle."""
+
+    value: str
+    failed: bool | None = None
+    error: str | None = None
+    load_s: float | None = None
+    loaded_at: int | None = None
+    expires_at: int | None = None
+    pid: int | None = None
+
+
+class ServedFiles(BaseModel):
+    """What is served under the name: a pair folder or one GGUF, its files and memory plan."""
+
+    kind: str  # pair | gguf
+    path: str
+    target: str
+    draft: str | None  # the draft's file, "mtp" (the target's own head), or None (lookup drafts)
+    parallel: int
+    memory: dict[str, int] | None = None  # cpu_bytes, device_bytes
+
+
+class Architecture(BaseModel):
+    """llama-server's router says what a model takes and gives (Zed and pi read it)."""
+
+    input_modalities: list[str] = ["text"]
+    output_modalities: list[str] = ["text"]
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
@@ -394,6 +427,9 @@ class ModelCard(BaseModel):
     owned_by: str = "localspec"
     max_model_len: int  # vLLM's name for the context a request may use
     meta: ModelMeta
+    status: ModelStatus
+    architecture: Architecture = Architecture()
+    localspec: ServedFiles
 
 
 class ModelList(BaseModel):

@@ -11,11 +11,12 @@ function content(m) {
 
 // The chat request for a conversation as it stands; settings fields left empty are not sent, so the
 // server's own defaults apply
-export function requestBody(conv, s) {
+export function requestBody(conv, s, model = null) {
   const messages = [];
   if (conv.system.trim()) messages.push({ role: 'system', content: conv.system });
   for (const m of conv.messages) if (m.role === 'user' || m.role === 'assistant') messages.push({ role: m.role, content: content(m) });
   const body = { messages, stream: true, stream_options: { include_usage: true }, localspec: { mark_drafts: true } };
+  if (model) body.model = model;
   if (s.temperature !== '') body.temperature = Number(s.temperature);
   if (s.max_tokens !== '') body.max_tokens = Number(s.max_tokens);
   if (s.draft_mode === 'auto') body.draft_max = 'auto';
@@ -48,6 +49,7 @@ function addToolCalls(msg, deltas) {
 // One streamed chunk into the reply. A chunk's text is marked drafted when all its tokens were
 // accepted drafts (`localspec.all_draft`; a chunk is usually one token).
 export function applyChunk(msg, chunk) {
+  if (chunk.model) msg.model = chunk.model; // which model answered (a router serves several)
   if (chunk.timings) msg.timings = chunk.timings;
   const choice = chunk.choices?.[0];
   if (!choice) return;
