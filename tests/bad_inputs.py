@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +84,7 @@ EntryPoint = Callable[[str, str, str], list[str]]
 ENTRY_POINTS: dict[str, EntryPoint] = {
     "run": lambda m, good, out: ["run", "hi", "--target", m, "--max-tokens", "4"],
     "run-draft": lambda m, good, out: ["run", "hi", "--target", good, "--draft", m, "--max-tokens", "4"],
+    "run-mmproj": lambda m, good, out: ["run", "hi", "--target", good, "--mmproj", m, "--max-tokens", "4"],
     "bench": lambda m, good, out: [
         "bench",
         "--target",
@@ -282,7 +285,10 @@ ANTHROPIC_BAD_BODIES: list[tuple[str, dict, str]] = [
     ("zero-max-tokens", {"max_tokens": 0, "messages": _HI}, "max_tokens"),
     ("no-messages", {"max_tokens": 5, "messages": []}, "messages"),
     ("unknown-field", {"max_tokens": 5, "messages": _HI, "frequency": 1}, "'frequency'"),
-    ("image-block", {"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]}, "'image'"),
+    ("image-url", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}, "'url' are not read"),
+    ("image-bad-base64", {"max_tokens": 5, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "no!"}}]}]}, "base64"),
     ("tool-role", {"max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "role"),
     ("prefill", {"max_tokens": 5, "messages": [*_HI, {"role": "assistant", "content": "Sure"}]}, "prefill"),
     ("tool-choice-no-name", {"max_tokens": 5, "messages": _HI, "tool_choice": {"type": "tool"}}, "name"),
@@ -331,3 +337,47 @@ BAD_REQUESTS = [
     BadRequest("detokenize/too-many", "/detokenize", '{"tokens": [' + "1," * (1 << 20) + "1]}", ("at most",)),
     BadRequest("detokenize/not-a-token", "/detokenize", '{"tokens": [1, 1000000000]}', ("not in the vocabulary",)),
 ]  # fmt: skip
+
+
+# -- images: what a request or `--image` may carry ------------------------------------------------
+def _png_header(width: int, height: int, body: bytes = b"", colour: int = 2) -> bytes:
+    """A PNG's signature and IHDR (8-bit, RGB or `colour`) declaring any size, then `body` chunks and
+    IEND."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + body + chunk(b"IEND", b"")
+
+
+def _bomb() -> bytes:
+    """A real decompression bomb: 8192x8192 grey pixels (67 MB decoded, 200 MB as RGB) in 65 kB."""
+    side = 8192
+    z = zlib.compressobj(9)
+    data = z.compress(b"\x00" * ((1 + side) * side)) + z.flush()  # each row: filter byte + pixels
+    idat = struct.pack(">I", len(data)) + b"IDAT" + data + struct.pack(">I", zlib.crc32(b"IDAT" + data))
+    return _png_header(side, side, idat, colour=0)
+
+
+def make_bad_images(d: Path, good: bytes) -> dict[str, BadFile]:
+    """Bad images under `d` (each fails with the default limits); `good` is a valid PNG to cut up."""
+    d.mkdir(parents=True, exist_ok=True)
+    cases = {
+        "empty": (b"", ("is empty",)),
+        "not-an-image": (b"Hello, I am a text file, not a picture.\n" * 20, ("not an image localspec reads",)),
+        "gguf-as-image": (Gguf().bytes(), ("not an image localspec reads",)),
+        "tiff": (b"II*\x00" + bytes(200), ("not an image localspec reads",)),  # a format left closed
+        "truncated": (good[: len(good) // 2], ("damaged or truncated", "cannot be read")),
+        "header-only": (_png_header(64, 64), ("damaged or truncated", "cannot be read")),
+        "decompression-bomb": (_bomb(), ("decompression bomb", "over the limit")),
+        "absurd-dimensions": (_png_header(2**31 - 1, 2**31 - 1), ("decompression bomb", "over the limit", "cannot be read")),
+        "too-many-pixels": (_png_header(5000, 5000), ("over the limit",)),
+        "zero-width": (_png_header(0, 64), ("not an image localspec reads", "cannot be read")),
+    }  # fmt: skip
+    out = {}
+    for name, (data, needles) in cases.items():
+        p = d / f"{name}.png"
+        p.write_bytes(data)
+        out[name] = BadFile(p, needles)
+    return out

@@ -249,7 +249,7 @@ def teacher_forced_gaps(eng, prompt_ids: list[int], out: list[int]) -> np.ndarra
     """For each emitted token: max logit - logit of that token, with the target alone."""
     from localspec.llama import Context  # noqa: PLC0415
 
-    with Context(eng.target, n_ctx=1024, n_batch=512) as ctx:
+    with Context(eng.target, n_ctx=1024, n_batch=512, projector=getattr(eng, "projector", None)) as ctx:
         # the row that predicts out[i] is the one at the token before it
         rows = ctx.eval(prompt_ids + out[:-1], 0, len(out))
         return np.array([row.max() - row[t] for row, t in zip(rows, out)])
@@ -371,3 +371,15 @@ def logged(log: Path, pred: Callable[[dict], bool], timeout: float = 10.0) -> li
         if mine or time.monotonic() > deadline:
             return mine
         time.sleep(0.05)
+
+
+def png(seed: int, size: int = 64) -> bytes:
+    """A PNG of seeded random pixels: different seeds, different images."""
+    import io  # noqa: PLC0415
+
+    from PIL import Image  # noqa: PLC0415
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()

@@ -88,6 +88,45 @@ def _read_file(ctx: click.Context, param: click.Parameter, path: Path | None) ->
         raise LocalspecError(f"cannot read {param.opts[0]} {path}: {e}") from None
 
 
+def image_option(fn: Callable) -> Callable:
+    return click.option(
+        "--image",
+        "image_files",
+        type=click.Path(path_type=Path),
+        multiple=True,
+        metavar="FILE",
+        help="An image for the model to see (PNG, JPEG, WebP, GIF, BMP; repeatable); needs --mmproj or "
+        "a pair with a projector.",
+    )(fn)
+
+
+def read_images(files: tuple[Path, ...], settings: Settings) -> list[Any]:
+    """`--image` files as decoded images, each checked against the image limits before it is read
+    whole (a file is untrusted input like any request's image)."""
+    from localspec.images import BadImage, decode_image  # noqa: PLC0415
+
+    if files and settings.mmproj is None:
+        from localspec.chat.media import NO_PROJECTOR  # noqa: PLC0415
+
+        raise LocalspecError(NO_PROJECTOR)
+    if len(files) > settings.max_images:
+        raise LocalspecError(f"{len(files)} images; at most {settings.max_images} (--max-images)")
+    out = []
+    for path in files:
+        what = f"--image {path}"
+        try:
+            size = path.stat().st_size
+            if size > settings.image_max_bytes:
+                raise BadImage(
+                    f"{what} is {size:,} bytes, over the limit of {settings.image_max_bytes:,} (--image-max-bytes)"
+                )
+            data = path.read_bytes()
+        except OSError as e:
+            raise LocalspecError(f"cannot read {what}: {e.strerror or e}") from None
+        out.append(decode_image(data, settings.image_limits, what))
+    return out
+
+
 def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:
     """Settings from the options added by `settings_options` (pops them from kwargs); `defaults` are
     the command's own defaults, below config files and flags."""

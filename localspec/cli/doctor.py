@@ -5,6 +5,7 @@ data; the table and --json are two renderings of it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -258,6 +259,15 @@ def render(r: dict[str, Any]) -> str:
                 f"embed  --embed-ctx {e['n_ctx']} (serve, made on the first request): KV "
                 f"{fmt_bytes(e['cache_bytes'])}, compute {fmt_bytes(e['compute_bytes'])}, "
                 f"output {fmt_bytes(e['output_bytes'])} in RAM",
+            )
+        )
+    if plan.get("projector"):  # --mmproj: where the target goes, mtmd puts it
+        pj = plan["projector"]
+        rows.append(
+            (
+                "",
+                f"mmproj {Path(pj['path']).name} ({pj['projector_type']}, {pj['image_size']} px images): weights "
+                f"{fmt_bytes(pj['weights_bytes'])}, vision compute ~{fmt_bytes(pj['compute_bytes'])}",
             )
         )
     rows.append(

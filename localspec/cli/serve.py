@@ -21,7 +21,7 @@ SERVE_DEFAULTS = {"parallel": 4, "embed_ctx": 512}  # below config files and fla
 
 
 @click.command()
-@settings_options("model", "sampling", "spec", "log", "server")
+@settings_options("model", "images", "sampling", "spec", "log", "server")
 @click.pass_context
 def serve(ctx: click.Context, **kwargs) -> None:
     """Serve the model over HTTP: OpenAI's API (/v1/chat/completions, /v1/completions, /v1/models),

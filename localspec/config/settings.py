@@ -28,6 +28,7 @@ from localspec.config.endpoints import parse_endpoints
 from localspec.config.pair_toml import read_pair
 from localspec.config.toml import read_toml
 from localspec.errors import LocalspecError
+from localspec.images import Limits
 from localspec.text_input import require_text
 
 # a front end's way of turning `--pair NAME` into a folder (hub.resolve_pair: presets, pulls, prompts)
@@ -81,6 +82,13 @@ class Settings:
     )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
+    )
+    mmproj: Path | None = _f(
+        None,
+        "Vision projector GGUF (the mmproj-*.gguf beside a vision model) for the target: prompts may "
+        "then hold images (--image, image parts in requests); the draft reads the text around them. "
+        "A pair.toml names it as mmproj.",
+        group="model",
     )
     n_ctx: int = _f(
         4096,
@@ -154,6 +162,18 @@ class Settings:
         ge=0,
         le=1000,
     )
+    # -- images (with --mmproj) -------------------------------------------------------------
+    image_max_bytes: int = _f(
+        5_000_000, "Largest image accepted, in bytes as sent (PNG, JPEG, WebP, GIF or BMP).",
+        group="images", ge=1, le=1 << 32,
+    )  # fmt: skip
+    image_max_pixels: int = _f(
+        4096 * 4096,
+        "Largest image accepted, in pixels (width x height), read from its header before any pixel is "
+        "decoded (a decompression bomb is refused unread).",
+        group="images", ge=1, le=1 << 28,
+    )  # fmt: skip
+    max_images: int = _f(8, "Images one request (or one chat) may carry.", group="images", ge=0, le=256)
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling", ge=1, le=1 << 24)
     temperature: float = _f(
@@ -399,6 +419,10 @@ class Settings:
         return {n: getattr(self, n) for n in names} | {"n_seq": self.parallel}
 
     @property
+    def image_limits(self) -> Limits:
+        return Limits(self.image_max_bytes, self.image_max_pixels)
+
+    @property
     def rpc_endpoints(self) -> tuple[str, ...]:
         """The rpc-servers of --rpc, parsed."""
         return parse_endpoints(self.rpc)
@@ -458,6 +482,8 @@ class Settings:
                 (warn or _warn)(_pair_refusal(p.path, name))
             values.update(kept)
             values["target"], values["draft"] = p.target, p.draft
+            if p.mmproj is not None:
+                values["mmproj"] = p.mmproj
         values.update(given)
         return cls(**_coerce(values))
 

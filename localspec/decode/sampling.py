@@ -340,7 +340,7 @@ class Penalties:
         if self.penalises and len(history):
             window = history if self.last_n < 0 else history[-self.last_n :]
             ids, counts = np.unique(np.asarray(window, dtype=np.int64), return_counts=True)
-            keep = ids < out.shape[0]
+            keep = (ids >= 0) & (ids < out.shape[0])  # an image's ids (negative) are no token
             ids, counts = ids[keep], counts[keep]
             x = out[ids]
             # llama.cpp: once per distinct token, dividing a positive logit and multiplying a negative one

@@ -6,7 +6,7 @@ import queue
 import secrets
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -36,10 +36,13 @@ class Request(Job):
         *,
         draft_model: bool = True,
         sink: Callable[[object], None] | None = None,
+        images: Sequence[object] = (),
     ) -> None:
         """`draft_model=False`: the prompt holds an id the draft model does not know; only the lookup
-        may draft for it. `sink`: where the chunks go instead of the handle's queue (Engine.submit)."""
+        may draft for it. `sink`: where the chunks go instead of the handle's queue (Engine.submit).
+        `images`: the image runs (llama.ImageRun) the prompt's image ids come from, held while it runs."""
         self.prompt, self.settings, self.tuners = ids, s, tuners
+        self.images = images
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
         self.draft_model = draft_model and pair.draft_ctx is not None

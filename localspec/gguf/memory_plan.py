@@ -21,6 +21,7 @@ from localspec.config.settings import AUTO_K_MAX
 from localspec.errors import LocalspecError
 from localspec.gguf.file import GGUFHeader, read_header
 from localspec.gguf.memory_kind import HYBRID, RECURRENT, RS_ROLLBACK
+from localspec.gguf.projector import ProjectorFacts
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -447,6 +448,7 @@ class PairPlan:
     draft: ModelPlan | None
     headroom_bytes: int = HEADROOM_BYTES
     embed: EmbedPlan | None = None  # serve's embeddings context, made on the first request for one
+    projector: ProjectorFacts | None = None  # the target's mmproj: its weights and vision graph
 
     @property
     def models(self) -> tuple[ModelPlan, ...]:
@@ -457,10 +459,21 @@ class PairPlan:
         return self.target.rt
 
     @property
+    def projector_bytes(self) -> int:
+        """The projector's weights and compute buffer, where the target goes (mtmd follows it)."""
+        p = self.projector
+        return p.weights_bytes + p.compute_bytes if p is not None else 0
+
+    @property
     def device_bytes(self) -> int:
-        """Accelerator memory for a full offload of both models (and the embeddings context),
-        headroom included."""
-        return sum(m.device_bytes for m in self.models) + self.embed_device_bytes + self.headroom_bytes
+        """Accelerator memory for a full offload of both models (and the embeddings context and
+        the projector), headroom included."""
+        return (
+            sum(m.device_bytes for m in self.models)
+            + self.embed_device_bytes
+            + self.projector_bytes
+            + self.headroom_bytes
+        )
 
     @property
     def embed_device_bytes(self) -> int:
@@ -468,12 +481,15 @@ class PairPlan:
 
     @property
     def cpu_bytes(self) -> int:
-        return sum(m.cpu_bytes for m in self.models) + (self.embed.cpu_bytes if self.embed else 0)
+        embed = self.embed.cpu_bytes if self.embed else 0
+        return sum(m.cpu_bytes for m in self.models) + embed + self.projector_bytes
 
     def with_runtime(self, **changes: Any) -> "PairPlan":
         rt = dataclasses.replace(self.rt, **changes)
         draft = self.draft.spec if self.draft else None
-        return dataclasses.replace(plan_pair(self.target.spec, draft, rt), headroom_bytes=self.headroom_bytes)
+        return dataclasses.replace(
+            plan_pair(self.target.spec, draft, rt, self.projector), headroom_bytes=self.headroom_bytes
+        )
 
     def without_draft(self) -> "PairPlan":
         return dataclasses.replace(self, draft=None)
@@ -488,17 +504,21 @@ class PairPlan:
             "swa_full": self.rt.swa_full,
             "models": [m.to_dict() for m in self.models],
             "embeddings": self.embed.to_dict() if self.embed else None,
+            "projector": self.projector.to_dict() if self.projector is not None else None,
             "headroom_bytes": self.headroom_bytes,
             "device_bytes": self.device_bytes,
             "cpu_bytes": self.cpu_bytes,
         }
 
 
-def plan_pair(target: ModelSpec, draft: ModelSpec | None, rt: Runtime) -> PairPlan:
+def plan_pair(
+    target: ModelSpec, draft: ModelSpec | None, rt: Runtime, projector: ProjectorFacts | None = None
+) -> PairPlan:
     return PairPlan(
         plan_model(target, rt, "target"),
         plan_model(draft, rt, "draft") if draft else None,
         embed=plan_embeddings(target, rt),
+        projector=projector,
     )
 
 
@@ -507,6 +527,7 @@ def gpu_layers_that_fit(plan: PairPlan, free_bytes: int) -> int:
     not fit)."""
     budget = free_bytes - plan.headroom_bytes - (plan.draft.device_bytes if plan.draft else 0)
     budget -= plan.embed_device_bytes  # counted whole: its cache follows the layers, its compute does not
+    budget -= plan.projector_bytes
     best = 0
     for k in range(plan.target.spec.n_layer + 1):
         if plan.target.partial_device_bytes(k) <= budget:

@@ -16,10 +16,11 @@ from localspec.llama.log import (
 from localspec.llama.model import Model, VocabFacts
 from localspec.llama.quantize import QUANT_TYPES, quantize
 from localspec.llama.rpc import add_rpc_servers, on_rpc_lost, rpc_supported
+from localspec.llama.vision import ImageRun, Projector
 
 __all__ = [
-    "DEVICE_KINDS", "EMBED_SEQS", "Embedder", "FLASH_ATTN", "KV_TYPES", "QUANT_TYPES", "Context", "CpuVariant", "Device", "Model",
-    "VocabFacts", "cpu_variant",
+    "DEVICE_KINDS", "EMBED_SEQS", "Embedder", "FLASH_ATTN", "KV_TYPES", "QUANT_TYPES", "Context", "CpuVariant", "Device",
+    "ImageRun", "Model", "Projector", "VocabFacts", "cpu_variant",
     "add_rpc_servers", "decode_busy_s", "default_threads", "device_array", "devices", "llama_cpp_version",
     "log_lines", "log_mark", "log_since", "on_rpc_lost", "quantize", "rpc_supported", "supports_gpu_offload",
     "system_info",

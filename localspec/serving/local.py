@@ -119,7 +119,7 @@ class LocalModel:
         answers = [Answer(i, plan.make_parser() if plan else None, self.token_bytes) for i in range(req.n)]
         stream = EventStream(answers, self.loop, functools.partial(self._finished, choices, started))
         self.streams.add(stream)
-        prompt = plan.prompt_ids if plan else req.prompt
+        prompt = plan.prompt if plan else req.prompt
         keep = plan.keep_special if plan else ()
 
         def start() -> None:  # n choices: n sequences from one prompt (the slots share its cache)
@@ -153,7 +153,7 @@ class LocalModel:
 
     def _plan(self, req: Request, s: Settings) -> chat_plan.ChatPlan:
         try:
-            return chat_plan.plan(self.engine, req, s.reasoning_format)
+            return chat_plan.plan(self.engine, req, s)
         except LocalspecError as e:
             raise from_localspec(e, "messages") from None
 

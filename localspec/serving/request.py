@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from localspec.config.settings import REQUEST, Settings
 from localspec.errors import LocalspecError
@@ -27,13 +27,37 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Image:
+    """An image part as it was sent (encoded bytes: decoded later, within the server's limits), `at`
+    a character offset into its message's content: where it sits among the text parts."""
+
+    at: int
+    data: bytes
+
+
+@dataclass(frozen=True)
 class Message:
     role: str  # system | user | assistant | tool
-    content: str = ""  # text; image parts (#50) will ride beside it
+    content: str = ""  # text (a message's text parts joined)
+    images: tuple[Image, ...] = ()  # its image parts, each at its place in the text
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None  # a tool result: the call it answers
     name: str | None = None  # a tool result: the function's name
     reasoning: str = ""  # an assistant turn's thinking, for templates that read reasoning_content
+
+
+def joined(parts: Sequence[str | bytes]) -> tuple[str, tuple[Image, ...]]:
+    """A message's parts in order - text (str) and images (their bytes) - as its content and images."""
+    text: list[str] = []
+    images: list[Image] = []
+    at = 0
+    for p in parts:
+        if isinstance(p, bytes):
+            images.append(Image(at, p))
+        else:
+            text.append(p)
+            at += len(p)
+    return "".join(text), tuple(images)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ LOCALSPEC_SCREENSHOTS=1 also writes docs/ui-light.png and docs/ui-dark.png.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Server
+from tests.helpers import Server, png
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +55,15 @@ def keyed(smollm2_path):
     srv = Server(
         smollm2_path, *THREADS, "--parallel", "1", "--max-queue", "0", env={"LOCALSPEC_API_KEY": KEY}
     )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def seeing(smollm2_path, mmproj_path):
+    """SmolLM2 with the synthetic vision projector: replies depend on the image."""
+    args = ("--mmproj", str(mmproj_path), "--max-tokens", "12", "--temperature", "0")
+    srv = Server(smollm2_path, *THREADS, *args)
     yield srv
     srv.stop()
 
@@ -500,3 +510,66 @@ def test_screenshots(browser, server):
             p.page.screenshot(path=str(ROOT / "docs" / f"ui-{theme}.png"))
     finally:
         p.close()
+
+
+# -- images ---------------------------------------------------------------------------------------
+# a file handed to the page as a paste or a drop would: a DataTransfer holding it
+HAND_OVER = """([kind, name, type, b64]) => {
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const dt = new DataTransfer();
+  dt.items.add(new File([bytes], name, { type }));
+  if (kind === 'paste') document.querySelector('#input').dispatchEvent(new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }));
+  else document.querySelector('#composer').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+}"""  # noqa: E501
+
+
+def test_an_attached_image_reaches_the_model(browser, seeing, tmp_path):
+    page = Page(browser, seeing.url).open()
+    try:
+        picture = tmp_path / "picture.png"
+        picture.write_bytes(png(7))
+        page.page.set_input_files("#attach-file", str(picture))
+        page.page.wait_for_selector("#attachments img")
+        ask = "What is in this picture?"
+        page.send(ask)
+        page.wait_idle()
+        assert page.page.is_hidden("#attachments")  # sent with the message
+        url = "data:image/png;base64," + base64.b64encode(png(7)).decode()
+        user = page.page.locator(".message.user").last
+        assert user.locator(".user-images img").get_attribute("src") == url  # the conversation shows it
+        reply = page.stored()["messages"][-1]["content"]
+        assert reply.strip()
+        # the model saw that image: the API gives the same reply for it at temperature 0, another without
+        image_part = {"type": "image_url", "image_url": {"url": url}}
+        assert reply == chat(
+            seeing, [{"role": "user", "content": [image_part, {"type": "text", "text": ask}]}]
+        )
+        assert reply != chat(seeing, [{"role": "user", "content": ask}])
+        assert page.console == []
+    finally:
+        page.close()
+
+
+def test_images_paste_and_drop_and_a_bad_one_is_a_clear_error(browser, seeing):
+    page = Page(browser, seeing.url).open()
+    try:
+        b64 = base64.b64encode(png(8)).decode()
+        page.page.evaluate(HAND_OVER, ["paste", "pasted.png", "image/png", b64])
+        page.page.evaluate(HAND_OVER, ["drop", "dropped.png", "image/png", b64])
+        page.page.wait_for_function("() => document.querySelectorAll('#attachments img').length === 2")
+        page.page.locator("#attachments .link").first.click()  # removed again
+        assert page.page.locator("#attachments img").count() == 1
+        page.page.evaluate(HAND_OVER, ["drop", "notes.txt", "text/plain", base64.b64encode(b"hi").decode()])
+        page.page.wait_for_selector("#banner:not([hidden])")
+        assert "notes.txt is not an image" in page.page.inner_text("#banner-text")
+        page.page.locator("#attachments .link").first.click()
+        # a file that claims to be a PNG but is not: the server's 400, shown as the reply
+        fake = base64.b64encode(b"not a picture at all").decode()
+        page.page.evaluate(HAND_OVER, ["drop", "fake.png", "image/png", fake])
+        page.page.wait_for_selector("#attachments img")
+        page.send("And this one?")
+        page.page.wait_for_selector(".message.error")
+        assert "not an image localspec reads" in page.page.inner_text(".message.error")
+        assert seeing.proc.poll() is None
+    finally:
+        page.close()

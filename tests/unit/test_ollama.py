@@ -196,18 +196,21 @@ def test_errors_take_ollama_shape(client, fake):
     assert "options.bogus" in error(
         client.post("/api/chat", json={"model": "fake", "messages": HI, "options": {"bogus": 1}}), 400
     )
-    assert "images" in error(
+    assert "not valid base64" in error(
         client.post(
             "/api/chat",
-            json={"model": "fake", "messages": [{"role": "user", "content": "x", "images": ["AA=="]}]},
+            json={"model": "fake", "messages": [{"role": "user", "content": "x", "images": ["AA==", "no!"]}]},
         ),
+        400,
+    )
+    assert "raw prompt is text only" in error(
+        client.post("/api/generate", json={"model": "fake", "prompt": "p", "raw": True, "images": ["AA=="]}),
         400,
     )
     for field, value in (
         ("suffix", "x"),
         ("template", "{{ .Prompt }}"),
         ("context", [1, 2]),
-        ("images", ["AA=="]),
     ):
         assert field in error(
             client.post("/api/generate", json={"model": "fake", "prompt": "p", field: value}), 400

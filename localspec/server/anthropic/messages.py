@@ -17,6 +17,7 @@ from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
+from localspec.serving.images import from_base64
 
 router = APIRouter(dependencies=[Depends(require_key)])
 error_response = errors.error_response
@@ -88,15 +89,18 @@ def _turn(i: int, m: s.InputMessage) -> list[internal.Message]:
     if isinstance(m.content, str):
         return [internal.Message(m.role, m.content)]
     out: list[internal.Message] = []
-    text, reasoning, calls = [], [], []
+    text: list[str | bytes] = []  # text and images, in order
+    reasoning, calls = [], []
     for j, b in enumerate(m.content):
         where = f"messages.{i}.content.{j}"
         if isinstance(b, s.Text):
             if not (m.role == "system" and b.text.startswith(BILLING_HEADER)):
                 text.append(b.text)
+        elif isinstance(b, s.Image) and m.role == "user":
+            text.append(_image(b.source, where))
         elif isinstance(b, s.ToolResult) and m.role == "user":
             if text:  # text before a result is its own user turn
-                out.append(internal.Message("user", "".join(text)))
+                out.append(internal.Message("user", *internal.joined(text)))
                 text = []
             out.append(internal.Message("tool", _result(b, where), tool_call_id=b.tool_use_id))
         elif isinstance(b, s.ToolUse) and m.role == "assistant":
@@ -109,8 +113,19 @@ def _turn(i: int, m: s.InputMessage) -> list[internal.Message]:
                 400, f"content blocks of type {kind!r} are not supported in a {m.role} message", param=where
             )
     if text or calls or reasoning or not out:
-        out.append(internal.Message(m.role, "".join(text), tuple(calls), reasoning="".join(reasoning)))
+        content, images = internal.joined(text)
+        out.append(internal.Message(m.role, content, images, tuple(calls), reasoning="".join(reasoning)))
     return out
+
+
+def _image(src: s.ImageSource, where: str) -> bytes:
+    """An image block's bytes: base64 only (a url source is refused: the server fetches nothing)."""
+    if src.type != "base64" or src.data is None:
+        raise APIError(
+            400, f"image sources of type {src.type!r} are not read: send the image as base64 data",
+            param=f"{where}.source",
+        )  # fmt: skip
+    return from_base64(src.data, f"{where}.source.data")
 
 
 def _result(b: s.ToolResult, where: str) -> str:

@@ -21,6 +21,19 @@ class Text(Checked):
     text: str
 
 
+class ImageSource(Checked):
+    type: str  # base64 is read; url is refused (the server fetches nothing)
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+
+
+class Image(Checked):
+    IGNORED: ClassVar[frozenset[str]] = CACHED
+    type: Literal["image"]
+    source: ImageSource
+
+
 class Other(Checked):
     """A block type this server does not read (image, document, server tools' blocks...): parse()
     refuses it by name."""
@@ -71,10 +84,10 @@ class RedactedThinking(Checked):
     data: str = ""
 
 
-_KNOWN = ("text", "tool_use", "tool_result", "thinking", "redacted_thinking")
+_KNOWN = ("text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking")
 Block = Annotated[
     Union[
-        Annotated[Text, Tag("text")], Annotated[ToolUse, Tag("tool_use")],
+        Annotated[Text, Tag("text")], Annotated[Image, Tag("image")], Annotated[ToolUse, Tag("tool_use")],
         Annotated[ToolResult, Tag("tool_result")], Annotated[Thinking, Tag("thinking")],
         Annotated[RedactedThinking, Tag("redacted_thinking")], Annotated[Other, Tag("other")],
     ],

@@ -24,6 +24,7 @@ from localspec.server.openai.common import timings
 from localspec.serving import Delta, Finished, Stream, TokenLogprob
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
+from localspec.serving.images import from_base64
 
 router = APIRouter(dependencies=[Depends(require_key)])
 error_response = errors.error_response
@@ -86,7 +87,6 @@ def parse_generate(body: s.GenerateRequest) -> internal.Request:
         ("suffix", "fill-in-the-middle is not supported"),
         ("template", "the model's own chat template is used; a template of your own is not supported"),
         ("context", "the older conversation memory is not kept; send the conversation to /api/chat"),
-        ("images", "images are not supported yet"),
     ):
         if getattr(body, name):
             raise APIError(400, f"{name}: {why}", param=name)
@@ -94,6 +94,8 @@ def parse_generate(body: s.GenerateRequest) -> internal.Request:
         raise APIError(
             400, "system: a raw prompt goes to the model as it is; put the system text in it", param="system"
         )
+    if body.raw and body.images:
+        raise APIError(400, "images: a raw prompt is text only; leave raw out to send images", param="images")
     reasoning, extra = body.reasoning()
     common = {
         "overrides": body.overrides(), "reasoning": reasoning, "template_vars": extra,
@@ -101,17 +103,21 @@ def parse_generate(body: s.GenerateRequest) -> internal.Request:
     }  # fmt: skip
     if body.raw:
         return internal.Request(prompt=body.prompt or None, **common)
-    turns = [("system", body.system)] * bool(body.system) + [("user", body.prompt)] if body.prompt else []
-    return internal.Request(messages=tuple(internal.Message(r, c) for r, c in turns), **common)
+    msgs = []  # none: Ollama's way of asking for the model to be loaded
+    if body.prompt or body.images:
+        content, images = _content(body.prompt, body.images, "images")
+        msgs = [internal.Message("system", body.system)] * bool(body.system) + [
+            internal.Message("user", content, images)
+        ]
+    return internal.Request(messages=tuple(msgs), **common)
 
 
 def _messages(msgs: Sequence[s.Message]) -> tuple[internal.Message, ...]:
     """Ollama's messages; a tool result without an id answers its assistant turn's calls in order."""
     out, pending = [], []
     for i, m in enumerate(msgs):
-        if m.images:
-            raise APIError(400, "images are not supported yet", param=f"messages.{i}.images")
         role = m.role.lower()
+        content, images = _content(m.content, m.images, f"messages.{i}.images")
         calls = tuple(
             internal.ToolCall(
                 c.id or f"call_{i}_{j}",
@@ -124,10 +130,15 @@ def _messages(msgs: Sequence[s.Message]) -> tuple[internal.Message, ...]:
             pending = [c.id for c in calls]
         call_id = m.tool_call_id or (pending.pop(0) if role == "tool" and pending else None)
         out.append(internal.Message(
-            role=role, content=m.content, tool_calls=calls, reasoning=m.thinking or "",
+            role=role, content=content, images=images, tool_calls=calls, reasoning=m.thinking or "",
             tool_call_id=call_id if role == "tool" else None, name=m.tool_name if role == "tool" else None,
         ))  # fmt: skip
     return tuple(out)
+
+
+def _content(text: str, images: list[str] | None, at: str) -> tuple[str, tuple[internal.Image, ...]]:
+    """A message's text with its images (bare base64, Ollama's way) before it, as Ollama places them."""
+    return internal.joined([*(from_base64(b, f"{at}.{j}") for j, b in enumerate(images or ())), text])
 
 
 def _arguments(a: dict | str, path: str) -> str:

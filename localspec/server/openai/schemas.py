@@ -152,9 +152,15 @@ class RequestBase(Overrides):
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
+class ImageURL(_Base):
+    url: str
+    detail: str | None = None  # auto | low | high: the projector decides the resolution here
+
+
 class ContentPart(_Base):
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None  # type "image_url": a data URL (remote URLs are refused)
 
 
 class FunctionCall(_Base):

@@ -3,6 +3,7 @@
 // dialogs.js, storage store.js.
 
 import { ApiError, forgetApiKey, health, loadModel, models, streamChat } from './api.js';
+import { attachments } from './attach.js';
 import { askKey, editSettings } from './dialogs.js';
 import { download, fileName, toMarkdown } from './export.js';
 import { plain } from './markdown.js';
@@ -19,8 +20,9 @@ const ui = {
   status: $('server-status'), model: $('model-name'), banner: $('banner'), bannerText: $('banner-text'),
   picker: $('model-picker'), pickerBox: $('model-picker-box'),
   system: $('system'), systemPreview: $('system-preview'), showDrafts: $('show-drafts'),
-  theme: $('theme-toggle'),
+  theme: $('theme-toggle'), attach: $('attach'), attachFile: $('attach-file'),
 };
+const images = attachments($('attachments'), (text) => showBanner(text));
 
 const state = {
   conv: null,
@@ -198,10 +200,10 @@ async function generate() {
   }
 }
 
-function send(text) {
+function send(text, pictures = []) {
   const conv = state.conv;
-  conv.messages.push({ role: 'user', content: text });
-  if (!conv.title) conv.title = text.split('\n')[0].slice(0, 60);
+  conv.messages.push(pictures.length ? { role: 'user', content: text, images: pictures } : { role: 'user', content: text });
+  if (!conv.title) conv.title = text.split('\n')[0].slice(0, 60) || 'Image';
   generate();
 }
 
@@ -278,10 +280,10 @@ function renderAll() {
 // -- events ----------------------------------------------------------------------------------------
 function submitInput() {
   const text = ui.input.value.trim();
-  if (!text || busy()) return;
+  if ((!text && !images.count) || busy()) return;
   ui.input.value = '';
   growInput();
-  send(text);
+  send(text, images.take());
 }
 
 function growInput() {
@@ -335,6 +337,22 @@ function wire() {
     }
   });
   ui.input.addEventListener('input', growInput);
+  ui.attach.addEventListener('click', () => ui.attachFile.click());
+  ui.attachFile.addEventListener('change', () => {
+    images.add([...ui.attachFile.files]);
+    ui.attachFile.value = ''; // the same file may be picked again
+  });
+  ui.input.addEventListener('paste', (ev) => {
+    const files = [...(ev.clipboardData?.files || [])];
+    if (!files.length) return; // text pastes as usual
+    ev.preventDefault();
+    images.add(files);
+  });
+  ui.composer.addEventListener('dragover', (ev) => ev.preventDefault());
+  ui.composer.addEventListener('drop', (ev) => {
+    ev.preventDefault();
+    images.add([...(ev.dataTransfer?.files || [])]);
+  });
   ui.stop.addEventListener('click', () => state.ctrl?.abort());
   ui.newChat.addEventListener('click', startNew);
   ui.messages.addEventListener('click', onMessageClick);
