@@ -141,11 +141,11 @@ def _add(out: list[internal.Message], item: s.Item, at: str) -> None:
 def _assistant(m: internal.Message, item: s.Item, at: str) -> internal.Message:
     if item.type == "message":
         text = _text(item.content, at + ".content", ("output_text", "input_text", "refusal"))
-        return internal.Message("assistant", m.content + text, m.tool_calls, reasoning=m.reasoning)
+        return internal.Message("assistant", m.content + text, tool_calls=m.tool_calls, reasoning=m.reasoning)
     if item.type == "reasoning":
         parts = [p.text or "" for p in item.content or ()] if isinstance(item.content, list) else []
         text = "".join(parts) or "".join(p.text or "" for p in item.summary or ())
-        return internal.Message("assistant", m.content, m.tool_calls, reasoning=m.reasoning + text)
+        return internal.Message("assistant", m.content, tool_calls=m.tool_calls, reasoning=m.reasoning + text)
     call_id = _need(item.call_id, at + ".call_id")
     name = _need(item.name, at + ".name")
     if item.type == "custom_tool_call":
@@ -154,7 +154,7 @@ def _assistant(m: internal.Message, item: s.Item, at: str) -> internal.Message:
         args = item.arguments if item.arguments is not None else "{}"
     name = f"{item.namespace}.{name}" if item.namespace else name
     call = internal.ToolCall(call_id, name, args)
-    return internal.Message("assistant", m.content, (*m.tool_calls, call), reasoning=m.reasoning)
+    return internal.Message("assistant", m.content, tool_calls=(*m.tool_calls, call), reasoning=m.reasoning)
 
 
 def _text(content: str | list[s.Part] | None, at: str, kinds: tuple[str, ...]) -> str:
