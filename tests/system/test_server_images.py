@@ -1,5 +1,5 @@
 """Images through `localspec serve` (a real process; SmolLM2 drafting for itself, with the synthetic
-projector): OpenAI chat `image_url` parts as data URLs, the bad-image corpus as clear 400s, and the
+projector): OpenAI chat `image_url` parts as data URLs (and each other dialect's image shape), the bad-image corpus as clear 400s, and the
 server serving on after each."""
 
 from __future__ import annotations
@@ -99,3 +99,13 @@ def test_anthropic_images_reach_the_same_tokens_as_openai_chat(server):
     assert (
         "".join(b["text"] for b in got["content"] if b["type"] == "text") == want.choices[0].message.content
     )
+
+
+def test_responses_images_reach_the_same_tokens_as_openai_chat(server):
+    want = ask(server, png(1))
+    content = [{"type": "input_image", "image_url": data_url(png(1))}, {"type": "input_text", "text": ASK}]
+    got = server.client().responses.create(
+        model=server.model, input=[{"role": "user", "content": content}], max_output_tokens=12, temperature=0
+    )
+    assert got.usage.input_tokens == want.usage.prompt_tokens
+    assert got.output_text == want.choices[0].message.content

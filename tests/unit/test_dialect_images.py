@@ -30,6 +30,9 @@ SHAPES = {
     "anthropic": ("/v1/messages", {"model": "fake", "max_tokens": 9, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}},
         {"type": "text", "text": ASK}]}]}),
+    "responses": ("/v1/responses", {"model": "fake", "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": f"data:image/png;base64,{B64}"},
+        {"type": "input_text", "text": ASK}]}]}),
 }  # fmt: skip
 
 

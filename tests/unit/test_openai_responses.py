@@ -193,6 +193,8 @@ def test_errors_take_openai_shape(client, fake):
     e = error({"input": "Hi", "previous_response_id": "resp_1"})
     assert e["param"] == "previous_response_id" and "whole conversation" in e["message"]
     e = error({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})
+    assert e["param"] == "input.0.content.0.image_url" and "data URL" in e["message"]
+    e = error({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]})
     assert e["param"] == "input.0.content.0.type"
     assert error({"input": [{"type": "item_reference", "id": "msg_1"}]})["param"] == "input.0"
     assert error({"input": [{"type": "function_call_output", "output": "x"}]})["param"] == "input.0.call_id"

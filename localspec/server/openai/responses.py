@@ -19,6 +19,7 @@ from localspec.server.openai import errors, responses_out
 from localspec.server.openai import responses_schemas as s
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
+from localspec.serving.images import from_data_url
 
 router = APIRouter(dependencies=[Depends(require_key)])
 error_response = errors.error_response
@@ -118,7 +119,10 @@ def _add(out: list[internal.Message], item: s.Item, at: str) -> None:
     kind = item.type
     if kind == "message" and item.role in ("user", "system", "developer"):
         role = "system" if item.role == "developer" else item.role
-        out.append(internal.Message(role, _text(item.content, at + ".content", ("input_text",))))
+        if role == "user" and isinstance(item.content, list):
+            out.append(internal.Message(role, *internal.joined(_user_parts(item.content, at + ".content"))))
+        else:
+            out.append(internal.Message(role, _text(item.content, at + ".content", ("input_text",))))
     elif kind == "function_call_output" or kind == "custom_tool_call_output":
         call_id = _need(item.call_id, at + ".call_id")
         out.append(internal.Message("tool", _text(item.output, at + ".output", ("input_text", "output_text")),
@@ -165,6 +169,23 @@ def _text(content: str | list[s.Part] | None, at: str, kinds: tuple[str, ...]) -
             raise APIError(400, f"only text content is supported here ({', '.join(kinds)}), not {p.type!r}",
                            param=f"{at}.{j}.type")  # fmt: skip
     return "".join((p.refusal if p.type == "refusal" else p.text) or "" for p in content)
+
+
+def _user_parts(content: list[s.Part], at: str) -> list[str | bytes]:
+    """A user message's text and images, in order (an image as the bytes its data URL carries)."""
+    parts: list[str | bytes] = []
+    for j, p in enumerate(content):
+        if p.type == "input_image":
+            if not p.image_url:
+                raise APIError(400, "an input_image needs image_url (a data URL): file ids are not kept here",
+                               param=f"{at}.{j}.image_url")  # fmt: skip
+            parts.append(from_data_url(p.image_url, f"{at}.{j}.image_url"))
+        elif p.type == "input_text":
+            parts.append(p.text or "")
+        else:
+            raise APIError(400, f"a user message's parts are input_text or input_image, not {p.type!r}",
+                           param=f"{at}.{j}.type")  # fmt: skip
+    return parts
 
 
 def _need(value: str | None, at: str) -> str:

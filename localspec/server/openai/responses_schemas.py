@@ -23,12 +23,13 @@ class _Loose(BaseModel):
 
 
 class Part(_Loose):
-    """A content part: input_text / output_text (text), refusal, reasoning_text, summary_text, or an
-    image or file (refused where it is read)."""
+    """A content part: input_text / output_text (text), refusal, reasoning_text, summary_text,
+    input_image (a data URL in image_url; a file_id or a remote URL is refused), or a file (refused)."""
 
     type: str
     text: str | None = None
     refusal: str | None = None
+    image_url: str | None = None
 
 
 class Item(_Loose):
