@@ -383,3 +383,17 @@ def png(seed: int, size: int = 64) -> bytes:
     out = io.BytesIO()
     Image.fromarray(pixels).save(out, format="PNG")
     return out.getvalue()
+
+
+def sse_frames(text: str) -> list[tuple[str, dict]]:
+    """A named-event SSE body (Responses, Messages) as (event name, data) per frame; each frame's
+    data must name the same type as its `event:` line."""
+    out, name = [], None
+    for line in text.splitlines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            assert data["type"] == name
+            out.append((name, data))
+    return out

@@ -18,6 +18,7 @@ from localspec.serving import APIError
 
 from ..bad_inputs import ANTHROPIC_BAD_BODIES
 from ..fake_engine import answer
+from ..helpers import sse_frames
 
 URL = "/v1/messages"
 HI = [{"role": "user", "content": "Hi"}]
@@ -27,15 +28,7 @@ EVENT = TypeAdapter(at.RawMessageStreamEvent)
 def events(r) -> list[tuple[str, dict]]:
     """(event name, data) per SSE frame; the data's own type must agree with the event line."""
     assert r.status_code == 200, r.text
-    out, name = [], None
-    for line in r.text.splitlines():
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            data = json.loads(line[6:])
-            assert data["type"] == name
-            out.append((name, data))
-    return out
+    return sse_frames(r.text)
 
 
 def claude_code_body(**more) -> dict:

@@ -12,6 +12,7 @@ from pydantic import TypeAdapter
 from localspec.serving import APIError
 
 from ..fake_engine import answer
+from ..helpers import sse_frames
 
 URL = "/v1/responses"
 EVENT = TypeAdapter(ResponseStreamEvent)
@@ -20,15 +21,9 @@ FN = {"type": "function", "name": "get", "parameters": {"type": "object"}, "stri
 
 def events(r) -> list[dict]:
     """The stream's events, each checked against the SDK's types and its `event:` line."""
-    out, name = [], None
-    for line in r.text.splitlines():
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            data = json.loads(line[6:])
-            assert data["type"] == name
-            EVENT.validate_python(data)
-            out.append(data)
+    out = [data for _, data in sse_frames(r.text)]
+    for data in out:
+        EVENT.validate_python(data)
     assert [e["sequence_number"] for e in out] == list(range(len(out)))
     return out
 
