@@ -83,7 +83,8 @@ def _read_file(ctx: click.Context, param: click.Parameter, path: Path | None) ->
     if path is None:
         return None
     try:
-        return read_capped(path, param.opts[0], MAX_SETTING_FILE).decode("utf-8")
+        missing = f"cannot read {param.opts[0]} {{path}}: no such file"
+        return read_capped(path, param.opts[0], MAX_SETTING_FILE, missing=missing).decode("utf-8")
     except UnicodeDecodeError as e:
         raise LocalspecError(f"cannot read {param.opts[0]} {path}: {e}") from None
 

@@ -127,7 +127,9 @@ def test_errors_come_as_the_sdks_exceptions(client):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "url", "url": "http://127.0.0.1/x.png"}}]}])  # fmt: skip
-    assert "'image'" in e.value.message and e.value.body["error"]["type"] == "invalid_request_error"
+    assert (
+        "'url' are not read" in e.value.message and e.value.body["error"]["type"] == "invalid_request_error"
+    )
 
 
 @pytest.mark.parametrize(

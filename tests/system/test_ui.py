@@ -153,7 +153,7 @@ STREAMING_TEXT = (
 # -- serving --------------------------------------------------------------------------------------
 def test_page_files_and_headers(keyed):
     """The page needs no key (it asks for one); /v1 still does. Only files inside ui/ are served."""
-    r = httpx.get(keyed.url + "/")
+    r = httpx.get(keyed.url + "/", headers={"Accept": "text/html"})  # a browser asks for the page
     assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
     csp = r.headers["content-security-policy"]
     assert "script-src 'self';" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
