@@ -345,3 +345,16 @@ def test_pull_one_repo_picks_by_quant_or_names_the_choices(hub, env):
     p = cli(env, "pull", "acme/spm-GGUF:spm-Q8_0.gguf")
     assert p.returncode == 0, p.stderr
     assert Path(p.stdout.split()[-1]).read_bytes() == hub.repos["acme/spm-GGUF"]["spm-Q8_0.gguf"]
+
+
+def test_headers_are_judged_from_the_first_bytes_of_a_file_larger_than_the_probe(hub, env, tmp_path):
+    """A real GGUF is gigabytes, its header a few MB: the pair is judged from a Range read of the
+    header, not from the whole file (the probe is shrunk below the tiny files' size to see it)."""
+    n = len(hub.requests)
+    p = cli(env, "pull", "bad", pre="import localspec.hub.fetch as f; f.HEADER_PROBE = 16384")
+    assert p.returncode == 1
+    assert "vocabulary types differ" in p.stderr and "nothing was downloaded" in p.stderr, p.stderr
+    size = len(hub.repos[TARGET[0]][TARGET[1]])
+    got = [r for m, path, r in hub.requests[n:] if m == "GET" and path.endswith(TARGET[1])]
+    assert got and all(r and int(r.rsplit("-", 1)[1]) < size // 2 for r in got), got
+    assert not blobs(env)
