@@ -44,3 +44,15 @@ def test_pair_with_a_projector_is_checked_and_seen_through_its_pair_toml(tmp_pat
     assert by_pair.returncode == 0 and by_hand.returncode == 0, by_pair.stderr + by_hand.stderr
     a, b = json.loads(by_pair.stdout), json.loads(by_hand.stdout)
     assert a["text"] and a["text"] == b["text"] and a["n_prompt_tokens"] == b["n_prompt_tokens"]
+
+
+def test_pair_from_a_checkpoint_checks_the_projector_against_the_converted_target(tmp_path, mmproj_path):
+    """A checkpoint's width is known once converted: a projector for another width is refused then,
+    and the converted files go (SmolLM2's projector, 576 wide, with a 64-wide model)."""
+    from ..fixtures_hf import tiny_hf
+
+    hf, out = str(tiny_hf(tmp_path / "hf", "LlamaForCausalLM")), tmp_path / "pair"
+    p = localspec("pair", hf, hf, "--out-dir", str(out), "--mmproj", str(mmproj_path))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "makes 576-wide embeddings, but the target is 64 wide" in p.stderr, p.stderr
+    assert not [f for f in out.rglob("*") if f.is_file()]
