@@ -17,6 +17,7 @@ from localspec.errors import LocalspecError
 
 from ..fake_hub import FakeHub
 from ..fixtures_hf import tiny_hf
+from ..helpers import png
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ("acme/tiny-GGUF", "tiny-a-Q4_K_M.gguf")
@@ -424,6 +425,24 @@ def test_pull_brings_the_projector_a_preset_names_and_skips_it_on_request(hub, e
     assert check.returncode == 0 and "makes 64-wide embeddings, as the target takes" in check.stdout, (
         check.stderr
     )
+
+    # the projector gone from the cache: --pair NAME pulls the pair again, and the run sees through it
+    pair.mmproj.unlink()
+    (tmp_path / "a.png").write_bytes(png(1))
+    args = (
+        "run",
+        "--pair",
+        "vision",
+        "--yes",
+        "--max-tokens",
+        "2",
+        "--n-ctx",
+        "128",
+        "--image",
+        str(tmp_path / "a.png"),
+    )
+    p = cli(env, *args, "hi")
+    assert p.returncode == 0 and "pull     vision" in p.stderr and pair.mmproj.exists(), p.stderr
 
     n = len(hub.requests)
     p = cli(env | {"LOCALSPEC_MODELS": str(tmp_path / "m2")}, "pull", "vision", "--no-mmproj")
