@@ -52,8 +52,10 @@ def build_pair(
     """The pair in out_dir; `mmproj`, the target's vision projector, is checked against the target
     and linked (or copied) beside it."""
     out_dir = Path(out_dir)
-    if mmproj is not None:  # a bad projector is refused before minutes of converting
-        projector_for(mmproj, target_src) if is_gguf(target_src) else projector_facts(mmproj)
+    if mmproj is not None and is_gguf(target_src):  # a bad projector is refused before converting
+        projector_for(mmproj, target_src)
+    elif mmproj is not None:  # a checkpoint's width is known once converted; the file's kind now
+        projector_facts(mmproj)
     if is_gguf(target_src) and is_gguf(draft_src):
         report = check_pair(target_src, draft_src)
         if not report.ok:

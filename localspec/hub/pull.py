@@ -117,7 +117,7 @@ def pull_pair(
     plans = [plan_model(target, "target"), plan_model(draft, "draft")]
     projector = target.projector()
     if projector is not None:
-        plans.append(Planned("mmproj", projector, gguf=fetch.stat_file(projector, str(projector.file))))
+        plans.append(_plan_projector(projector))
     elif plans[0].projectors:
         log(
             f"note     {target.repo} also holds a vision projector ({', '.join(plans[0].projectors)}); "
@@ -171,6 +171,13 @@ def pull_pair(
     )
 
 
+def _plan_projector(ref: ModelRef) -> Planned:
+    try:
+        return Planned("mmproj", ref, gguf=fetch.stat_file(ref, str(ref.file)))
+    except LocalspecError as e:
+        raise LocalspecError(f"{e} (--no-mmproj pulls the pair without its projector)") from None
+
+
 def _check_projector(
     plans: list[Planned], files: Mapping[str, Path | None], name: str, then: str
 ) -> ProjectorFacts | None:
@@ -184,7 +191,9 @@ def _check_projector(
         return projector_for(mmproj, target)
     except LocalspecError as e:
         why = str(e).replace(str(mmproj), plan.ref.label)
-        raise LocalspecError(f"{name}: {why}; {then} (--no-mmproj pulls the pair without it)") from None
+        raise LocalspecError(
+            f"{name}: {why}; {then} (--no-mmproj pulls the pair without its projector)"
+        ) from None
 
 
 def _check_before_download(

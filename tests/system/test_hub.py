@@ -68,11 +68,13 @@ def hub(tmp_path_factory):
     presets.mkdir()
     (presets / "tiny.toml").write_text(PRESET.format(name="tiny", draft=DRAFT[0], sha="0" * 64))
     (presets / "bad.toml").write_text(PRESET.format(name="bad", draft="acme/spm-GGUF", sha=""))
-    for preset, mmproj in (
-        ("vision", VISION[1]),
-        ("wide", "mmproj-smollm2.gguf"),
-        ("cut", "mmproj-cut.gguf"),
-    ):
+    named = {
+        "vision": VISION[1],
+        "wide": "mmproj-smollm2.gguf",
+        "cut": "mmproj-cut.gguf",
+        "gone": "mmproj-x.gguf",
+    }
+    for preset, mmproj in named.items():
         (presets / f"{preset}.toml").write_text(VISION_PRESET.format(name=preset, mmproj=mmproj))
     fits = write_mmproj(d / "mmproj-tiny.gguf", shape=ProjectorShape(n_embd_text=64)).read_bytes()
     wide = write_mmproj(d / "mmproj-smollm2.gguf").read_bytes()  # seeded: models/mmproj-smollm2-test.gguf
@@ -469,6 +471,8 @@ def test_pull_of_two_repos_takes_the_projector_named_and_notes_one_not_asked_for
         # judged from the headers: nothing moves
         ("wide", (f"{VISION[0]}:mmproj-smollm2.gguf makes 576-wide embeddings, but the target is 64 wide",
                   "nothing was downloaded"), False),
+        # not in the repo (any more): its size is asked for before anything else
+        ("gone", (f"{VISION[0]}:mmproj-x.gguf: no such file in the repo",), False),
         # a header that cannot be read is judged once the file is here
         ("cut", (f"{VISION[0]}:mmproj-cut.gguf is truncated", "no pair.toml was written"), True),
     ],
