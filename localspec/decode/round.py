@@ -82,6 +82,8 @@ def _prefill_items(
             target.truncate(upto, st.seq)  # a recurrent memory may land below upto: re-evaluate the rest
         have = target.past(st.seq)
         end = upto if budget is None else min(upto, have + budget)
+        while 0 < end < upto and st.tokens[end] < 0 and st.tokens[end - 1] < 0:
+            end += 1  # an image's rows go in one decode (a projector may attend across all of them)
         st.counters.n_prefilled += max(end - have, 0) + (end == upto)  # + the first verify's token
         if have >= upto:
             continue
