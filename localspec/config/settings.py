@@ -68,6 +68,7 @@ _GROUP_SCOPE = {
     "constraint": (FLAG, CONFIG, REQUEST),  # an answer's format is its asker's, not the model file's
 }
 MODEL_CONTEXT = (FLAG, CONFIG, PAIR)  # what a model is built for (context size, KV type, batches)
+ROPE = ("rope_scaling", "rope_scale", "rope_freq_base", "yarn_orig_ctx")  # llama.cpp's context extension
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,6 +122,34 @@ class Settings:
         group="model",
         choices=("f16", "q8_0", "q4_0", "f32"),
         scope=MODEL_CONTEXT,
+    )
+    rope_scaling: str | None = _f(
+        None,
+        "RoPE scaling past the model's trained context: none, linear or yarn (default: the GGUF's own). "
+        "With --rope-scale N, yarn stretches a model trained on C tokens to N*C (llama-server's "
+        "--rope-scaling).",
+        group="model",
+        choices=("none", "linear", "yarn"),
+        scope=MODEL_CONTEXT,
+    )
+    rope_scale: float | None = _f(
+        None,
+        "RoPE context scaling factor N: positions are stretched N times (default: the GGUF's).",
+        group="model",
+        scope=MODEL_CONTEXT,
+        ge=1,
+        le=1024,
+    )
+    rope_freq_base: float | None = _f(
+        None, "RoPE base frequency (default: the GGUF's).", group="model", scope=MODEL_CONTEXT, gt=0, le=1e12
+    )
+    yarn_orig_ctx: int | None = _f(
+        None,
+        "YaRN's original context: the tokens the model was trained on (default: the GGUF's).",
+        group="model",
+        scope=MODEL_CONTEXT,
+        ge=1,
+        le=1 << 24,
     )
     backend_top_k: int = _f(
         -1,
@@ -415,7 +444,7 @@ class Settings:
 
     def context_args(self) -> dict[str, Any]:
         """The keyword arguments of `backend.Context` that these settings decide."""
-        names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type", "backend_top_k")
+        names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type", "backend_top_k", *ROPE)
         return {n: getattr(self, n) for n in names} | {"n_seq": self.parallel}
 
     @property

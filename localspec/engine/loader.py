@@ -5,6 +5,7 @@ one decode, so compute buffers are reserved before the first request; requests n
 
 from __future__ import annotations
 
+import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -128,6 +129,8 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
     out.target_ctx = st.enter_context(
         llama.Context(out.target, **common, n_rs_seq=n_rs, projector=out.projector)
     )
+    if past := past_training(s, out.target, out.target_ctx.n_ctx):
+        log(past)
     if out.target_ctx.memory_kind != "attention":
         log(f"target memory: {out.target_ctx.memory_kind}, rollback by {out.target_ctx.rollback}")
     if s.mtp_drafts:
@@ -158,3 +161,17 @@ def memory_key(out: LoadedPair) -> Callable[[], dict[str, Any]]:
     dec = out.decision
     assert dec is not None
     return lambda: key(out.settings, dec.target_gpu_layers, dec.draft_gpu_layers)
+
+
+def past_training(s: Settings, target: llama.Model, n_ctx: int) -> str | None:
+    """The warning for a slot longer than the target's trained context (stretched by RoPE scaling):
+    answers reaching past it degenerate (llama.cpp warns as much in its log, unread by most)."""
+    scale = 1.0 if s.rope_scaling == "none" else s.rope_scale or 1 / target.rope_freq_scale_train
+    trained = round(target.n_ctx_train * scale)
+    if not target.n_ctx_train or n_ctx <= trained:
+        return None
+    return (
+        f"warning: --n-ctx {n_ctx} is past {target.path.name}'s trained context ({trained} tokens): answers "
+        f"that reach past it may degenerate; `--rope-scaling yarn --rope-scale "
+        f"{math.ceil(n_ctx / target.n_ctx_train)}` stretches the model's positions to fit (docs/settings.md)"
+    )

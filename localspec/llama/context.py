@@ -32,9 +32,38 @@ KV_TYPES = {
     "q4_0": C.GGML_TYPE_Q4_0,
 }
 FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
+ROPE_SCALING = {
+    "none": C.LLAMA_ROPE_SCALING_TYPE_NONE,
+    "linear": C.LLAMA_ROPE_SCALING_TYPE_LINEAR,
+    "yarn": C.LLAMA_ROPE_SCALING_TYPE_YARN,
+}
 
 # when the running llama_decode started (0: none runs): the RPC watchdog's measure of a stall
 BUSY_SINCE = [0.0]
+
+
+def set_rope(
+    params: C.llama_context_params,
+    *,
+    rope_scaling: str | None = None,
+    rope_scale: float | None = None,
+    rope_freq_base: float | None = None,
+    yarn_orig_ctx: int | None = None,
+) -> None:
+    """llama-server's --rope-scaling, --rope-scale, --rope-freq-base and --yarn-orig-ctx onto context
+    params; None leaves llama.cpp's default (the GGUF's own values)."""
+    if rope_scaling is not None:
+        if rope_scaling not in ROPE_SCALING:
+            raise LocalspecError(
+                f"rope_scaling must be one of {', '.join(ROPE_SCALING)} (got {rope_scaling!r})"
+            )
+        params.rope_scaling_type = ROPE_SCALING[rope_scaling]
+    if rope_scale is not None:
+        params.rope_freq_scale = 1.0 / rope_scale  # as llama-server: scale N is a frequency scale of 1/N
+    if rope_freq_base is not None:
+        params.rope_freq_base = rope_freq_base
+    if yarn_orig_ctx is not None:
+        params.yarn_orig_ctx = yarn_orig_ctx
 
 
 class Context(Owner):
@@ -61,6 +90,10 @@ class Context(Owner):
         n_rs_seq: int = 0,
         backend_top_k: int = 0,
         projector: "Projector | None" = None,
+        rope_scaling: str | None = None,
+        rope_scale: float | None = None,
+        rope_freq_base: float | None = None,
+        yarn_orig_ctx: int | None = None,
     ) -> None:
         if kv_type not in KV_TYPES:
             raise LocalspecError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
@@ -69,6 +102,13 @@ class Context(Owner):
         if n_seq < 1:
             raise LocalspecError(f"n_seq must be >= 1 (got {n_seq})")
         self.model = model
+        # kept for the contexts that share this one's positions (an MTP head)
+        self.rope = dict(
+            rope_scaling=rope_scaling,
+            rope_scale=rope_scale,
+            rope_freq_base=rope_freq_base,
+            yarn_orig_ctx=yarn_orig_ctx,
+        )
         threads = n_threads or default_threads()
         params = C.llama_context_default_params()
         params.n_ctx = n_ctx * n_seq
@@ -82,6 +122,7 @@ class Context(Owner):
         params.type_k = KV_TYPES[kv_type]
         params.type_v = KV_TYPES[kv_type]
         params.no_perf = True
+        set_rope(params, **self.rope)
         params.n_rs_seq = n_rs_seq  # recurrent states kept per sequence for rollback (rs-capable archs)
         self.top_k = model.backend_top_k() if backend_top_k < 0 else min(backend_top_k, model.n_vocab)
         # referenced while the context lives: llama.cpp keeps the chains' pointers

@@ -131,6 +131,11 @@ class Model(Owner):
     def n_ctx_train(self) -> int:
         return int(C.llama_model_n_ctx_train(self.ptr))
 
+    @property
+    def rope_freq_scale_train(self) -> float:
+        """The GGUF's RoPE frequency scale (1 / its context scaling factor; 1 when it has none)."""
+        return float(C.llama_model_rope_freq_scale_train(self.ptr)) or 1.0
+
     def describe(self) -> str:
         buf = ctypes.create_string_buffer(256)
         C.llama_model_desc(self.ptr, buf, len(buf))

@@ -24,6 +24,7 @@ import llama_cpp as C
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.llama.context import set_rope
 
 TESTED = ("0.3.36",)  # llama-cpp-python versions whose libllama exports these symbols as bound here
 _F32P = ctypes.POINTER(ctypes.c_float)
@@ -114,6 +115,7 @@ class MtpDrafter:
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
         params.ctx_other = target.ptr
+        set_rope(params, **target.rope)  # the head reads the target's positions as the target does
         ptr = C.llama_init_from_model(model.ptr, params)
         if not ptr:
             raise LocalspecError("llama.cpp could not create the MTP context (see LOCALSPEC_VERBOSE=1)")
