@@ -3,8 +3,9 @@ docs say for a custom provider on the Responses wire API: SmolLM2 as the target 
 model, drafting 4 from the first round) with a 16k context, Codex's own prompt (its instructions and
 tools, a built-in web_search among them) with its goal and sub-agent tools off (SmolLM2 loops on
 create_goal otherwise; the tool output with no call_id that it brings back is tested in
-tests/unit/test_openai_responses.py). A turn exits 0 and prints an answer; the next turn (`codex exec resume`, which sends the whole conversation again)
-evaluates only its new prompt tokens, in the target and in the draft."""
+tests/unit/test_openai_responses.py). A turn exits 0 and prints an answer; the next turn (`codex exec
+resume`, which sends the whole conversation again) evaluates only its new prompt tokens, in the
+target and in the draft."""
 
 from __future__ import annotations
 
