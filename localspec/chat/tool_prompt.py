@@ -111,10 +111,10 @@ def prepare(
         elif m.get("tool_calls"):
             m = {**m, "tool_calls": [_arguments_as(c, caps.object_arguments) for c in m["tool_calls"]]}
         elif m.get("role") == "tool" and not caps.tool_results:
-            body = json.dumps(
-                {"tool_response": {"tool_call_id": m.get("tool_call_id"), "content": m.get("content")}},
-                ensure_ascii=False,
-            )
+            # a result answers its call's id; output no call asked for goes by its tool's name
+            named = m.get("name") and not m.get("tool_call_id")
+            about = {"name": m["name"]} if named else {"tool_call_id": m.get("tool_call_id")}
+            body = json.dumps({"tool_response": {**about, "content": m.get("content")}}, ensure_ascii=False)
             if out and out[-1].get("_tool_results"):  # results of one turn: one user message
                 out[-1] = {**out[-1], "content": out[-1]["content"] + "\n" + body}
                 continue

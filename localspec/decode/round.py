@@ -217,6 +217,7 @@ def _round(
             if draft.past(st.seq) >= n:  # fully cached: re-evaluate the last token for its logits
                 draft.truncate(n - 1, st.seq)
             have = draft.past(st.seq)
+            _count_draft_prompt(st, have, n)
             items.append((st.seq, st.tokens[have:n] + drafts[st], have, 1))
         while active:
             te = time.perf_counter()
@@ -428,6 +429,12 @@ def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[in
     return checked, kept
 
 
+def _count_draft_prompt(st: SeqState, have: int, end: int) -> None:
+    """The draft evaluates positions [have, end): count those in the prompt (the target's n_prefilled
+    counterpart; a draft catches up on the prompt late, at its first drafting round)."""
+    st.counters.n_draft_prefilled += max(min(end, len(st.tokens) - st.n_new) - have, 0)
+
+
 def _charge_prefill(filling: Sequence[SeqState], dt: float) -> None:
     for st in filling:
         st.counters.prefill_s += dt
@@ -449,6 +456,7 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> tupl
     for st in active:
         have, upto = draft.past(st.seq), len(st.tokens) - 1
         if upto - have > (1 if snapshots else 2):
+            _count_draft_prompt(st, have, upto)
             items.append((st.seq, st.tokens[have:upto], have, 1))
             behind.append(st)
             replay_only &= snapshots and upto - have <= LOOKUP_MAX + 2

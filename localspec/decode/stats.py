@@ -42,6 +42,7 @@ class Counters:
     started_plain: bool = False  # auto-K predicted from measured costs that plain decoding is faster
     cost_cuts: int = 0  # rounds after which the request's cost bound cut its drafts back
     n_prefilled: int = 0  # prompt tokens the target evaluated; the rest came from the cached prefix
+    n_draft_prefilled: int = 0  # ... and those the draft model evaluated (its own cached prefix is shorter)
     rounds_trace: list[dict] | None = None  # one record per round, kept only when tracing (--trace)
     sources: dict[str, SourceCounts] = field(default_factory=lambda: {s: SourceCounts() for s in SOURCES})
 
@@ -124,6 +125,7 @@ class Stats:
     started_plain: bool
     cost_cuts: int  # times the request's cost bound cut its drafts back (draft_len/cost_bound.py)
     n_prefilled: int  # prompt tokens actually evaluated (after prefix reuse)
+    n_draft_prefilled: int  # ... by the draft model (0 without one)
     # per draft source (draft, lookup): rounds, drafted, accepted, acceptance_rate, mean_accepted_run
     sources: dict[str, dict] = field(default_factory=dict)
     rounds_trace: list[dict] | None = None
@@ -172,6 +174,7 @@ class Stats:
             fell_back=c.fallbacks > 0,
             fallbacks=c.fallbacks,
             n_prefilled=c.n_prefilled,
+            n_draft_prefilled=c.n_draft_prefilled,
             rounds_trace=c.rounds_trace,
             started_plain=c.started_plain,
             cost_cuts=c.cost_cuts,

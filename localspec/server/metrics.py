@@ -89,12 +89,14 @@ def _samples(model: Any) -> Iterator[tuple[str, str, str, dict[str, str], float]
     yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", t.prompt_tokens)
     yield counter("vllm:generation_tokens", "Number of generation tokens processed.", t.generated_tokens)
     yield counter("llamacpp:prompt_tokens", "Number of prompt tokens processed.", t.prompt_tokens)
-    yield counter(
-        "localspec:prompt_tokens_evaluated",
-        "Prompt tokens the target evaluated; the rest came from a cached prefix (this slot's or "
-        "another's: n choices of one prompt evaluate it once).",
-        t.prompt_evaluated,
-    )
+    for role, n in (("target", t.prompt_evaluated), ("draft", t.draft_prompt_evaluated)):
+        yield counter(
+            "localspec:prompt_tokens_evaluated",
+            "Prompt tokens each model (role: target, draft) evaluated; the rest came from a cached "
+            "prefix (this slot's or another's: n choices of one prompt evaluate it once).",
+            n,
+            role=role,
+        )
     yield counter("llamacpp:prompt_seconds", "Prompt process time.", t.prompt_s)
     yield counter("llamacpp:tokens_predicted", "Number of generation tokens processed.", t.generated_tokens)
     yield counter("llamacpp:tokens_predicted_seconds", "Predict process time.", t.decode_s)

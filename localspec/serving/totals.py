@@ -19,6 +19,7 @@ class Totals:
     failed: int = 0  # ended with a server error (the generation failed, the engine was lost)
     prompt_tokens: int = 0
     prompt_evaluated: int = 0  # of those, what the target evaluated (the rest came from a cached prefix)
+    draft_prompt_evaluated: int = 0  # ... and what the draft model evaluated
     generated_tokens: int = 0
     prompt_s: float = 0.0
     decode_s: float = 0.0
@@ -42,6 +43,7 @@ class Counting:
             t.finished[finish_reason] += 1
             t.prompt_tokens += stats.n_prompt_tokens
             t.prompt_evaluated += stats.n_prefilled
+            t.draft_prompt_evaluated += stats.n_draft_prefilled
             t.generated_tokens += stats.n_generated
             t.prompt_s += stats.prefill_ms / 1e3
             t.decode_s += stats.decode_ms / 1e3

@@ -56,7 +56,7 @@ def claude(server: Server, home, *args: str) -> subprocess.CompletedProcess:
 
 def evaluated(server: Server) -> tuple[float, float]:
     m = server.metrics()
-    return m["localspec:prompt_tokens_evaluated_total"], m["llamacpp:prompt_seconds_total"]
+    return m["localspec:prompt_tokens_evaluated_total{role=target}"], m["llamacpp:prompt_seconds_total"]
 
 
 def test_two_turns_and_the_second_evaluates_only_its_new_tokens(server, tmp_path):

@@ -55,7 +55,7 @@ def client(server) -> ollama.Client:
 
 def _evaluated(server: Server, run) -> int:  # noqa: ANN001
     """Prompt tokens the target evaluated while `run()` ran (the rest came from a cached prefix)."""
-    key = "localspec:prompt_tokens_evaluated_total"
+    key = "localspec:prompt_tokens_evaluated_total{role=target}"
     before = server.metrics().get(key, 0)
     run()
     return int(server.metrics()[key] - before)

@@ -245,6 +245,14 @@ def test_metrics_count_what_was_sent(server, model_id):
         v for k, v in before.items() if k.startswith("vllm:spec_decode_num_accepted_tokens_per_pos")
     )
     assert per_pos == accepted
+    # the target evaluated what it had not cached; the draft model (its cache holds a prefix of the
+    # target's) at least that much, at most the whole prompt, of each prompt it drafted for
+    new = [r.usage.prompt_tokens - r.model_extra["timings"]["cache_n"] for r in replies]
+    assert delta("localspec:prompt_tokens_evaluated_total{role=target}") == sum(new)
+    by_draft = [bool(r.model_extra["timings"]["draft_sources"].get("draft")) for r in replies]
+    draft_new = sum(n for n, d in zip(new, by_draft) if d)
+    draft_all = sum(r.usage.prompt_tokens for r, d in zip(replies, by_draft) if d)
+    assert draft_new <= delta("localspec:prompt_tokens_evaluated_total{role=draft}") <= draft_all
     finished = sum(delta(f"vllm:request_success_total{{finished_reason={r}}}") for r in ("stop", "length"))
     assert finished == 2
     assert after["vllm:num_requests_running"] == 0 and after["llamacpp:predicted_tokens_seconds"] > 0

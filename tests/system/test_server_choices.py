@@ -73,8 +73,8 @@ def test_n_choices_evaluate_a_new_prompt_once(server, model_id):
     # the first choice evaluated what no slot held (its hex word at least); the others copied the
     # whole prompt but the token their first verify batch evaluates
     assert evaluated[:2] == [1, 1] and 8 < evaluated[2] <= n_prompt
-    delta = after["localspec:prompt_tokens_evaluated_total"] - before.get(
-        "localspec:prompt_tokens_evaluated_total", 0
+    delta = after["localspec:prompt_tokens_evaluated_total{role=target}"] - before.get(
+        "localspec:prompt_tokens_evaluated_total{role=target}", 0
     )
     assert delta == sum(evaluated) < n_prompt + 3
     assert after["vllm:prompt_tokens_total"] - before.get("vllm:prompt_tokens_total", 0) == 3 * n_prompt

@@ -181,6 +181,8 @@ def test_prefix_reuse_lands_on_the_slot_holding_the_history():
     # the last generated token (never evaluated: generation ended on it) and the two new ones (the
     # second is evaluated by the first round's verify batch)
     assert turn2.counters.n_prefilled == 3
+    # the draft's cache ends a token short of the target's (the last round's token it never saw)
+    assert turn2.counters.n_draft_prefilled == 4
     assert turn2.got == serial(t, d, turn2.prompt, k=3, n=8)
 
 

@@ -484,16 +484,18 @@ def test_greedy_spec_matches_plain_over_many_random_pairs():
 def test_prefill_counts_only_tokens_not_cached_and_trace_records_rounds():
     t, d = markov_tables(v=16, noise=2.0)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8]
-    target = FakeContext(t)
+    target, draft = FakeContext(t), FakeContext(d)
     target.eval(prompt[:5], 0)  # a cached prefix, as the engine's prefix reuse leaves it
+    draft.eval(prompt[:2], 0)  # the draft's: shorter (it catches up lazily)
     c = Counters(rounds_trace=[])
-    _, c = run(target, FakeContext(d), prompt, k=3, n=12, counters=c)
+    _, c = run(target, draft, prompt, k=3, n=12, counters=c)
     assert c.n_prefilled == 3  # prompt[5:], the last of them in the first verify batch
+    assert c.n_draft_prefilled == 6  # prompt[2:], the last of them in the first draft step
     assert len(c.rounds_trace) == len(c.k_history)
     assert sum(r["accepted"] for r in c.rounds_trace) == c.n_accepted
     assert sum(r["drafted"] for r in c.rounds_trace) == c.n_drafted
     _, fresh = run(FakeContext(t), FakeContext(d), prompt, k=3, n=12)
-    assert fresh.n_prefilled == len(prompt) and fresh.rounds_trace is None
+    assert fresh.n_prefilled == fresh.n_draft_prefilled == len(prompt) and fresh.rounds_trace is None
 
 
 @pytest.mark.parametrize("mode", ["pq", "match"])

@@ -74,6 +74,28 @@ def test_a_body_becomes_the_internal_request(client, fake):
     assert json.loads(s.json_schema) == {"type": "object"} and s.json_strict is True
 
 
+def test_output_no_call_asked_for_goes_by_its_tools_name(client, fake):
+    # Codex 0.171's request after SmolLM2 called create_goal (captured from a real run): it adds its
+    # goal as a tool's output with no call_id, named by the tool (and namespace) it comes from
+    goal = '{"objective":"create_goal","token_budget":100}'
+    body = {
+        "model": "fake", "stream": True, "tools": [FN],
+        "input": [
+            {"type": "message", "id": "msg_1", "role": "user", "content": [{"type": "input_text", "text": "Reply with one word: hello."}]},
+            {"type": "function_call", "status": "completed", "id": "fc_1", "name": "create_goal", "arguments": goal, "call_id": "call_z"},
+            {"type": "function_call_output", "id": "fco_1", "call_id": "call_z", "output": '{"goal":{"status":"active"}}'},
+            {"type": "function_call_output", "id": "fco_2", "name": "goal_objective", "namespace": "agent", "output": "create_goal"},
+        ],
+    }  # fmt: skip
+    fake.queue(*answer("hello"))
+    r = client.post(URL, json=body)
+    assert r.status_code == 200, r.text
+    assert events(r)[-1]["type"] == "response.completed"
+    out = fake.requests[-1].messages[-2:]
+    assert [(m.role, m.tool_call_id, m.name, m.content) for m in out] == [
+        ("tool", "call_z", None, '{"goal":{"status":"active"}}'), ("tool", None, "agent.goal_objective", "create_goal")]  # fmt: skip
+
+
 def test_a_string_input_and_allowed_tools(client, fake):
     body = {"input": "Hi", "tools": [FN, {**FN, "name": "put"}],
             "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "put"}]},
@@ -192,7 +214,8 @@ def test_errors_take_openai_shape(client, fake):
     e = error({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]})
     assert e["param"] == "input.0.content.0.type"
     assert error({"input": [{"type": "item_reference", "id": "msg_1"}]})["param"] == "input.0"
-    assert error({"input": [{"type": "function_call_output", "output": "x"}]})["param"] == "input.0.call_id"
+    e = error({"input": [{"type": "function_call_output", "output": "x"}]})
+    assert e["param"] == "input.0.call_id" and "'name'" in e["message"]
     assert error({"input": [{"role": "tool", "content": "x"}]})["param"] == "input.0.role"
     assert error({"input": [{"type": "web_search_call"}]})["param"] == "input.0.type"
     assert error({"input": []})["param"] == "input"

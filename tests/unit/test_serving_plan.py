@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from localspec.chat import families, tool_prompt
 from localspec.serving import APIError, Message, Request, Tool, ToolCall
 from localspec.serving.plan import template_message, template_tool, template_vars, tool_choice
 
@@ -45,3 +46,16 @@ def test_messages_and_tools_as_templates_read_them():
         "type": "function",
         "function": {"name": "get", "parameters": {"type": "object"}},
     }
+
+
+def test_a_template_without_tool_results_reads_them_as_a_user_message():
+    chatml = (
+        "{% for m in messages %}{% if m.role != 'tool' %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+        "<|im_end|>\n{% endif %}{% endfor %}"
+    )
+    answered = template_message(Message("tool", "sunny", tool_call_id="c1"))
+    unasked = template_message(Message("tool", "ship it", name="agent.goal_objective"))  # no call asked
+    msgs, _ = tool_prompt.prepare(chatml, [answered, unasked], None, families.detect(chatml))
+    assert msgs == [{"role": "user", "content": "\n".join([
+        '{"tool_response": {"tool_call_id": "c1", "content": "sunny"}}',
+        '{"tool_response": {"name": "agent.goal_objective", "content": "ship it"}}'])}]  # fmt: skip

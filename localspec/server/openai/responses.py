@@ -124,9 +124,7 @@ def _add(out: list[internal.Message], item: s.Item, at: str) -> None:
         else:
             out.append(internal.Message(role, _text(item.content, at + ".content", ("input_text",))))
     elif kind == "function_call_output" or kind == "custom_tool_call_output":
-        call_id = _need(item.call_id, at + ".call_id")
-        out.append(internal.Message("tool", _text(item.output, at + ".output", ("input_text", "output_text")),
-                                    tool_call_id=call_id))  # fmt: skip
+        out.append(_output(item, at))
     elif kind in ASSISTANT_ITEMS and (kind != "message" or item.role == "assistant"):
         last = out[-1] if out and out[-1].role == "assistant" else None
         merged = _assistant(last or internal.Message("assistant"), item, at)
@@ -140,6 +138,21 @@ def _add(out: list[internal.Message], item: s.Item, at: str) -> None:
                        param=at + ".role")  # fmt: skip
     else:
         raise APIError(400, f"input items of type {kind!r} are not supported here", param=at + ".type")
+
+
+def _output(item: s.Item, at: str) -> internal.Message:
+    """A tool's output: the answer to the call `call_id` names or, without one, context the client
+    hands the model as a named tool's output (Codex 0.171 sends its goal so: {"name":
+    "goal_objective", "namespace": "agent", "output": ...}, after the model's create_goal call)."""
+    text = _text(item.output, at + ".output", ("input_text", "output_text"))
+    if item.call_id:
+        return internal.Message("tool", text, tool_call_id=item.call_id)
+    if not item.name:
+        raise APIError(400, "a tool's output needs the 'call_id' of the call it answers, or its tool's 'name'",
+                       param=at + ".call_id")  # fmt: skip
+    return internal.Message(
+        "tool", text, name=f"{item.namespace}.{item.name}" if item.namespace else item.name
+    )
 
 
 def _assistant(m: internal.Message, item: s.Item, at: str) -> internal.Message:
