@@ -122,7 +122,7 @@ def _measured_rollback(memory: dict[str, Any], loaded: Any) -> None:
     from localspec.draft_len.calibrate import rollback_cost  # noqa: PLC0415
 
     for role, ctx in (("target", loaded.target_ctx), ("draft", loaded.draft_ctx)):
-        if role in memory and getattr(ctx, "memory_kind", "attention") != "attention":
+        if role in memory and ctx is not None and ctx.memory_kind != "attention":
             prefix = ctx.model.tokenize("The quick brown fox jumps over the lazy dog.", add_special=True)
             memory[role] |= {"loaded_kind": ctx.memory_kind} | rollback_cost(ctx, prefix)
 

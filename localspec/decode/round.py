@@ -51,18 +51,15 @@ LOOKUP_MAX = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
 def _eval(ctx: Evaluator, items: Sequence[Item]) -> list[np.ndarray]:
     """One decode of items; the rows without a copy where the evaluator can (the round is done
     with them before its next decode of that evaluator)."""
-    views = getattr(ctx, "eval_views", None)
-    return views(items) if views is not None else ctx.eval_batch(items)
+    return ctx.eval_views(items)
 
 
 def _ask_for_rows(ctx: Evaluator | None, live: Sequence[SeqState]) -> None:
     """Tell an evaluator that can give rows as their largest logits (`use_top_logits`: llama.cpp's
     backend top-k, `top_k` of them) which sequences read no more of a row than that."""
-    use = getattr(ctx, "use_top_logits", None)
-    if use is not None:
-        width = ctx.top_k
+    if ctx is not None:
         for st in live:
-            use(st.seq, top_logits_suffice(st, width))
+            ctx.use_top_logits(st.seq, top_logits_suffice(st, ctx.top_k))
 
 
 def _prefill_items(
@@ -159,8 +156,8 @@ def _round(
     # -- draft length per sequence, for the batch it is in: the grammar's forced tokens first (they
     # ride in the batch, so the K controller prices its plans with them in front) ------------------
     forced, ks, looked, cap, lefts = {}, {}, {}, {}, {}
-    model_source = getattr(draft, "source", "draft")  # the draft model, or the target's MTP head
-    max_draft = getattr(target, "max_draft", None)  # what the target's rollback can take back
+    model_source = draft.source if draft is not None else "draft"  # a draft model, or the target's MTP head
+    max_draft = target.max_draft  # what the target's rollback can take back
     for st in live:
         room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
         left = lefts[st] = st.max_new - st.n_new - 1 if st.max_new is not None else room
@@ -431,9 +428,11 @@ def _draft_catch_up(draft: Evaluator | None, active: Sequence[SeqState]) -> tupl
     by more than one token and settles there: its snapshot is taken at the first draft step, and a
     replay riding in that step would be undone with the drafts at every rejection. Such a replay
     (no longer than a round) is drafting's cost, not prefill: it is charged to the draft's time."""
+    if not active:
+        return 0.0, {}
     t0 = time.perf_counter()
     items, behind = [], []
-    snapshots = getattr(draft, "rollback", "truncate") == "snapshot"
+    snapshots = draft.rollback == "snapshot"
     replay_only = True
     for st in active:
         have, upto = draft.past(st.seq), len(st.tokens) - 1

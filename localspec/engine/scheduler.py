@@ -18,9 +18,10 @@ from collections import deque
 from typing import Sequence
 
 from localspec.decode.round import decode_round
-from localspec.decode.state import Evaluator, SeqState
+from localspec.decode.state import SeqState
 from localspec.engine.sharing import Sharing, common_prefix
 from localspec.errors import LocalspecError
+from localspec.evaluator import Evaluator
 
 # a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
 # where it ends): a later prompt sharing a long prefix (a system prompt) reuses at least half of it
@@ -73,9 +74,7 @@ class Scheduler:
         self.waiting: deque[Job] = deque()
         self.running: list[tuple[Job, SeqState, bool]] = []  # (job, state, still prefilling)
         self.marks: dict[int, list[int]] = {}  # slot -> checkpoint positions its prefill stops at
-        self._recurrent = getattr(target, "rollback", "truncate") != "truncate" and hasattr(
-            target, "checkpoint"
-        )
+        self._recurrent = target.checkpoints  # a recurrent target: prompt checkpoints
         self.sharing = Sharing(target, draft)
 
     @property
@@ -213,11 +212,11 @@ class Scheduler:
         done = decode_round(self.target, self.draft, decoding, states, budget)
         for st in states:
             if self.target.past(st.seq) in self.marks.get(st.seq, ()):
-                self.target.checkpoint(st.seq)  # type: ignore[attr-defined] - a recurrent llama.Context
+                self.target.checkpoint(st.seq)
         filled = {st for st, d in zip(states, done) if d}
         for st in filled:  # a recurrent memory keeps the prompt's state for the next request; a
             for ctx in self._contexts():  # draft still catching up, once it gets there
-                if hasattr(ctx, "checkpoint"):  # (fake backends have none)
+                if ctx.checkpoints:
                     ctx.checkpoint(st.seq, at=len(st.tokens) - 1)
         self.running = [(j, st, pre and st not in filled) for j, st, pre in self.running]
 

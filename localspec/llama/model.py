@@ -34,6 +34,8 @@ class VocabFacts:
 class Model:
     """A loaded GGUF model (weights and vocabulary). Owns the `llama_model *`."""
 
+    _ptr = None  # until llama.cpp loaded it (close() may run on a half-made model)
+
     def __init__(
         self,
         path: str | os.PathLike,
@@ -76,7 +78,7 @@ class Model:
 
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
-        if getattr(self, "_ptr", None):
+        if self._ptr:
             C.llama_model_free(self._ptr)
             self._ptr = None
 
@@ -179,7 +181,7 @@ class Model:
         return buf.raw[:n]
 
     def _live_vocab(self):  # noqa: ANN202 - a ctypes pointer
-        if not getattr(self, "_ptr", None):
+        if not self._ptr:
             raise LocalspecError("model already closed")
         return self._vocab
 
