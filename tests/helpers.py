@@ -26,7 +26,7 @@ from localspec.decode.sampling import SamplingParams
 from localspec.decode.state import Evaluator, SeqState, SpecConfig, Step
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
-from localspec.draft_len.controller import KController
+from localspec.draft_len.controller import Facts, KController, Outcome
 from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Job
 
@@ -171,15 +171,15 @@ def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0
     """Rounds of a simulated pair: each draft kept with probability accept_p, verify(n) seconds."""
     rng = np.random.default_rng(seed)
     for _ in range(rounds):
-        k = ctl.choose()
+        k = ctl.plan(Facts()).k
         acc = 0
         while acc < k and rng.random() < accept_p:
             acc += 1
         v = verify(k + 1) * (1 + (rng.exponential(0.5) if rng.random() < stalls else 0.0))
-        ctl.observe(
+        ctl.observe(Outcome(
             k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1,
             draft_s=k * t_draft, verify_s=v, round_s=k * t_draft + v,
-        )  # fmt: skip
+        ))  # fmt: skip
     return ctl
 
 
@@ -188,12 +188,12 @@ def follow_text(ctl: AutoK, hits: Sequence[int], t_draft: float, verify, tokens:
     t), until `tokens` are emitted; verify(n) is an n-token batch's seconds. Returns each round's K."""
     t, ks = 0, []
     while t < tokens:
-        k = ctl.choose()
+        k = ctl.plan(Facts()).k
         run = next((i for i in range(k) if not hits[t + i]), k)
         ks.append(k)
         v = verify(k + 1)
-        ctl.observe(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=t_draft * k,
-                    verify_s=v, round_s=t_draft * k + v)  # fmt: skip
+        ctl.observe(Outcome(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=t_draft * k,
+                            verify_s=v, round_s=t_draft * k + v))  # fmt: skip
         t += run + 1
     return ks
 

@@ -43,7 +43,8 @@ from localspec.decode.rows import (
 )
 from localspec.decode.sampling import Dist
 from localspec.decode.state import Evaluator, Item, SeqState, Step
-from localspec.draft_len.batch import choose_batch
+from localspec.draft_len.batch import plan_batch
+from localspec.draft_len.controller import Facts, Outcome
 
 LOOKUP_MAX = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
 
@@ -87,16 +88,15 @@ def _prefill_items(
 
 
 # -- one round -----------------------------------------------------------------------------------
-def _offer_lookup(st: SeqState, forced: list[int]) -> list[int]:
+def _offer_lookup(st: SeqState, forced: list[int]) -> tuple[list[int], int]:
     """The lookup's proposal for this round past the grammar's forced tokens (only if it agrees with
-    them), told to the K controller (which plans with it)."""
+    them), and its match's length (the K controller plans with both)."""
     if st.lookup is None:
-        return []
+        return [], 0
     tokens, match_len = st.lookup.propose(LOOKUP_MAX)
     if forced:
         tokens = tokens[len(forced) :] if tokens[: len(forced)] == forced else []
-    st.k_ctl.offer(len(tokens), match_len)
-    return tokens
+    return tokens, match_len
 
 
 def decode_round(
@@ -167,22 +167,25 @@ def _round(
             # replay would put them back under a snapshot a rejection returns to)
         forced[st] = forced_run(st, min(cap[st], LOOKUP_MAX))
     drafting = [st for st in live if st.speculative and (draft is not None or st.lookup is not None)]
+    facts = {}
+    offered = {}
     for st in drafting:
-        st.k_ctl.offer_forced(len(forced[st]))
+        # a draft far behind pays a catch-up before it drafts
         lag = len(st.tokens) - 1 - draft.past(st.seq) if draft is not None and st.draft_model else 0
-        st.k_ctl.offer_lag(lag, lefts[st])  # a draft far behind pays a catch-up before it drafts
-    offered = {st: _offer_lookup(st, forced[st]) for st in drafting}
-    wanted = dict(zip(drafting, choose_batch([st.k_ctl for st in drafting]))) if drafting else {}
+        offered[st], match_len = _offer_lookup(st, forced[st])
+        facts[st] = Facts(len(forced[st]), len(offered[st]), match_len, lag, lefts[st])
+    wanted = dict(zip(drafting, plan_batch([st.k_ctl for st in drafting], [facts[st] for st in drafting])))
     for st in live:
-        k = wanted.get(st, 0)
-        if st in wanted and not k and st.k_ctl.forced_take < len(forced[st]):  # a cheaper batch size
-            constrained(st, st.track.take_back, len(forced[st]) - st.k_ctl.forced_take)
-            forced[st] = forced[st][: st.k_ctl.forced_take]
+        plan = wanted.get(st)
+        k = plan.k if plan is not None else 0
+        if plan is not None and not k and plan.forced_take < len(forced[st]):  # a cheaper batch size
+            constrained(st, st.track.take_back, len(forced[st]) - plan.forced_take)
+            forced[st] = forced[st][: plan.forced_take]
             offered[st] = []  # it continued the whole run
         nf = len(forced[st])
         k = max(0, min(k, cap[st] - nf))
         proposal = offered.get(st, [])
-        looked[st] = unbanned(st, proposal[:k]) if k and st.k_ctl.lookup_first else []
+        looked[st] = unbanned(st, proposal[:k]) if k and plan.lookup_first else []
         if grammar_aware(st):
             looked[st] = st.track.valid(looked[st])
             looked[st] = looked[st][: st.track.push(looked[st])]
@@ -352,23 +355,28 @@ def _round(
         own = [j for j, name in enumerate(src) if name != "grammar"]
         n_own_acc = sum(j < n_acc for j in own)
         reached = n_own_acc == len(own) or own[n_own_acc] <= n_acc  # not cut by a forced token's miss
+        unused = offered.get(st) and not n_look
+        checked, kept = _offer_outcome(offered[st], new[len(forced[st]) :]) if unused else (0, 0)
         st.k_ctl.observe(
-            k=ks[st],
-            n_drafted=len(own) if reached else 0,
-            n_accepted=n_own_acc if reached else 0,
-            n_emitted=len(new),
-            draft_s=t1 - t0 - t_catch,
-            verify_s=t2 - t1,
-            round_s=round_s - t_catch,
-            batch_tokens=batch_tokens,
-            n_lookup=n_look if reached else 0,
-            n_forced=len(src) - len(own),
-            replay=replaying[st],
-            catch_tokens=caught.get(st, 0),
-            catch_s=catch_per_token * caught.get(st, 0),
+            Outcome(
+                k=ks[st],
+                n_drafted=len(own) if reached else 0,
+                n_accepted=n_own_acc if reached else 0,
+                n_emitted=len(new),
+                draft_s=t1 - t0 - t_catch,
+                verify_s=t2 - t1,
+                round_s=round_s - t_catch,
+                batch_tokens=batch_tokens,
+                n_lookup=n_look if reached else 0,
+                n_forced=len(src) - len(own),
+                replay=replaying[st],
+                catch_tokens=caught.get(st, 0),
+                catch_s=catch_per_token * caught.get(st, 0),
+                offer_checked=checked,
+                offer_kept=kept,
+                match_len=facts[st].match_len if st in facts else 0,
+            )
         )
-        if offered.get(st) and not n_look:
-            st.k_ctl.observe_unused_offer(*_offer_outcome(offered[st], new[len(forced[st]) :]))
         c.fallbacks = st.k_ctl.fallbacks
         c.started_plain = st.k_ctl.started_plain
     return fill_done
