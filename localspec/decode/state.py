@@ -27,9 +27,7 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
-    source: str = (
-        ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
-    )
+    source: str = ""  # who drafted it when from_draft: a draft source's name (decode/sources)
     # when asked: the target's log-probability of the token where it was emitted (decode/rows.py,
     # with_logprobs), and the most likely tokens there as (token, log-probability), best first
     logprob: float | None = None

@@ -9,6 +9,10 @@ from typing import Sequence
 
 import numpy as np
 
+# the evidence keys a draft source feeds (decode/sources declares each source's): acceptance by draft
+# position (a draft model, an MTP head), or by match length (the lookup); drafts kept for certain
+# (the grammar's forced tokens) feed none
+MODEL, LOOKUP = "model", "lookup"
 # lookup matches are judged by their length: 2, 3, 4-7, 8-15 and 16+ matched tokens
 LOOKUP_BUCKETS = (2, 3, 4, 8, 16)
 # a match's next token is kept this often, per bucket, over the bench prompts of every kind

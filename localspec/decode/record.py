@@ -1,0 +1,103 @@
+"""The round's record phase, the only one that touches stats: each sequence's counters (drafted and
+accepted per position and per source, draft, verify and sample time, K) and what its K controller
+learns from the round (`Outcome`: the drafts each source's evidence covers, per the registered
+sources' specs)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from localspec.decode.clock import Clock
+from localspec.decode.seqplan import SeqPlan
+from localspec.decode.settle import Verdict
+from localspec.decode.sources import SPECS
+from localspec.decode.state import SeqState, Step
+from localspec.draft_len.controller import Outcome
+from localspec.draft_len.evidence import LOOKUP
+
+
+def record_prefill(filling: Sequence[SeqState], prefilled: Sequence[int], seconds: float) -> None:
+    """The prompt chunks of the sequences still prefilling: their tokens and the round's time."""
+    for st, n in zip(filling, prefilled):
+        st.counters.n_prefilled += n
+        st.counters.prefill_s += seconds
+
+
+def record(plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, batch_tokens: int) -> None:
+    m = clock.marks
+    t_catch = clock.spent["catch"] if clock.caught else 0.0  # a replay-only catch-up is drafting's
+    for st in clock.caught:  # the draft's prompt pass, late: prefill, not drafting
+        st.counters.prefill_s += t_catch
+    starts = [m["dists"], *clock.done[:-1]]
+    shared = m["dists"] - m["verified"]  # the round's distributions: charged to each one's sampling
+    for p, v, t0, t1 in zip(plans, verdicts, starts, clock.done):
+        _record_one(p, v, clock, t_catch, (t1 - t0) + shared, batch_tokens)
+
+
+def _record_one(
+    p: SeqPlan, v: Verdict, clock: Clock, t_catch: float, sample_s: float, batch_tokens: int
+) -> None:
+    st, c, m = p.st, p.st.counters, clock.marks
+    n_look = sum(SPECS[s].evidence == LOOKUP for s in p.sources)
+    k = p.k if p.model else n_look  # the K asked: the lookup's alone without the draft model
+    draft_s, verify_s = m["drafted"] - m["drafting"] - t_catch, m["verified"] - m["drafted"]
+    c.record_round(k, len(p.drafts), v.n_accepted, sources=p.sources)
+    c.trace_round(
+        k=k,
+        drafted=len(p.drafts),
+        accepted=v.n_accepted,
+        lookup=p.sources.count("lookup"),
+        grammar=p.sources.count("grammar"),
+        draft_ms=(m["drafted"] - m["drafting"]) * 1e3,
+        verify_ms=verify_s * 1e3,
+    )
+    c.draft_s += draft_s
+    c.verify_s += verify_s
+    c.sample_s += sample_s
+    c.llama_s += verify_s + clock.spent["draft"]
+    if st.track is not None:
+        c.constrain_s += st.track.take_spent()
+    round_s = (m["verified"] - m["start"]) + sample_s  # the shared decodes plus this sequence's own work
+    c.loop_s += round_s
+    st.k_ctl.observe(_outcome(p, v, k, draft_s, verify_s, round_s - t_catch, batch_tokens, clock, t_catch))
+    c.fallbacks = st.k_ctl.fallbacks
+    c.started_plain = st.k_ctl.started_plain
+
+
+def _outcome(p, v, k, draft_s, verify_s, round_s, batch_tokens, clock, t_catch) -> Outcome:  # noqa: ANN001
+    """What the K controller learns: only the drafts of sources with evidence (the grammar's are
+    free and certain), and only when the round reached them (not cut short by a forced token's miss)."""
+    own = [j for j, s in enumerate(p.sources) if SPECS[s].evidence is not None]
+    n_own_acc = sum(j < v.n_accepted for j in own)
+    reached = n_own_acc == len(own) or own[n_own_acc] <= v.n_accepted
+    n_look = sum(SPECS[p.sources[j]].evidence == LOOKUP for j in own)
+    checked, kept = _offer_outcome(p.offer, v.new[len(p.forced) :]) if p.offer and not n_look else (0, 0)
+    caught = clock.caught.get(p.st, 0)
+    return Outcome(
+        k=k,
+        n_drafted=len(own) if reached else 0,
+        n_accepted=n_own_acc if reached else 0,
+        n_emitted=len(v.new),
+        draft_s=draft_s,
+        verify_s=verify_s,
+        round_s=round_s,
+        batch_tokens=batch_tokens,
+        n_lookup=n_look if reached else 0,
+        n_forced=len(p.sources) - len(own),
+        replay=p.replay,
+        catch_tokens=caught,
+        catch_s=t_catch / max(sum(clock.caught.values()), 1) * caught,
+        offer_checked=checked,
+        offer_kept=kept,
+        match_len=p.facts.match_len if p.facts is not None else 0,
+    )
+
+
+def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[int, int]:
+    """(how many of an unused lookup proposal's tokens the round's output can judge, how many of
+    those lead in agreement with it)."""
+    checked = min(len(proposal), len(emitted))
+    kept = 0
+    while kept < checked and proposal[kept] == emitted[kept].token:
+        kept += 1
+    return checked, kept

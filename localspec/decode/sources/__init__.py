@@ -1,0 +1,21 @@
+"""The draft sources, in the order a round walks them: the grammar's forced tokens lead, the
+lookup's proposal follows, and a decoding drafter - the draft model or the target's MTP head,
+whichever the draft context declares (`Evaluator.source`) - extends them. Adding a source is one
+module implementing `DraftSource` (base.py) and one line here (docs/architecture.md shows how)."""
+
+from __future__ import annotations
+
+from localspec.decode.sources.base import DraftSource, SourceSpec
+from localspec.decode.sources.grammar import GrammarSource
+from localspec.decode.sources.lookup import LookupSource
+from localspec.decode.sources.model import ModelSource
+from localspec.decode.sources.mtp import MtpSource
+from localspec.evaluator import Evaluator
+
+REGISTERED = (GrammarSource, LookupSource, ModelSource, MtpSource)
+SPECS: dict[str, SourceSpec] = {cls.spec.name: cls.spec for cls in REGISTERED}
+
+
+def sources_for(draft: Evaluator | None) -> list[DraftSource]:
+    """This round's sources over the draft context (None: the free sources only)."""
+    return [s for cls in REGISTERED if (s := cls.for_round(draft)) is not None]
