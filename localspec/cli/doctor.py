@@ -57,7 +57,7 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         return out
     decision = planned.decision
     out["decision"] = decision.to_dict()
-    if settings.draft is not None:
+    if settings.draft is not None or settings.draft_mtp:
         out["tuner_memory"] = _remembered(settings, decision)
     if not load:
         return out
