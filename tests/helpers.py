@@ -28,7 +28,7 @@ from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.controller import Facts, KController, Outcome
 from localspec.draft_len.fixed import FixedK
-from localspec.engine.scheduler import Job
+from localspec.engine.scheduler import Schedulable
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = SamplingParams(temperature=0.0)
@@ -87,7 +87,7 @@ def speculative_steps(
             return
 
 
-class FakeJob(Job):
+class FakeJob(Schedulable):
     """A scheduler job over the fake backend that records what it got."""
 
     def __init__(self, prompt, *, n=20, k=3, sp=GREEDY, seed=0, stop_token=None, mode="pq", ctl=None):

@@ -1,7 +1,7 @@
 """Continuous batching: which sequences run in the next round. No logits in here.
 
-Requests (`Job`s) wait for a free slot (a backend sequence id in both models' contexts). A new job
-lands on the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
+Requests (`Schedulable` jobs) wait for a free slot (a backend sequence id in both models' contexts). A
+new job lands on the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
 turn finds its history); where another slot, free or running, holds a longer prefix, that prefix is
 copied into the new slot instead of evaluated again (a KV cache only: sharing.py). The rest of its
 prompt is prefilled in chunks that ride in the rounds' verify decodes (a
@@ -38,8 +38,9 @@ def checkpoint_marks(n_prompt: int, have: int) -> list[int]:
     return marks
 
 
-class Job:
-    """One request as the scheduler sees it; the engine fills in what the steps mean."""
+class Schedulable:
+    """One request as the scheduler sees it (a job; the engine's `Request` is one); the engine fills
+    in what the steps mean."""
 
     prompt: Sequence[int]
 
@@ -71,8 +72,8 @@ class Scheduler:
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
         self.cached: list[list[int]] = [[] for _ in range(n_slots)]  # what each slot's caches hold
         self.free: list[int] = list(range(n_slots))
-        self.waiting: deque[Job] = deque()
-        self.running: list[tuple[Job, SeqState, bool]] = []  # (job, state, still prefilling)
+        self.waiting: deque[Schedulable] = deque()
+        self.running: list[tuple[Schedulable, SeqState, bool]] = []  # (job, state, still prefilling)
         self.marks: dict[int, list[int]] = {}  # slot -> checkpoint positions its prefill stops at
         self._recurrent = target.checkpoints  # a recurrent target: prompt checkpoints
         self.sharing = Sharing(target, draft)
@@ -81,7 +82,7 @@ class Scheduler:
     def busy(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def add(self, job: Job) -> None:
+    def add(self, job: Schedulable) -> None:
         self.waiting.append(job)
 
     def clear(self) -> None:
@@ -151,7 +152,7 @@ class Scheduler:
             self.waiting.remove(job)
             self._admit(job)
 
-    def _admit(self, job: Job) -> None:
+    def _admit(self, job: Schedulable) -> None:
         src, n_src = self.sharing.source(self._held(), job.prompt)
         own = max(common_prefix(self.cached[s], job.prompt) for s in self.free)
         if n_src > own:  # the prefix comes from elsewhere: take the slot whose own cache loses least
@@ -198,7 +199,7 @@ class Scheduler:
                 ctx.truncate(0, slot)
         self.cached[slot] = list(prompt[:n])
 
-    def _round(self, runs: list[tuple[Job, SeqState]]) -> None:
+    def _round(self, runs: list[tuple[Schedulable, SeqState]]) -> None:
         """One decode_round over `runs` (each either decoding or still prefilling)."""
         filling = {st for _, st, pre in self.running if pre}
         decoding = [st for _, st in runs if st not in filling]
@@ -220,7 +221,7 @@ class Scheduler:
                     ctx.checkpoint(st.seq, at=len(st.tokens) - 1)
         self.running = [(j, st, pre and st not in filled) for j, st, pre in self.running]
 
-    def _isolate(self, runs: list[tuple[Job, SeqState]], error: Exception) -> None:
+    def _isolate(self, runs: list[tuple[Schedulable, SeqState]], error: Exception) -> None:
         """A round raised. llama.cpp refuses a whole batch for one bad row, so: the round again
         without the newcomers (their prompt chunks are what changed), and if that passes, each
         newcomer alone; else every sequence alone. Only a sequence that fails alone is failed."""
@@ -240,7 +241,7 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001
                 self._leave(*run, "error", error=e)
 
-    def _passes(self, runs: list[tuple[Job, SeqState]]) -> bool:
+    def _passes(self, runs: list[tuple[Schedulable, SeqState]]) -> bool:
         try:
             self._round(runs)
             return True
@@ -248,7 +249,7 @@ class Scheduler:
             self._resync(runs)
             return False
 
-    def _resync(self, runs: list[tuple[Job, SeqState]]) -> None:
+    def _resync(self, runs: list[tuple[Schedulable, SeqState]]) -> None:
         """After a failed decode, back to the round's invariant: the target holds tokens[:-1] (a
         prompt being filled holds less, and llama.Context dropped the failed decode's entries), the
         draft a prefix of that."""
@@ -258,7 +259,7 @@ class Scheduler:
                 if ctx.past(st.seq) > upto:
                     ctx.truncate(upto, st.seq)
 
-    def _leave(self, job: Job, st: SeqState, reason: str, error: BaseException | None = None) -> None:
+    def _leave(self, job: Schedulable, st: SeqState, reason: str, error: BaseException | None = None) -> None:
         self.running = [r for r in self.running if r[0] is not job]
         if error is not None:  # what its caches hold is not known to be right: forget it
             self._forget(st.seq)
@@ -270,7 +271,7 @@ class Scheduler:
         else:
             self._end(job, st, reason)
 
-    def _end(self, job: Job, st: SeqState | None, reason: str) -> None:
+    def _end(self, job: Schedulable, st: SeqState | None, reason: str) -> None:
         try:
             job.end(st, reason)
         except Exception as e:  # noqa: BLE001 - its response could not be built: it fails alone
