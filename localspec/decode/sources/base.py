@@ -11,6 +11,7 @@ from typing import Protocol, Sequence
 from localspec.decode.clock import Clock
 from localspec.decode.seqplan import SeqPlan
 from localspec.decode.state import SeqState, Step
+from localspec.evaluator import Evaluator
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,11 @@ class SourceSpec:
 
 class DraftSource(Protocol):
     spec: SourceSpec
+
+    @classmethod
+    def for_round(cls, draft: Evaluator | None) -> "DraftSource | None":
+        """This round's instance over the draft context (None: the round has no draft context), or
+        None where it does not draft in it (a decoding source checks the context's `source`)."""
 
     def offer(self, p: SeqPlan) -> dict[str, int]:
         """Before K is chosen: what this source can say for free, as `Facts` fields (the grammar
