@@ -50,10 +50,10 @@ def _run(eng: Engine, prompts, k: str, n: int, batch: int) -> dict:  # noqa: ANN
     return out
 
 
-def record(pair: Path, n: int, prompt_tokens: int, batch: int) -> dict:
+def record(pair: Path, n: int, prompt_tokens: int, batch: int, per_kind: int | None) -> dict:
     got = {}
     with Engine(Settings.load(pair=pair, tuner_cache=False, parallel=batch, no_log=True)) as eng:
-        prompts = fit_prompts(select(load_prompts(None), None), eng.target, prompt_tokens)
+        prompts = fit_prompts(select(load_prompts(None), per_kind), eng.target, prompt_tokens)
         for k in CONFIGS:
             for b in (1, batch):
                 t0 = time.perf_counter()
@@ -88,12 +88,13 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=64, help="tokens generated per prompt")
     ap.add_argument("--prompt-tokens", type=int, default=128)
     ap.add_argument("--batch", type=int, default=3, help="prompts per round in the shared runs")
+    ap.add_argument("--per-kind", type=int, help="the first N prompts of each kind (default: all)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"))
     args = ap.parse_args()
     if args.compare:
         return compare(*(json.loads(p.read_text()) for p in args.compare))
-    got = record(args.pair, args.tokens, args.prompt_tokens, args.batch)
+    got = record(args.pair, args.tokens, args.prompt_tokens, args.batch, args.per_kind)
     text = json.dumps(got)
     if args.out:
         args.out.write_text(text)
