@@ -16,7 +16,8 @@ RECORD_HELPERS = 3  # a dataclass with at most this many methods of its own is a
 
 # getattr/hasattr with a literal name is fine on what is not a backend object: a module or library
 # (llama_cpp's version, a symbol a build may lack), an exception's errno text, a request body, the
-# server's app state and engine (a test's stand-in has no close), a settings-like object, gguf's keys
+# server's app state and engine (a test's stand-in has no close), a settings-like object, gguf's keys,
+# a server dialect module (its optional PREFIX: server/errors.py)
 NOT_BACKENDS = {
     "C",
     "lib",
@@ -28,6 +29,7 @@ NOT_BACKENDS = {
     "engine",
     "s",
     "Keys.Tokenizer",
+    "d",
 }
 
 
