@@ -50,21 +50,27 @@ def _run(eng: Engine, prompts, k: str, n: int, batch: int) -> dict:  # noqa: ANN
     return out
 
 
-def record(pair: Path, n: int, prompt_tokens: int, batch: int, per_kind: int | None) -> dict:
+def record(
+    pair: Path, n: int, prompt_tokens: int, batch: int, per_kind: int | None, out: Path | None
+) -> dict:
+    """Every configuration, the shared rounds first; written to `out` after each (a partial run on a
+    loaded machine still compares)."""
     got = {}
     with Engine(Settings.load(pair=pair, tuner_cache=False, parallel=batch, no_log=True)) as eng:
         prompts = fit_prompts(select(load_prompts(None), per_kind), eng.target, prompt_tokens)
-        for k in CONFIGS:
-            for b in (1, batch):
+        for b in (batch, 1):
+            for k in CONFIGS:
                 t0 = time.perf_counter()
                 got[f"x{b} K={k}"] = _run(eng, prompts, k, n, b)
                 print(f"K={k} x{b}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+                if out is not None:
+                    out.write_text(json.dumps(got))
     return got
 
 
 def compare(a: dict, b: dict) -> int:
     bad = 0
-    for cfg in a:
+    for cfg in [c for c in a if c in b]:  # the configurations both runs finished
         same = diff_k = 0
         for pid, ra in a[cfg].items():
             rb = b[cfg][pid]
@@ -94,12 +100,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.compare:
         return compare(*(json.loads(p.read_text()) for p in args.compare))
-    got = record(args.pair, args.tokens, args.prompt_tokens, args.batch, args.per_kind)
-    text = json.dumps(got)
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text)
+    got = record(args.pair, args.tokens, args.prompt_tokens, args.batch, args.per_kind, args.out)
+    if not args.out:
+        print(json.dumps(got))
     return 0
 
 
