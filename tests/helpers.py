@@ -167,6 +167,13 @@ def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001
     return [s.token for s in plain_steps(FakeContext(table), prompt, sp, np.random.default_rng(seed), c, n)]
 
 
+def drafted(k: int, kept: int, t_draft: float, verify_s: float, **more) -> Outcome:  # noqa: ANN003
+    """A round of k draft-model tokens, `kept` of them accepted: the Outcome the record phase reports."""
+    d = k * t_draft
+    return Outcome(k=k, n_drafted=k, n_accepted=kept, n_emitted=kept + 1, draft_s=d, verify_s=verify_s,
+                   round_s=d + verify_s, **more)  # fmt: skip
+
+
 def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0, stalls=0.0) -> AutoK:  # noqa: ANN001
     """Rounds of a simulated pair: each draft kept with probability accept_p, verify(n) seconds."""
     rng = np.random.default_rng(seed)
@@ -176,10 +183,7 @@ def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0
         while acc < k and rng.random() < accept_p:
             acc += 1
         v = verify(k + 1) * (1 + (rng.exponential(0.5) if rng.random() < stalls else 0.0))
-        ctl.observe(Outcome(
-            k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1,
-            draft_s=k * t_draft, verify_s=v, round_s=k * t_draft + v,
-        ))  # fmt: skip
+        ctl.observe(drafted(k, acc, t_draft, v))
     return ctl
 
 
@@ -192,8 +196,7 @@ def follow_text(ctl: AutoK, hits: Sequence[int], t_draft: float, verify, tokens:
         run = next((i for i in range(k) if not hits[t + i]), k)
         ks.append(k)
         v = verify(k + 1)
-        ctl.observe(Outcome(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=t_draft * k,
-                            verify_s=v, round_s=t_draft * k + v))  # fmt: skip
+        ctl.observe(drafted(k, run, t_draft, v))
         t += run + 1
     return ks
 

@@ -19,7 +19,7 @@ from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Scheduler
 
 from ..fake_backend import FakeContext, markov_tables
-from ..helpers import FakeJob, drain, prefill, speculative_steps
+from ..helpers import FakeJob, drafted, drain, prefill, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
 
@@ -326,18 +326,7 @@ def _tuned(verify, t_draft=0.01, accept_p=0.8, rounds=120):
         acc = 0
         while acc < k and rng.random() < accept_p:
             acc += 1
-        v = verify(k + 1)
-        ctl.observe(
-            Outcome(
-                k=k,
-                n_drafted=k,
-                n_accepted=acc,
-                n_emitted=acc + 1,
-                draft_s=k * t_draft,
-                verify_s=v,
-                round_s=k * t_draft + v,
-            )
-        )
+        ctl.observe(drafted(k, acc, t_draft, verify(k + 1)))
     return ctl
 
 

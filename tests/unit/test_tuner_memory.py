@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from localspec.draft_len.auto import AutoK
-from localspec.draft_len.controller import Facts, Outcome
+from localspec.draft_len.controller import Facts
 from localspec.draft_len.fixed import FixedK
 from localspec.draft_len.memory import TunerMemory, TunerRecord
 
-from ..helpers import follow_text
+from ..helpers import drafted, follow_text
 
 KEY = {"target": "abc", "draft": "def", "llama_cpp": "0.3.36", "cpu": "test"}
 # verify seconds by batch size for the stand-in pair: the Xeon's as measured; the EPYC's measured at
@@ -127,17 +127,7 @@ def _request(ctl, a: float, verify: dict, t_draft: float, n: int, seed: int) -> 
         while acc < k and m[t + acc]:
             acc += 1
         v = verify[k + 1] * (1 + abs(rng.normal(0, 0.04)))
-        ctl.observe(
-            Outcome(
-                k=k,
-                n_drafted=k,
-                n_accepted=acc,
-                n_emitted=acc + 1,
-                draft_s=k * t_draft,
-                verify_s=v,
-                round_s=k * t_draft + v,
-            )
-        )
+        ctl.observe(drafted(k, acc, t_draft, v))
         t, secs = t + acc + 1, secs + k * t_draft + v
     return t / secs
 
@@ -236,7 +226,6 @@ def test_a_reprobe_that_all_kept_drafts_could_not_repay_is_skipped(left, probes)
     for t in range(min(left, 40) - 1):
         ks.append(ctl.plan(Facts(behind=128 + t, left=left - t)).k)
         k = ks[-1]
-        ctl.observe(Outcome(k=k, n_drafted=k, n_accepted=k, n_emitted=k + 1, draft_s=t_draft * k,
-                            verify_s=verify[k + 1], round_s=t_draft * k + verify[k + 1]))  # fmt: skip
+        ctl.observe(drafted(k, k, t_draft, verify[k + 1]))
     assert ctl.started_plain and ks[0] == 0
     assert any(ks) == probes, ks
