@@ -28,7 +28,7 @@ def plan_round(
             said |= src.offer(p)
         st = p.st
         if st.speculative and (draft is not None or st.lookup is not None):
-            p.facts = Facts(**said, left=_left(target, st))
+            p.facts = Facts(**said, left=p.left)
     drafting = [p for p in plans if p.facts is not None]
     for p, kplan in zip(drafting, plan_batch([p.st.k_ctl for p in drafting], [p.facts for p in drafting])):
         p.kplan = kplan
@@ -48,9 +48,10 @@ def _budget(target: Evaluator, st: SeqState) -> SeqPlan:
     restored snapshot: this round replays the kept tokens (drafting on top of a replay would put
     them back under a snapshot a rejection returns to)."""
     room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
-    cap = min(room - 1, _left(target, st), target.max_draft if target.max_draft is not None else room)
+    left = _left(target, st)
+    cap = min(room - 1, left, target.max_draft if target.max_draft is not None else room)
     replay = target.past(st.seq) < len(st.tokens) - 1
-    return SeqPlan(st, 0 if replay else cap, replay, st.cfg.draft_p_min, st.cfg.draft_min)
+    return SeqPlan(st, 0 if replay else cap, replay, left, st.cfg.draft_p_min, st.cfg.draft_min)
 
 
 def _take(p: SeqPlan, draft: Evaluator | None) -> None:

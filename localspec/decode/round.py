@@ -42,6 +42,7 @@ def decode_round(
     states: Sequence[SeqState],
     filling: Sequence[SeqState] = (),
     budget: int | None = None,
+    sources: Sequence[DraftSource] | None = None,
 ) -> list[bool]:
     """One round over every running sequence: new tokens go to each state's `out`, and a sequence
     that ends (EOG, max_new, a full context, a complete or stuck constraint) gets its `finish` set;
@@ -55,14 +56,14 @@ def decode_round(
     draft and target row it uses is masked to what the grammar allows at that position. A round that
     raises (a decode llama.cpp refused) has every source undo its part in each sequence (the drafts
     in every matcher), as one that settles does; the caller puts the caches back (the scheduler's
-    resync)."""
-    sources = sources_for(draft)
+    resync). `sources`: `sources_for(draft)`, built once by a caller that runs many rounds."""
+    if sources is None:
+        sources = sources_for(draft)
     try:
         done = _round(target, draft, sources, states, filling, budget)
     finally:
-        for st in states:
-            for src in sources:
-                src.reset(st)
+        for src in sources:
+            src.reset(states)
     if invariants.ON:
         invariants.check(target, draft, [*states, *filling])
     return done

@@ -17,6 +17,7 @@ class SeqPlan:
     st: SeqState
     cap: int  # drafts this round may hold, every source's (room, max_new, the target's rollback)
     replay: bool  # the target replays what a snapshot undid: no drafts on top of a replay
+    left: int  # tokens the sequence may emit after this round's first (max_new, else the context's room)
     p_min: float = 0.0  # drafting stops where the draft's top probability falls below this ...
     p_min_from: int = 0  # ... from this draft position on (draft_p_min, draft_min)
     forced: list[int] = field(default_factory=list)  # the grammar's leading run (drafted already)

@@ -68,7 +68,7 @@ def settle(
     if st.track is not None:
         _settle_matcher(st, n_acc, new)
     verified = len(st.tokens) + _agreeing(p.drafts, new)  # the positions whose cached token was emitted
-    st.tokens.extend(s.token for s in new)
+    st.tokens.extend([s.token for s in new])
     st.n_new += len(new)
     if st.finish is None and st.max_new is not None and st.n_new >= st.max_new:
         st.finish = "length"
@@ -87,25 +87,22 @@ def _judge(p: SeqPlan, rows: np.ndarray, s: Sampled, target: Evaluator) -> tuple
     choices: Sequence = s.choices.get(st, ())
     have = len(dists)
     shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
-
-    def row(i: int) -> tuple[np.ndarray, object, int | None]:
-        shaped.append(s.rows[st][i] if i < have else target_row(st, rows, i, d))
-        return shaped[-1], *((dists[i], choices[i] if choices else None) if i < have else (None, None))
-
     new: list[Step] = []
-    n_acc = 0
-    for i, x in enumerate(d):
-        r, pi, yi = row(i)
-        ok, tok = verify_token(r, st, x, p.qs[i], len(st.tokens) + i, pi, yi)
+    n = len(st.tokens)
+    for i in range(len(d) + 1):  # a plain loop: it runs per draft per round
+        r = s.rows[st][i] if i < have else target_row(st, rows, i, d)
+        shaped.append(r)
+        pi, yi = (dists[i], choices[i] if choices else None) if i < have else (None, None)
+        if i == len(d):  # every draft accepted (or none drafted): the target's next token comes free
+            new.append(Step(sample_token(r, st, n + i, pi, yi), False))
+            break
+        ok, tok = verify_token(r, st, d[i], p.qs[i], n + i, pi, yi)
         new.append(Step(tok, ok, i if ok else -1, p.sources[i] if ok else ""))
         if not ok:
-            return new, n_acc, shaped
-        n_acc += 1
-        if target.is_eog(x):
-            return new, n_acc, shaped
-    r, pi, yi = row(len(d))  # every draft accepted (or none drafted): the target's next token comes free
-    new.append(Step(sample_token(r, st, len(st.tokens) + len(d), pi, yi), False))
-    return new, n_acc, shaped
+            return new, i, shaped
+        if target.is_eog(d[i]):
+            return new, i + 1, shaped
+    return new, len(d), shaped
 
 
 def _settle_matcher(st: SeqState, n_acc: int, new: list[Step]) -> None:

@@ -6,7 +6,6 @@ uses the hardware. Acceptance stays per sequence."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 from localspec.draft_len.controller import Facts, KController, Plan
@@ -27,7 +26,7 @@ def plan_batch(
     if len(ctls) == 1 or not autos:
         return own
     ks = _batch_ks(ctls, facts, own, autos, draft_batch_cost)
-    return [dataclasses.replace(p, k=k, forced_take=f.n_forced) for p, f, k in zip(own, facts, ks)]
+    return [p._replace(k=k, forced_take=f.n_forced) for p, f, k in zip(own, facts, ks)]
 
 
 def _batch_ks(ctls, facts, own, autos, draft_batch_cost) -> list[int]:  # noqa: ANN001

@@ -6,15 +6,13 @@ None for a fixed one: batch pricing (batch.py) tunes only the controllers that h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     from localspec.draft_len.costs import Costs
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(NamedTuple):
     """What a round knows of one sequence before it plans."""
 
     n_forced: int = 0  # the grammar forces the next n tokens: free, kept for certain, in the batch
@@ -24,8 +22,7 @@ class Facts:
     left: int | None = None  # tokens the request may still emit (None: unknown)
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     """What a controller decided for one round."""
 
     k: int  # drafts past the forced run (0: a plain step)
@@ -33,8 +30,7 @@ class Plan:
     forced_take: int = 0  # of the forced run, how many ride in this round's batch (the rest: next round)
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """One round as the controller learns from it. `batch_tokens` is the verify batch's size over
     every sequence in it (None, or n_drafted + n_forced + 1, when this sequence was alone); the first
     `n_lookup` drafts came from the lookup (no draft time), the rest from the draft model; `n_forced`

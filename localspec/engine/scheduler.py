@@ -18,6 +18,7 @@ from collections import deque
 from typing import Sequence
 
 from localspec.decode.round import decode_round
+from localspec.decode.sources import sources_for
 from localspec.decode.state import SeqState
 from localspec.engine.sharing import Sharing, common_prefix
 from localspec.errors import LocalspecError
@@ -69,6 +70,7 @@ class Scheduler:
         self, target: Evaluator, draft: Evaluator | None, n_slots: int, *, prefill_chunk: int = 128
     ) -> None:
         self.target, self.draft = target, draft
+        self.sources = sources_for(draft)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
         self.cached: list[list[int]] = [[] for _ in range(n_slots)]  # what each slot's caches hold
         self.free: list[int] = list(range(n_slots))
@@ -210,7 +212,7 @@ class Scheduler:
             past = self.target.past(st.seq)
             gap = next((m - past for m in self.marks.get(st.seq, ()) if m > past), None)
             budget = gap if budget is None or (gap is not None and gap < budget) else budget
-        done = decode_round(self.target, self.draft, decoding, states, budget)
+        done = decode_round(self.target, self.draft, decoding, states, budget, self.sources)
         for st in states:
             if self.target.past(st.seq) in self.marks.get(st.seq, ()):
                 self.target.checkpoint(st.seq)

@@ -239,7 +239,7 @@ def test_a_chunk_rides_in_the_verify_decode_and_a_catch_up_is_not_a_drafting_cos
 
     class Recording(FixedK):
         def observe(self, outcome):
-            seen.append(vars(outcome))
+            seen.append(outcome._asdict())
 
     prompt = [int(x) for x in np.random.default_rng(2).integers(0, 16, 40)]
     a = SeqState.start(0, [1], GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), Recording(2))

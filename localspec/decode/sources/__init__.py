@@ -5,7 +5,7 @@ module implementing `DraftSource` (base.py) and one line here (docs/architecture
 
 from __future__ import annotations
 
-from localspec.decode.sources.base import DraftSource, SourceSpec
+from localspec.decode.sources.base import DraftSource
 from localspec.decode.sources.grammar import GrammarSource
 from localspec.decode.sources.lookup import LookupSource
 from localspec.decode.sources.model import ModelSource
@@ -13,9 +13,11 @@ from localspec.decode.sources.mtp import MtpSource
 from localspec.evaluator import Evaluator
 
 REGISTERED = (GrammarSource, LookupSource, ModelSource, MtpSource)
-SPECS: dict[str, SourceSpec] = {cls.spec.name: cls.spec for cls in REGISTERED}
+# each source's evidence by its name (what the record phase looks up per draft)
+EVIDENCE: dict[str, str | None] = {cls.spec.name: cls.spec.evidence for cls in REGISTERED}
 
 
 def sources_for(draft: Evaluator | None) -> list[DraftSource]:
-    """This round's sources over the draft context (None: the free sources only)."""
+    """The sources a round walks over the draft context (None: the free sources only); an engine
+    builds them once."""
     return [s for cls in REGISTERED if (s := cls.for_round(draft)) is not None]

@@ -42,5 +42,6 @@ class DraftSource(Protocol):
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
         """The verdict: the sequence emitted `new`, and its caches hold `keep` positions now."""
 
-    def reset(self, st: SeqState) -> None:
-        """The round raised: undo what this round drafted into the sequence's own state."""
+    def reset(self, states: Sequence[SeqState]) -> None:
+        """The round ended (it may have raised): undo what it drafted into each sequence's own state
+        and is not settled there."""

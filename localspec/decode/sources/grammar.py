@@ -31,7 +31,8 @@ class GrammarSource:
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
         for p in plans:
-            p.add(p.forced, [one_point_q(p.st, x) for x in p.forced], self.spec.name)
+            if p.forced:
+                p.add(p.forced, [one_point_q(p.st, x) for x in p.forced], self.spec.name)
 
     def after(self, p: SeqPlan, room: int) -> list[int]:
         """What the grammar forces after the draft model's last token, up to `room` tokens."""
@@ -42,6 +43,7 @@ class GrammarSource:
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
         pass  # the matcher settles with the sequence (settle.py): every source's drafts are in it
 
-    def reset(self, st: SeqState) -> None:
-        if st.track is not None:  # every source's drafts of the round, undone in the matcher
-            st.track.end_round()
+    def reset(self, states: Sequence[SeqState]) -> None:
+        for st in states:
+            if st.track is not None:  # every source's drafts of the round, undone in the matcher
+                st.track.end_round()

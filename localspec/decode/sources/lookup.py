@@ -46,7 +46,7 @@ class LookupSource:
         if p.st.lookup is not None:
             p.st.lookup.extend([s.token for s in new])
 
-    def reset(self, st: SeqState) -> None:
+    def reset(self, states: Sequence[SeqState]) -> None:
         pass  # the index only learns the emitted tokens (accept)
 
 

@@ -57,12 +57,15 @@ class ModelSource:
 
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
         st, ctx = p.st, self.ctx
-        if st.draft_model and any(s.token >= ctx.n_vocab for s in new):
-            st.draft_model = False  # the target made an id the draft has not got: no more model drafts
+        if st.draft_model:
+            for s in new:
+                if s.token >= ctx.n_vocab:
+                    st.draft_model = False  # the target made an id the draft has not got: no more drafts
+                    break
         if st.speculative and st.k_ctl.has_model:
             ctx.truncate(min(ctx.past(st.seq), keep), st.seq)
 
-    def reset(self, st: SeqState) -> None:
+    def reset(self, states: Sequence[SeqState]) -> None:
         pass  # its cache: the caller cuts every cache back after a round that raised
 
     # -- drafting --------------------------------------------------------------------------------
@@ -105,9 +108,10 @@ class ModelSource:
         the next step's item, or None where this plan's drafting ends."""
         st, i = p.st, len(p.drafts)
         aware = grammar_aware(st)
-        q = draft_q(row, st, i, q)
-        if p.judges(i) and top_prob(row, q, st.sp.greedy) < p.p_min:
-            return None  # unsure: the plan stops here
+        if p.judges(i):
+            q = draft_q(row, st, i, q)
+            if top_prob(row, q, st.sp.greedy) < p.p_min:
+                return None  # unsure: the plan stops here
         x, q = draft_token(row, st, i, q, y)
         if aware and not st.track.push([x]):
             return None  # the grammar allows nothing after it: a dead end the target cannot take
