@@ -10,6 +10,8 @@ T = TypeVar("T")
 
 
 class Clock:
+    __slots__ = ("marks", "spent", "caught", "done")
+
     def __init__(self) -> None:
         self.marks: dict[str, float] = {"start": time.perf_counter()}
         self.spent: dict[str, float] = {"draft": 0.0, "catch": 0.0}  # inside the draft's decodes

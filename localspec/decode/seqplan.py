@@ -12,7 +12,7 @@ from localspec.decode.state import SeqState
 from localspec.draft_len.controller import Facts, Plan
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # built per sequence per round: slots make it cheap
 class SeqPlan:
     st: SeqState
     cap: int  # drafts this round may hold, every source's (room, max_new, the target's rollback)

@@ -73,6 +73,7 @@ def _fields(cls: ast.ClassDef) -> set[str]:
 
 def _has_behaviour(cls: ast.ClassDef) -> bool:
     dataclass = any("dataclass" in ast.unparse(d) for d in cls.decorator_list)
+    dataclass |= any(ast.unparse(b) == "NamedTuple" for b in cls.bases)  # a record too
     plain = {"property", "classmethod", "staticmethod"}
     methods = [
         n
