@@ -17,3 +17,8 @@ class PromptTooLong(LocalspecError):
 class GenerationFailed(LocalspecError):
     """The engine failed while a request ran (a decode llama.cpp refused, a bug): the server's
     fault, not the request's - a 500, where bad input found before anything is queued is a 400."""
+
+
+class Busy(LocalspecError):
+    """Good input that cannot be taken now (a shared resource is at its bound): retry shortly - the
+    server's 503 with Retry-After, not a 400."""

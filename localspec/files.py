@@ -1,4 +1,4 @@
-"""Files written safely, and told apart cheaply.
+"""Files written safely, read safely, and told apart cheaply.
 
 Atomic, durable outputs: write to a temporary name in the destination folder, fsync it, os.replace()
 it over the name, fsync the folder (so after a power loss a finished name never holds an empty file).
@@ -8,6 +8,10 @@ file that looks finished. A full disk, a read-only folder or a missing permissio
 LocalspecError (`output_error`), and the partial file is removed. Reusable for any output: model files,
 pair.toml, downloads, logs (`output_error` alone for files that are appended to). What may hold
 a user's settings (the acceptance log, the tuner memory) is created private: 0600 in 0700 folders.
+
+Files read from a path a person or a downloaded folder gave (`open_regular`, `read_capped`) must be
+regular files: a FIFO would hang the open, a device would never end, and a symlink loop is named
+as one, not as a missing file.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import threading
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
+from typing import BinaryIO
 
 from localspec.errors import LocalspecError
 
@@ -183,3 +189,56 @@ def _fingerprint(path: str, size: int, _mtime_ns: int) -> str:
             f.seek(size - (1 << 20))
             h.update(f.read())
     return h.hexdigest()[:16]
+
+
+def open_regular(path: str | os.PathLike, what: str = "file", *, missing: str | None = None) -> BinaryIO:
+    """`path` opened for reading in binary, or one LocalspecError unless it is a regular file:
+    missing (`missing`, with {path} replaced, says so in the caller's words), a symlink loop,
+    unreadable, a folder, a FIFO or a device. Opened without blocking and checked on the
+    descriptor, so a FIFO is refused instead of waiting for a writer forever."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise LocalspecError((missing or "no such file: {path}").replace("{path}", str(path))) from None
+        if e.errno == errno.ELOOP:
+            raise LocalspecError(f"{path} is a symlink loop (too many levels of symbolic links)") from None
+        raise LocalspecError(f"cannot read {what} {path}: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise LocalspecError(f"cannot read {what} {path}: it is {_kind(mode)} (give a file)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_capped(path: str | os.PathLike, what: str, max_bytes: int, *, missing: str | None = None) -> bytes:
+    """The bytes of a regular file (`open_regular`) no bigger than max_bytes, else one error."""
+    with open_regular(path, what, missing=missing) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(max_bytes + 1) if size <= max_bytes else b""
+    if size > max_bytes or len(data) > max_bytes:
+        raise LocalspecError(f"{what} {path} is {max(size, len(data))} bytes; the limit is {max_bytes}")
+    return data
+
+
+def path_kind(path: str | os.PathLike) -> str | None:
+    """What is at `path`, in words ("a file", "a directory", "a FIFO (named pipe)", "a symlink loop
+    ..."), or None when nothing is (Path.exists() says False for a symlink loop too)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symlink loop (too many levels of symbolic links)"
+        return None if e.errno in (errno.ENOENT, errno.ENOTDIR) else f"unreadable ({e.strerror})"
+    return "a file" if stat.S_ISREG(mode) else _kind(mode)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"

@@ -1,8 +1,10 @@
 """What the dialect adapters (issue #46) add to a streamed reply's time per token: the same streamed
 chat/completions request against two checkouts' `localspec serve`, interleaved (A, B, B, A, ...), on
-the same model, one request at a time.
+the same model, one request at a time; or, with one checkout and --b-dialect responses, the same
+request as chat/completions (A) and as the Responses API (B) to one server.
 
     .venv/bin/python research/server_adapter_latency.py /work/main . --model models/default
+    .venv/bin/python research/server_adapter_latency.py . --b-dialect responses
 
 Each checkout serves with its own venv (CHECKOUT/.venv/bin/python). The figure per request is the
 client's view: (last content chunk - first content chunk) / (completion tokens - 1), greedy, so
@@ -52,21 +54,42 @@ def start(checkout: Path, model: Path, extra: list[str]) -> tuple[subprocess.Pop
     raise SystemExit(f"{checkout}: the server did not come up")
 
 
-def one(url: str, max_tokens: int) -> tuple[float, float, int, str]:
+def _chat(chunk: dict) -> tuple[str | None, int | None]:
+    """A chat/completions chunk's (content, completion tokens)."""
+    content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
+    return content, chunk["usage"]["completion_tokens"] if chunk.get("usage") else None
+
+
+def _responses(event: dict) -> tuple[str | None, int | None]:
+    """A Responses event's (text delta, output tokens)."""
+    if event["type"] == "response.output_text.delta":
+        return event["delta"], None
+    done = event["type"] in ("response.completed", "response.incomplete")
+    return None, event["response"]["usage"]["output_tokens"] if done else None
+
+
+DIALECTS = {  # the same request in each dialect: (path, body, reader of one event)
+    "chat": ("/v1/chat/completions", lambda n: {
+        "messages": [{"role": "user", "content": PROMPT}], "max_tokens": n, "temperature": 0,
+        "stream": True, "stream_options": {"include_usage": True}}, _chat),
+    "responses": ("/v1/responses", lambda n: {
+        "input": [{"role": "user", "content": PROMPT}], "max_output_tokens": n, "temperature": 0,
+        "stream": True}, _responses),
+}  # fmt: skip
+
+
+def one(url: str, max_tokens: int, dialect: str = "chat") -> tuple[float, float, int, str]:
     """(seconds per token after the first, seconds to the first, tokens, text) of one streamed reply."""
-    body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}  # fmt: skip
+    path, body, read = DIALECTS[dialect]
     t0 = time.perf_counter()
     first = last = None
     n, text = 0, []
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as r:
+    with httpx.stream("POST", url + path, json=body(max_tokens), timeout=300) as r:
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[6:])
-            if chunk.get("usage"):
-                n = chunk["usage"]["completion_tokens"]
-            content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
+            content, tokens = read(json.loads(line[6:]))
+            n = tokens or n
             if content:
                 last = time.perf_counter()
                 first = first or last
@@ -77,7 +100,8 @@ def one(url: str, max_tokens: int) -> tuple[float, float, int, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("a", type=Path, help="the baseline checkout (main)")
-    ap.add_argument("b", type=Path, help="the changed checkout")
+    ap.add_argument("b", type=Path, nargs="?", help="the changed checkout (default: A's server for both)")
+    ap.add_argument("--b-dialect", choices=DIALECTS, default="chat", help="the dialect B's requests speak")
     ap.add_argument("--model", type=Path, default=Path("models/default"))
     ap.add_argument("--repeats", type=int, default=40)
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -87,9 +111,10 @@ def main() -> None:
     extra = args.serve_args.split()
     servers: list[tuple[subprocess.Popen, str]] = []
     try:
-        for checkout in (args.a, args.b):
+        for checkout in (args.a, args.b) if args.b else (args.a,):
             servers.append(start(checkout.resolve(), model, extra))
-        measure([url for _, url in servers], [psutil.Process(p.pid) for p, _ in servers], args, model.name)
+        sides = servers if args.b else servers * 2
+        measure([url for _, url in sides], [psutil.Process(p.pid) for p, _ in sides], args, model.name)
     finally:
         for proc, _ in servers:
             proc.terminate()
@@ -97,9 +122,10 @@ def main() -> None:
 
 
 def measure(urls: list[str], procs: list[psutil.Process], args: argparse.Namespace, name: str) -> None:
-    for url in urls:  # warm up: first-request costs, the tuner's first rounds
+    dialects = ("chat", args.b_dialect)
+    for url, dialect in zip(urls, dialects):  # warm up: first-request costs, the tuner's first rounds
         for _ in range(3):
-            one(url, args.max_tokens)
+            one(url, args.max_tokens, dialect)
     per_token: list[list[float]] = [[], []]
     ttft: list[list[float]] = [[], []]
     cpu: list[list[float]] = [[], []]  # the server process's CPU seconds per generated token
@@ -108,7 +134,7 @@ def measure(urls: list[str], procs: list[psutil.Process], args: argparse.Namespa
         texts = {}
         for side in order:
             before = sum(procs[side].cpu_times()[:2])
-            tpt, first, n, texts[side] = one(urls[side], args.max_tokens)
+            tpt, first, n, texts[side] = one(urls[side], args.max_tokens, dialects[side])
             cpu[side].append((sum(procs[side].cpu_times()[:2]) - before) / n)
             per_token[side].append(tpt)
             ttft[side].append(first)

@@ -41,6 +41,12 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def mmproj_path() -> Path:
+    """A random vision projector for SmolLM2's width (`localspec models` writes it)."""
+    return _need(MODELS / "mmproj-smollm2-test.gguf")
+
+
+@pytest.fixture(scope="session")
 def default_pair() -> Path:
     """The embedded stand-in pair: INT8 SmolLM2 draft + INT4 widened SmolLM2 target."""
     return _need(MODELS / "default" / "pair.toml")

@@ -13,7 +13,18 @@ from localspec.chat.deltas import assemble
 from localspec.config.settings import Settings
 from localspec.decode.stats import Counters, Stats
 from localspec.engine import Response
-from localspec.serving import APIError, Delta, Event, Finished, ModelCard, Prompt, Request, TokenLogprob
+from localspec.serving import (
+    APIError,
+    Delta,
+    Embedded,
+    Event,
+    Finished,
+    ModelCard,
+    Prompt,
+    Request,
+    TokenLogprob,
+    text_ops,
+)
 from localspec.serving.request import settings_for
 from localspec.serving.totals import Counting
 
@@ -29,10 +40,12 @@ def answer(
     prompt_tokens: int = 7,
     logprobs: bool = False,
     drafted: tuple[int, int] = (6, 4),
+    stop_string: str | None = None,
 ) -> list[Event]:
     """One choice's events: its reasoning, its text in `pieces` pieces, its tool calls (name,
     arguments JSON) - each call's id and name first, then its arguments in two pieces - and its end.
-    `finish`: the engine's reason (stop, length); `drafted`: (drafted, accepted) for the stats."""
+    `finish`: the engine's reason (stop, length); `drafted`: (drafted, accepted) for the stats;
+    `stop_string`: the stop string that ended it."""
     tokens = list(text.encode())
     lps = [TokenLogprob(t, bytes([t]), -0.25, ((t, bytes([t]), -0.25),)) for t in tokens] if logprobs else []
     events: list[Event] = [Delta(reasoning=reasoning, choice=choice)] if reasoning else []
@@ -53,7 +66,7 @@ def answer(
     reason = "length" if finish != "stop" else ("tool_calls" if calls else "stop")
     resp = Response(
         text, tokens, finish, _stats(prompt_tokens, len(tokens), drafted), list(range(prompt_tokens)), seed=1234,
-        logprobs=[(lp.logprob, ()) for lp in lps] if logprobs else None,
+        logprobs=[(lp.logprob, ()) for lp in lps] if logprobs else None, stop_string=stop_string,
     )  # fmt: skip
     events.append(Finished(choice, reason, message, resp, logprobs=tuple(lps) if logprobs else None))
     return events
@@ -89,15 +102,19 @@ class FakeStream:
 
 
 class FakeModel:
-    def __init__(self, name: str = "fake", *, n_ctx: int = 4096, parallel: int = 4) -> None:
+    def __init__(
+        self, name: str = "fake", *, n_ctx: int = 4096, parallel: int = 4, embed_ctx: int = 16
+    ) -> None:
         self.name = name
         self.card = ModelCard(
             name=name, created=1_700_000_000, n_ctx=n_ctx, n_ctx_train=8192, n_vocab=256, n_params=1000,
-            size=2000, target=f"{name}.gguf", draft="draft.gguf", parallel=parallel, chat_template=None,
+            size=2000, target=f"{name}.gguf", draft="draft.gguf", parallel=parallel, chat_template=None, n_embd=4,
         )  # fmt: skip
         self.requests: list[Request] = []  # every request submitted, as its dialect parsed it
         self.settings: list[Settings] = []  # and the settings it asked for
         self.streams: list[FakeStream] = []
+        self.embed_ctx = embed_ctx
+        self.embedded: list[tuple[list, bool]] = []  # every embed call: its inputs and truncate
         self.totals = Counting()
         self._replies: deque[list[Any] | BaseException] = deque()
 
@@ -112,21 +129,37 @@ class FakeModel:
     def load(self) -> tuple[int, int]:
         return 0, 0
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    async def wind_down(self, grace: float) -> None:  # nothing runs between its queued events
+        pass
+
+    async def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
+        text_ops.check_text(text)
         return list(text.encode())
+
+    async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        text_ops.check_tokens(tokens, text_ops.MAX_PIECES, "spelled out piece by piece")
+        self._check_ids(tokens)
+        return [bytes([t]) for t in tokens]
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return bytes([token])
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        text_ops.check_tokens(tokens)
+        self._check_ids(tokens)
+        return bytes(tokens).decode("utf-8", "replace")
+
+    @staticmethod
+    def _check_ids(tokens: Sequence[int]) -> None:
         bad = next((t for t in tokens if not 0 <= t < 256), None)
         if bad is not None:
             raise APIError(400, f"token {bad} is not in the vocabulary (0..255)", param="tokens")
-        return bytes(tokens).decode("utf-8", "replace")
 
     async def render(self, req: Request) -> Prompt:
         text = "".join(f"<{m.role}>{m.content}\n" for m in req.messages) + "<assistant>"
-        return Prompt(text, self.tokenize(text))
+        return Prompt(text, list(text.encode()))
 
     async def submit(self, req: Request) -> FakeStream:
         self.requests.append(req)
@@ -136,3 +169,24 @@ class FakeModel:
             raise reply
         self.streams.append(FakeStream(reply))
         return self.streams[-1]
+
+    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+        """A text's tokens are its UTF-8 bytes, cut or refused past `embed_ctx` as the real model
+        does; its vector counts its tokens by value mod 4, scaled to unit length."""
+        self.embedded.append((list(inputs), truncate))
+        vectors, counts = [], []
+        for i, x in enumerate(inputs):
+            ids = (await self.tokenize(x)) if isinstance(x, str) else list(x)
+            if not ids:
+                raise APIError(400, f"input {i} is empty: there is nothing to embed", param="input")
+            if len(ids) > self.embed_ctx and not truncate:
+                raise APIError(
+                    400, f"input {i} is {len(ids)} tokens; the embeddings context takes {self.embed_ctx}",
+                    param="input", code="context_length_exceeded",
+                )  # fmt: skip
+            ids = ids[: self.embed_ctx]
+            v = [float(sum(1 for t in ids if t % 4 == k)) for k in range(4)]
+            norm = sum(a * a for a in v) ** 0.5
+            vectors.append([a / norm for a in v])
+            counts.append(len(ids))
+        return Embedded(vectors, counts)

@@ -4,7 +4,9 @@ CLI, a `localspec serve` on loopback)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,7 +15,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import httpx
 import numpy as np
@@ -251,7 +253,7 @@ def teacher_forced_gaps(eng, prompt_ids: list[int], out: list[int]) -> np.ndarra
     """For each emitted token: max logit - logit of that token, with the target alone."""
     from localspec.llama import Context  # noqa: PLC0415
 
-    with Context(eng.target, n_ctx=1024, n_batch=512) as ctx:
+    with Context(eng.target, n_ctx=1024, n_batch=512, projector=getattr(eng, "projector", None)) as ctx:
         # the row that predicts out[i] is the one at the token before it
         rows = ctx.eval(prompt_ids + out[:-1], 0, len(out))
         return np.array([row.max() - row[t] for row, t in zip(rows, out)])
@@ -278,7 +280,7 @@ SERVER_N_CTX = 1024
 
 class Server:
     """`localspec serve` on loopback. `model` is one GGUF (drafting for itself, --draft-max 4 unless
-    args say otherwise) or a pair folder."""
+    args say otherwise), a pair folder, or a folder of models (router mode)."""
 
     def __init__(
         self, model: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 90
@@ -290,6 +292,8 @@ class Server:
         model = Path(model)
         models = ["--pair", str(model)] if model.is_dir() or model.suffix == ".toml" else [
             "--target", str(model), "--draft", str(model), "--draft-max", "4"]  # fmt: skip
+        if model.is_dir() and not (model / "pair.toml").exists():  # a folder of models: router mode
+            models = ["--models-dir", str(model)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localspec", "serve", *models,
              "--port", str(self.port), "--n-ctx", str(SERVER_N_CTX), *args],
@@ -315,15 +319,22 @@ class Server:
     def client(self, api_key: str = "none") -> openai.OpenAI:
         return openai.OpenAI(base_url=self.url + "/v1", api_key=api_key, max_retries=0, timeout=120)
 
-    def health(self) -> dict:
-        return httpx.get(self.url + "/health", timeout=5).json()
+    def health(self, api_key: str | None = None) -> dict:
+        """/health; with a key set, its model and load only for a caller with the key."""
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+        return httpx.get(self.url + "/health", headers=headers, timeout=5).json()
 
-    def metrics(self, headers: dict | None = None) -> dict[str, float]:
+    def metrics(self, headers: dict | None = None, model: str | None = None) -> dict[str, float]:
+        """/metrics' samples by name and labels, of one model (its `model` label left out of the
+        keys): `model`, or the one model a `serve --pair` has."""
         text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
+        samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+        names = {s.labels.get("model") for s in samples}
+        assert model in names if model else len(names) == 1, names
         return {
-            s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items())): s.value
-            for fam in text_string_to_metric_families(text)
-            for s in fam.samples
+            s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()) if k != "model"): s.value
+            for s in samples
+            if model is None or s.labels.get("model") == model
         }
 
     def stop(self) -> int:
@@ -352,3 +363,48 @@ def responses_of(handles: Sequence[Any], timeout: float = 120) -> list[Any]:
     for t in threads:
         t.join(timeout=timeout)
     return out
+
+
+def logged(log: Path, pred: Callable[[dict], bool], timeout: float = 10.0) -> list[dict]:
+    """The acceptance log's records that `pred` accepts, once there is one: the log is written by a
+    thread of its own (deferred.py) shortly after the response goes out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = [json.loads(ln) for ln in log.read_text().splitlines()] if log.exists() else []
+        mine = [r for r in recs if pred(r)]
+        if mine or time.monotonic() > deadline:
+            return mine
+        time.sleep(0.05)
+
+
+def png(seed: int, size: int = 64) -> bytes:
+    """A PNG of seeded random pixels: different seeds, different images."""
+    import io  # noqa: PLC0415
+
+    from PIL import Image  # noqa: PLC0415
+
+    pixels = np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def sse_frames(text: str) -> list[tuple[str, dict]]:
+    """A named-event SSE body (Responses, Messages) as (event name, data) per frame; each frame's
+    data must name the same type as its `event:` line."""
+    out, name = [], None
+    for line in text.splitlines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            assert data["type"] == name
+            out.append((name, data))
+    return out
+
+
+def without_model_label(metrics_text: str) -> str:
+    """/metrics' text with the `model` label taken out, for tests of a one-model server that read
+    samples as text ("name 2.0", 'name{reason="length"} 0.0')."""
+    text = re.sub(r',?model="[^"]*"', "", metrics_text)
+    return text.replace("{,", "{").replace("{}", "")

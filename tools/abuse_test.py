@@ -9,11 +9,19 @@ Well-behaved clients run in a closed loop (streamed chat completions at temperat
 they wait its Retry-After and send again, as a client should: a request that never succeeds is
 lost. The abusers, while the well-behaved ones run ("abused" phases):
 - garbage: malformed JSON, wrong types, random bytes, token ids outside the vocabulary, a POST
-  that is not JSON, a Host that is not this server, unknown paths - each must get a 4xx (or the
-  503 of a full server: a full server refuses before it reads a request's settings);
-- disconnects: streams closed after their first chunk;
+  that is not JSON, a Host that is not this server, unknown paths, to OpenAI's (the Responses API's
+  too), Ollama's, Anthropic's and the embeddings routes - each must get a 4xx (or the 503 of a full server: a full server refuses
+  before it reads a request's settings);
+- disconnects: streams (OpenAI's completions and Responses SSE, Ollama's NDJSON) closed after their
+  first chunk;
 - slowloris: connections that send part of their headers and never the rest (the server must
   close them, serve/protocol.py).
+In "costly" phases one abuser sends valid requests that are expensive to serve, one at a time (it
+holds at most one slot, as one more client would): 16 stop strings of 4,096 characters; the
+knobs draft_max 64 and draft_min 64 with the end of text banned by logit_bias; a logit_bias over
+the whole vocabulary; and the largest /tokenize and /detokenize bodies the server takes. Each must
+cost the others no more than one more ordinary client would: the well-behaved keep >= 70% of their
+clean throughput (`--costly-min`; the exit status says so).
 And in "overloaded" phases, bursts of more requests than slots plus queue: the excess must get
 503 + Retry-After. Their admitted requests are real work that shares the slots with the
 well-behaved clients, so those phases report 503s and lost requests, not a throughput ratio.
@@ -55,6 +63,37 @@ GARBAGE = [  # (content-type, body, extra headers)
     ("application/json", b'{"prompt": "hi", "max_tokens": 4}', {"host": "rebind.attacker.example"}),
     ("application/json", b'{"prompt": "hi", "temperature": -1}', {}),
 ]
+# the other dialects' routes, Ollama's and embeddings: (path, content-type, body); `MODEL` is the
+# served model's name, filled in by the abuser
+ROUTE_GARBAGE = [
+    ("/api/chat", "application/json", b'{"model": "MODEL", "messages": ['),
+    ("/api/chat", "application/json", b'{"model": "MODEL", "messages": "hi", "options": {"num_ctx": 1e9}}'),
+    ("/api/chat", "application/json", b'{"model": "no-such-model", "messages": []}'),
+    ("/api/generate", "application/json", b'{"model": "MODEL", "prompt": "hi", "options": {"temperature": -1}}'),
+    ("/api/generate", "text/plain", b'{"model": "MODEL", "prompt": "hi"}'),
+    ("/api/embed", "application/json", b'{"model": "MODEL", "input": [1, 2]}'),
+    ("/api/embed", "application/json", b'{"model": "MODEL", "input": ["' + b"word " * 20000 + b'"], "truncate": false}'),
+    ("/api/embeddings", "application/json", b'{"model": "MODEL", "prompt": {"a": 1}}'),
+    ("/api/show", "application/json", b"{}"),
+    ("/v1/embeddings", "application/json", b'{"input": [1, 1000000000]}'),
+    ("/v1/embeddings", "application/json", b'{"input": [' + b'"a",' * 3000 + b'"a"]}'),
+    ("/v1/embeddings", "application/json", b'{"input": "hi", "encoding_format": "int8"}'),
+    ("/v1/responses", "application/json", b'{"input": 5}'),
+    ("/v1/responses", "application/json", b'{"input": [{"type": "function_call", "name": "f"}]}'),
+    ("/v1/responses", "application/json", b'{"input": [{"role": "user", "content": [{"type": "input_image"}]}]}'),
+    ("/v1/responses", "application/json", b'{"input": "hi", "previous_response_id": "resp_1"}'),
+    ("/v1/responses", "application/json",
+     b'{"input": "hi", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}'),
+    ("/v1/responses", "application/json", b'{"input": "hi", "text": {"format": {"type": "json_schema", "schema": {"type": "no"}}}}'),
+    ("/v1/responses", "application/json", b'{"input": "hi", "max_output_tokens": -1}'),
+    ("/v1/responses", "application/json", b'{"input": [' * 5000),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": ['),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": "hi"}'),
+    ("/v1/messages", "application/json", b'{"max_tokens": -4, "messages": [{"role": "user", "content": "hi"}]}'),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]}'),
+    ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "thinking": 1}'),
+    ("/v1/messages/count_tokens", "application/json", b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "x"}]}'),
+]  # fmt: skip
 
 
 @dataclass
@@ -130,14 +169,20 @@ async def good_clients(args: argparse.Namespace, phase: Phase) -> None:
 async def garbage(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> None:
     rng = random.Random(0)
     async with httpx.AsyncClient(base_url=args.base_url, headers=_auth(args), timeout=30) as client:
+        model = (await _model_name(client)).encode()
         while not stop.is_set():
-            kind = rng.randrange(len(GARBAGE) + 2)
+            kind = rng.randrange(len(GARBAGE) + len(ROUTE_GARBAGE) + 2)
             if kind < len(GARBAGE):
                 ctype, body, extra = GARBAGE[kind]
                 r = await client.post(
                     "/v1/completions", content=body, headers={"content-type": ctype, **extra}
                 )
-            elif kind == len(GARBAGE):
+            elif kind < len(GARBAGE) + len(ROUTE_GARBAGE):
+                path, ctype, body = ROUTE_GARBAGE[kind - len(GARBAGE)]
+                r = await client.post(
+                    path, content=body.replace(b"MODEL", model), headers={"content-type": ctype}
+                )
+            elif kind == len(GARBAGE) + len(ROUTE_GARBAGE):
                 r = await client.post("/v1/chat/completions", content=rng.randbytes(rng.randrange(1, 4096)),
                                       headers={"content-type": "application/json"})  # fmt: skip
             else:
@@ -147,14 +192,23 @@ async def garbage(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -
 
 
 async def disconnects(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> None:
-    body = {"prompt": "Once upon a time", "max_tokens": 200, "stream": True}
     async with httpx.AsyncClient(base_url=args.base_url, headers=_auth(args), timeout=60) as client:
+        # OpenAI's SSE and Ollama's NDJSON streams, in turn
+        streams = [
+            ("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 200, "stream": True}),
+            ("/v1/responses", {"input": "Once upon a time", "max_output_tokens": 200, "stream": True}),
+            ("/api/generate", {"model": await _model_name(client), "prompt": "Once upon a time",
+                               "options": {"num_predict": 200}}),
+        ]  # fmt: skip
+        i = 0
         while not stop.is_set():
+            path, body = streams[i % len(streams)]
+            i += 1
             try:
-                async with client.stream("POST", "/v1/completions", json=body) as r:
+                async with client.stream("POST", path, json=body) as r:
                     if r.status_code == 200:
                         async for line in r.aiter_lines():
-                            if line.startswith("data: "):
+                            if line.strip():
                                 break  # and leave: the connection closes mid-stream
                     phase.count("disconnected" if r.status_code == 200 else f"disconnect got {r.status_code}")
             except httpx.HTTPError as e:
@@ -205,6 +259,38 @@ async def overload(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) 
             await asyncio.sleep(args.burst_every)
 
 
+def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
+    """(name, path, body): valid requests that cost the server the most it lets one cost."""
+    no_end = {"0": -100, "1": -100, "2": -100}  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>
+    # the most a tokenize may ask (serving/text_ops.py): 1,048,576 characters; pieces for 65,536 tokens
+    text = ("the quick brown fox jumps over the lazy dog " * 24_000)[: 1 << 20]
+    return [
+        ("stops", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
+                                      "stop": [chr(ord("a") + i) * 4095 + "!" for i in range(16)]}),
+        ("knobs", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64, "draft_max": 64,
+                                      "draft_min": 64, "logit_bias": no_end}),
+        ("huge bias", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
+                                          "logit_bias": {str(i): -1.0 for i in range(n_vocab)} | no_end}),
+        ("huge tokenize", "/tokenize", {"content": text}),
+        ("huge pieces", "/tokenize", {"content": text[: 1 << 18], "with_pieces": True}),
+        ("huge detokenize", "/detokenize", {"tokens": [28] * (1 << 20)}),
+    ]  # fmt: skip
+
+
+async def costly(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> None:
+    kinds = costly_requests(args.n_vocab)
+    async with httpx.AsyncClient(base_url=args.base_url, headers=_auth(args), timeout=300) as client:
+        i = 0
+        while not stop.is_set():
+            name, path, body = kinds[i % len(kinds)]
+            i += 1
+            try:
+                r = await client.post(path, json=body)
+                phase.count(f"costly {name} {r.status_code}")
+            except httpx.HTTPError as e:
+                phase.count(f"costly {name} {type(e).__name__}")
+
+
 # -- the run ------------------------------------------------------------------------------------------------
 # each abuser alone, then the three together (what each costs the others, and all of it)
 ABUSERS = {
@@ -213,6 +299,7 @@ ABUSERS = {
     "disconnects": (disconnects,),
     "slowloris": (slowloris,),
     "abused": (garbage, disconnects, slowloris),
+    "costly": (costly,),
     "overloaded": (overload,),
 }
 
@@ -246,7 +333,7 @@ async def main_async(args: argparse.Namespace) -> list[Phase]:
             sys.exit(f"error: the warm-up request failed: {warm.lost_samples[0]}")
     phases = []
     for _ in range(args.rounds):
-        for kind in ABUSERS:
+        for kind in args.phases:
             p = await run_phase(args, kind)
             phases.append(p)
             abuse = ", ".join(f"{k} {v}" for k, v in sorted(p.abuse.items()))
@@ -262,9 +349,10 @@ async def main_async(args: argparse.Namespace) -> list[Phase]:
 
 def report(phases: list[Phase]) -> dict:
     """Per kind of phase: tok/s per round and its ratio to the clean phase of the same round."""
-    rounds = [phases[i : i + len(ABUSERS)] for i in range(0, len(phases), len(ABUSERS))]
+    kinds = list(dict.fromkeys(p.kind for p in phases))
+    rounds = [phases[i : i + len(kinds)] for i in range(0, len(phases), len(kinds))]
     by_kind = {}
-    for kind in ABUSERS:
+    for kind in kinds:
         runs = [(r[0], p) for r in rounds for p in r if p.kind == kind]
         ratios = [p.tok_s / clean.tok_s for clean, p in runs if clean.tok_s]
         by_kind[kind] = {
@@ -281,7 +369,7 @@ def report(phases: list[Phase]) -> dict:
     return {
         "phases": by_kind,
         "lost": sum(p.lost for p in phases),
-        "retried_after_503": {k: sum(p.retried for p in phases if p.kind == k) for k in ABUSERS},
+        "retried_after_503": {k: sum(p.retried for p in phases if p.kind == k) for k in kinds},
         "all_healthy": all(p.healthy for p in phases),
         "abuse": dict(sorted(abuse.items())),
         "server_5xx_to_garbage": abuse.get("garbage 5xx", 0),
@@ -298,6 +386,11 @@ def _server_cpu(args: argparse.Namespace) -> float:
 
     t = psutil.Process(args.server_pid).cpu_times()
     return t.user + t.system
+
+
+async def _model_name(client: httpx.AsyncClient) -> str:
+    """The served model's name, as Ollama's clients learn it."""
+    return (await client.get("/api/tags")).json()["models"][0]["model"]
 
 
 def _auth(args: argparse.Namespace) -> dict[str, str]:
@@ -365,10 +458,20 @@ def main() -> None:
         "--burst", type=int, default=None, help="requests per overload burst (default: slots + queue + 4)"
     )
     p.add_argument("--burst-every", type=float, default=5.0)
+    p.add_argument(
+        "--n-vocab", type=int, default=49152, help="the model's vocabulary (the costly phase's bias)"
+    )
+    p.add_argument("--phases", default=",".join(ABUSERS),
+                   help="the kinds of phase each round runs, clean first (default: all)")  # fmt: skip
+    p.add_argument("--costly-min", type=float, default=0.7,
+                   help="the well-behaved clients' least throughput in costly phases, as a share of clean")  # fmt: skip
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--json", default=None, help="also write the report to this file")
     args = p.parse_args()
     args.burst = args.burst or args.parallel + args.max_queue + 4
+    args.phases = args.phases.split(",")
+    if args.phases[0] != "clean" or not set(args.phases) <= set(ABUSERS):
+        sys.exit(f"error: --phases takes kinds of {', '.join(ABUSERS)}, clean first")
     proc = start_server(args) if args.target else None
     args.server_pid = proc.pid if proc is not None else None
     code = 0
@@ -385,6 +488,11 @@ def main() -> None:
     if proc is not None:
         rep["server_exit_code"] = code
         rep["server_tracebacks"] = _output(proc).count("Traceback")
+    costly_ratio = rep["phases"].get("costly", {}).get("ratio_mean")
+    rep["costly_ratio_ok"] = "costly" not in args.phases or (costly_ratio or 0) >= args.costly_min
+    rep["costly_5xx"] = sum(  # a 503 (busy, with Retry-After) is an answer; any other 5xx is not
+        v for k, v in rep["abuse"].items() if k.startswith("costly ") and k[-3:] in {"500", "502", "504"}
+    )
     print(json.dumps(rep, indent=2))
     if args.json:
         with open(args.json, "w") as f:
@@ -394,6 +502,8 @@ def main() -> None:
         or not rep["all_healthy"]
         or rep["server_5xx_to_garbage"]
         or rep["503_without_retry_after"]
+        or not rep["costly_ratio_ok"]
+        or rep["costly_5xx"]
     )
     sys.exit(1 if bad or (proc is not None and (code != 0 or rep["server_tracebacks"])) else 0)
 

@@ -57,7 +57,7 @@ def run_benchmark(
             peer_mod.peer_binary(tool)  # fail before minutes of localspec runs, not after
     chosen = select(load_prompts(plan.prompts), plan.per_kind, plan.kinds)
     threads = settings.n_threads or default_threads()
-    settings = settings.replace(n_threads=threads, spec=True)
+    settings = settings.replace(n_threads=threads, spec=True, cost_bound=0)  # each K as asked: no bound
     results: list[TempResult] = []
     ps = _peer_settings(settings) if plan.peer else None
     with Engine(settings) as eng:  # the peer runs while our models sit idle in memory
@@ -184,7 +184,7 @@ def run_concurrency_benchmark(
         peer_mod.peer_binary("llama-server")  # fail before minutes of localspec runs, not after
     chosen = select(load_prompts(plan.prompts), plan.per_kind, plan.kinds)
     threads = settings.n_threads or default_threads()
-    settings = settings.replace(n_threads=threads, spec=True, parallel=max(levels))
+    settings = settings.replace(n_threads=threads, spec=True, parallel=max(levels), cost_bound=0)
     ps = _peer_settings(settings) if plan.peer else None
     fixed_k = [int(k) for k in plan.draft_max if k != "auto"]
     rows: list[dict] = []

@@ -1,58 +1,15 @@
 """Chat templates: the Jinja template stored in the GGUF, rendered in jinja2's sandbox with the
-conventions of Hugging Face's `apply_chat_template` (transformers' chat_template_utils), so real
-templates parse and render as they do there: `trim_blocks`/`lstrip_blocks`, the `loopcontrols`
-extension (`{% break %}`), `{% generation %}` blocks, HF's `tojson` (no HTML escaping, keys in
-order, `indent`/`ensure_ascii` as given) and the `raise_exception` and `strftime_now` globals; within
-a time and a size bound (bounded.py)."""
+conventions of Hugging Face's `apply_chat_template` (compiled.py), within a time and a size bound
+(bounded.py), in a child process under hard limits (isolated.py)."""
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
-from localspec.chat import bounded
+from localspec.chat import isolated
+from localspec.chat.compiled import compile_template as _compile  # noqa: F401 - tests compare with it
 from localspec.errors import LocalspecError
 from localspec.text_input import require_text
-
-
-def _tojson(
-    x: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys=False
-) -> str:  # noqa: ANN001
-    # jinja2's own tojson escapes <>&' for HTML and sorts keys; templates were written against HF's
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-@lru_cache(maxsize=8)
-def _compile(template: str):  # noqa: ANN202
-    from jinja2 import TemplateError, nodes
-    from jinja2.ext import Extension, loopcontrols
-
-    from localspec.chat.bounded import BoundedEnvironment
-
-    class Generation(Extension):
-        """`{% generation %}...{% endgeneration %}` marks assistant text for training masks in HF;
-        for inference it renders its body."""
-
-        tags = {"generation"}
-
-        def parse(self, parser):  # noqa: ANN001, ANN201
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.Scope(body, lineno=lineno)
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, Generation])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    try:
-        return env.from_string(template)
-    except TemplateError as e:
-        raise LocalspecError(f"the model's chat template does not parse: {e}") from None
 
 
 def check_messages(messages: Any) -> list[dict]:
@@ -83,7 +40,6 @@ def render(
     if not template:
         raise LocalspecError("this model has no chat template (tokenizer.chat_template); run without --chat")
     check_messages(messages)
-    tmpl = _compile(template)
     variables = dict(
         messages=messages,
         add_generation_prompt=add_generation_prompt,
@@ -91,12 +47,7 @@ def render(
         eos_token=eos_token,
         **extra,
     )
-    try:
-        return bounded.render(tmpl, variables)
-    except LocalspecError:  # its time or size bound
-        raise
-    except Exception as e:  # noqa: BLE001 - a template is a program: any failure is the template's
-        raise LocalspecError(f"the chat template failed: {type(e).__name__}: {e}") from None
+    return isolated.render(template, variables)
 
 
 def render_for(model: Any, messages: list[dict], *, template: str | None = None, **extra: Any) -> str:

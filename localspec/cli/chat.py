@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from localspec.cli.common import resolve_settings, settings_options
+from localspec.cli.common import image_option, read_images, resolve_settings, settings_options
 
 DRAFT_STYLE = "cyan"  # accepted draft tokens
 PROMPT = ">>> "
@@ -25,14 +25,16 @@ Ctrl-C during an answer stops it."""
 
 
 @click.command()
-@settings_options("model", "sampling", "spec", "log")
+@settings_options("model", "images", "sampling", "spec", "log")
 @click.option("--system", "system", default=None, help="System prompt.")
-def chat(system: str | None, **kwargs: Any) -> None:
+@image_option
+def chat(system: str | None, image_files: tuple, **kwargs: Any) -> None:
     """Chat with a model; with no model given, the embedded default pair (built first if missing)."""
     from localspec.engine import Engine  # noqa: PLC0415
     from localspec.telemetry.acclog import AccLog  # noqa: PLC0415 - keep --help instant
 
     settings = _settings(kwargs)
+    images = read_images(image_files, settings)  # shown with the first message
     screen = Screen(tty=sys.stdin.isatty() and sys.stdout.isatty())
     acclog = AccLog(settings, source="chat", warn=screen.note)
     if screen.tty:
@@ -42,6 +44,7 @@ def chat(system: str | None, **kwargs: Any) -> None:
         )
     with Engine(settings, log=lambda msg: click.echo(msg, err=True)) as engine:
         session = ChatSession(engine, settings, screen, acclog, system)
+        session.conv.images = images
         if screen.tty:
             screen.note("type a message; /help for commands")
             _repl(session)
@@ -196,7 +199,9 @@ class ChatSession:
             return
         text, ids = fitted
         started = time.time()
-        handle = self.engine.submit(ids)
+        from localspec.chat.media import Prompt  # noqa: PLC0415
+
+        handle = self.engine.submit(Prompt(ids, self.conv.runs))  # ids with image ids: as tokenized
         parts: list[str] = []
         try:
             for chunk in handle:

@@ -13,6 +13,7 @@ import click
 
 from localspec.config.settings import Settings, setting_fields
 from localspec.errors import LocalspecError
+from localspec.files import read_capped
 
 
 def _click_type(f: Any) -> Any:
@@ -30,12 +31,14 @@ def _click_type(f: Any) -> Any:
     return base
 
 
-def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
-    """Add one --flag per Settings field of the given groups. Defaults are None ('not given') so
-    config files and pair presets can fill them; Settings.load applies the real defaults."""
+def settings_options(*groups: str, exclude: tuple[str, ...] = (), also: tuple[str, ...] = ()) -> Callable:
+    """Add one --flag per Settings field of the given groups (and the fields named in `also`).
+    Defaults are None ('not given') so config files and pair presets can fill them; Settings.load
+    applies the real defaults."""
 
     def deco(fn: Callable) -> Callable:
-        for f in reversed([f for g in groups for f in setting_fields(g) if f.name not in exclude]):
+        chosen = [f for g in groups for f in setting_fields(g) if f.name not in exclude]
+        for f in reversed(chosen + [f for f in setting_fields() if f.name in also]):
             flag = "--" + f.name.replace("_", "-")
             help_text = f.metadata["help"]
             if "flag" in f.metadata:  # a one-way switch such as --no-log
@@ -75,15 +78,56 @@ def settings_options(*groups: str, exclude: tuple[str, ...] = ()) -> Callable:
     return deco
 
 
+MAX_SETTING_FILE = 1 << 20  # a schema or grammar is refused past 64 KB anyway (constrain/compile.py)
+
+
 def _read_file(ctx: click.Context, param: click.Parameter, path: Path | None) -> str | None:
     if path is None:
         return None
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise LocalspecError(
-            f"cannot read {param.opts[0]} {path}: {getattr(e, 'strerror', None) or e}"
-        ) from None
+        missing = f"cannot read {param.opts[0]} {{path}}: no such file"
+        return read_capped(path, param.opts[0], MAX_SETTING_FILE, missing=missing).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LocalspecError(f"cannot read {param.opts[0]} {path}: {e}") from None
+
+
+def image_option(fn: Callable) -> Callable:
+    return click.option(
+        "--image",
+        "image_files",
+        type=click.Path(path_type=Path),
+        multiple=True,
+        metavar="FILE",
+        help="An image for the model to see (PNG, JPEG, WebP, GIF, BMP; repeatable); needs --mmproj or "
+        "a pair with a projector.",
+    )(fn)
+
+
+def read_images(files: tuple[Path, ...], settings: Settings) -> list[Any]:
+    """`--image` files as decoded images, each checked against the image limits before it is read
+    whole (a file is untrusted input like any request's image)."""
+    from localspec.images import BadImage, decode_image  # noqa: PLC0415
+
+    if files and settings.mmproj is None:
+        from localspec.chat.media import NO_PROJECTOR  # noqa: PLC0415
+
+        raise LocalspecError(NO_PROJECTOR)
+    if len(files) > settings.max_images:
+        raise LocalspecError(f"{len(files)} images; at most {settings.max_images} (--max-images)")
+    out = []
+    for path in files:
+        what = f"--image {path}"
+        try:
+            size = path.stat().st_size
+            if size > settings.image_max_bytes:
+                raise BadImage(
+                    f"{what} is {size:,} bytes, over the limit of {settings.image_max_bytes:,} (--image-max-bytes)"
+                )
+            data = path.read_bytes()
+        except OSError as e:
+            raise LocalspecError(f"cannot read {what}: {e.strerror or e}") from None
+        out.append(decode_image(data, settings.image_limits, what))
+    return out
 
 
 def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = None) -> Settings:
@@ -92,7 +136,13 @@ def resolve_settings(kwargs: dict[str, Any], defaults: dict[str, Any] | None = N
     names = {f.name for f in setting_fields()}
     given = {k: kwargs.pop(k) for k in list(kwargs) if k in names}
     config = kwargs.pop("config", None)
-    return Settings.load(config=config, defaults=defaults, resolve_pair=_resolve_pair, **given)
+    return Settings.load(
+        config=config,
+        defaults=defaults,
+        resolve_pair=_resolve_pair,
+        warn=lambda msg: click.echo(f"warning: {msg}", err=True),
+        **given,
+    )
 
 
 def _resolve_pair(pair: Path, yes: bool) -> Path:

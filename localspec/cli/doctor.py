@@ -5,6 +5,7 @@ data; the table and --json are two renderings of it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -16,7 +17,7 @@ VERIFY_N_CTX = 512  # enough to reserve every buffer; the plan is recomputed at 
 
 
 @click.command()
-@settings_options("model")
+@settings_options("model", also=("embed_ctx",))  # serve's embeddings context, when given
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table.")
 @click.option("--no-load", is_flag=True, help="Plan only: do not load the models to verify placement.")
 def doctor(as_json: bool, no_load: bool, **kwargs: Any) -> None:
@@ -280,6 +281,25 @@ def _plan_rows(plan: dict[str, Any]) -> Rows:
                     f"       recurrent state {fmt_bytes(m['state_bytes'])} ({m['state_cells']} copies){saved}",
                 )
             )
+    e = plan.get("embeddings")
+    if e:
+        rows.append(
+            (
+                "",
+                f"embed  --embed-ctx {e['n_ctx']} (serve, made on the first request): KV "
+                f"{fmt_bytes(e['cache_bytes'])}, compute {fmt_bytes(e['compute_bytes'])}, "
+                f"output {fmt_bytes(e['output_bytes'])} in RAM",
+            )
+        )
+    if plan.get("projector"):  # --mmproj: where the target goes, mtmd puts it
+        pj = plan["projector"]
+        rows.append(
+            (
+                "",
+                f"mmproj {Path(pj['path']).name} ({pj['projector_type']}, {pj['image_size']} px images): weights "
+                f"{fmt_bytes(pj['weights_bytes'])}, vision compute ~{fmt_bytes(pj['compute_bytes'])}",
+            )
+        )
     rows.append(
         (
             "",

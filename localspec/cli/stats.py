@@ -16,11 +16,10 @@ def stats(log: Path | None, plot: Path | None) -> None:
     from rich.console import Console  # noqa: PLC0415 - keep --help instant
 
     from localspec.telemetry.acclog import default_path  # noqa: PLC0415
-    from localspec.telemetry.logstats import read_log, summarize  # noqa: PLC0415
+    from localspec.telemetry.logstats import read_summary  # noqa: PLC0415
 
     path = log or default_path()
-    records, bad = read_log(path)
-    s = summarize(records)
+    s, bad = read_summary(path)
     console = Console(highlight=False)
     console.print(f"{path}: {s.generations} generations, {s.first[:19]} .. {s.last[:19]}")
     if bad:
@@ -74,7 +73,7 @@ def _position_table(s):  # noqa: ANN001, ANN202
 
 
 def _plot(s, out: Path) -> None:  # noqa: ANN001
-    from datetime import datetime  # noqa: PLC0415
+    from datetime import datetime, timezone  # noqa: PLC0415
 
     from localspec.errors import LocalspecError  # noqa: PLC0415
 
@@ -98,7 +97,9 @@ def _plot(s, out: Path) -> None:  # noqa: ANN001
     ax1.set_title("acceptance by draft position")
     ax1.set_xlabel("draft position")
     ax1.set_ylabel("P(accepted | drafted)")
-    points = [(datetime.fromisoformat(t), x) for t, x in zip(s.started, s.tok_s) if t and x > 0]
+    points = [
+        (datetime.fromtimestamp(t, timezone.utc), x) for t, x in zip(s.started, s.tok_s) if t == t and x > 0
+    ]  # t == t: not NaN
     if points:
         ax2.plot([p[0] for p in points], [p[1] for p in points], "o-", color="tab:blue", markersize=4)
         ax2.tick_params(axis="x", labelrotation=30)

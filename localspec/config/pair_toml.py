@@ -3,6 +3,7 @@
 [pair]
 target = "target-q4_k_m.gguf"      # paths relative to the pair folder
 draft = "draft-q8_0.gguf"
+mmproj = "mmproj-f16.gguf"         # optional: the target's vision projector
 vocab_fingerprint = "sha256:..."
 [runtime]                          # any Settings field: recommended defaults for this pair
 draft_max = "auto"
@@ -31,6 +32,7 @@ class PairFile:
     draft: Path
     info: dict[str, Any] = field(default_factory=dict)
     runtime: dict[str, Any] = field(default_factory=dict)
+    mmproj: Path | None = None  # the target's vision projector
 
 
 def pair_toml_path(path: Path) -> Path:
@@ -39,22 +41,23 @@ def pair_toml_path(path: Path) -> Path:
 
 def read_pair(path: Path) -> PairFile:
     toml_path = pair_toml_path(Path(path))
-    if not toml_path.exists():
-        hint = " (run `make models` to build the default pair)" if "default" in str(path) else ""
-        raise LocalspecError(f"no pair at {path}: {toml_path} does not exist{hint}")
-    data = read_toml(toml_path)
+    hint = " (run `make models` to build the default pair)" if "default" in str(path) else ""
+    data = read_toml(toml_path, "pair file", missing=f"no pair at {path}: {toml_path} does not exist{hint}")
     pair, runtime = data.get("pair", {}), data.get("runtime", {})
     if not isinstance(pair, dict) or not all(isinstance(pair.get(k), str) for k in ("target", "draft")):
         raise LocalspecError(f'{toml_path} needs [pair] target = "FILE.gguf" and draft = "FILE.gguf"')
     if not isinstance(runtime, dict):
         raise LocalspecError(f"{toml_path}: [runtime] must be a table of settings")
+    if not isinstance(pair.get("mmproj", ""), str):
+        raise LocalspecError(f'{toml_path}: [pair] mmproj must be a file name ("mmproj-f16.gguf")')
     base = toml_path.parent
     return PairFile(
         path=toml_path,
         target=(base / pair["target"]).resolve(),
         draft=(base / pair["draft"]).resolve(),
-        info={k: v for k, v in pair.items() if k not in ("target", "draft")},
+        info={k: v for k, v in pair.items() if k not in ("target", "draft", "mmproj")},
         runtime=dict(runtime),
+        mmproj=(base / pair["mmproj"]).resolve() if pair.get("mmproj") else None,
     )
 
 
@@ -64,15 +67,23 @@ def _stored_path(path: Path, out_dir: Path) -> str:
 
 
 def write_pair_toml(
-    out_dir: Path, target: Path, draft: Path, *, info: dict[str, Any], runtime: dict[str, Any]
+    out_dir: Path,
+    target: Path,
+    draft: Path,
+    *,
+    info: dict[str, Any],
+    runtime: dict[str, Any],
+    mmproj: Path | None = None,
 ) -> Path:
-    """pair.toml beside the models; paths inside out_dir are stored relative to it so the folder can
-    move, others (e.g. files in the Hugging Face cache) as absolute paths. `info` carries the models'
+    """pair.toml beside the models (and the target's vision projector, if any); paths inside out_dir
+    are stored relative to it so the folder can move, others (e.g. files in the Hugging Face cache)
+    as absolute paths. `info` carries the models'
     facts (`gguf.compat.pair_facts`) and where the pair came from."""
     out_dir = Path(out_dir)
     pair = {
         "target": _stored_path(Path(target), out_dir),
         "draft": _stored_path(Path(draft), out_dir),
+        **({"mmproj": _stored_path(Path(mmproj), out_dir)} if mmproj is not None else {}),
         **info,
     }
     text = "# written by localspec; [runtime] holds recommended settings for this pair\n"

@@ -2,7 +2,9 @@
 from the fields below (their metadata carries the help text), so a flag means the same everywhere.
 
 Precedence, lowest first: field defaults < localspec/data/defaults.toml < --config FILE < the pair's
-pair.toml [runtime] table < explicit CLI flags / request fields.
+pair.toml [runtime] table < explicit CLI flags / request fields. Each setting has a scope: the layers
+that may set it (`scope`); a pair file, downloaded from strangers, and a request, sent by a client,
+may set only what shapes a model's answers (docs/settings.md).
 
 Settings only parses and checks: the one I/O it does is reading the TOML files it is given. A pair
 *name* (a preset to download, say) is turned into a folder by the front end's resolver, passed in.
@@ -16,6 +18,7 @@ import math
 import re
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -25,6 +28,7 @@ from localspec.config.endpoints import parse_endpoints
 from localspec.config.pair_toml import read_pair
 from localspec.config.toml import read_toml
 from localspec.errors import LocalspecError
+from localspec.images import Limits
 from localspec.text_input import require_text
 
 # a front end's way of turning `--pair NAME` into a folder (hub.resolve_pair: presets, pulls, prompts)
@@ -52,6 +56,20 @@ MAX_STOP_CHARS = 4096  # a longer stop string would hold back all streamed text 
 MAX_LOGIT_BIAS = 300
 API_KEY_ENV = "LOCALSPEC_API_KEY"
 
+# The layers a value can come from. Flags and --config are the person running localspec: any
+# setting. A pair.toml is downloaded from strangers: only what a model can honestly recommend (its
+# sampling, speculation and context settings), never where the server listens, who may call it,
+# where files go or where compute is sent. A request is a server's client: only its own answer.
+FLAG, CONFIG, PAIR, REQUEST = "flag", "config", "pair", "request"
+LAYERS = (FLAG, CONFIG, PAIR, REQUEST)
+_GROUP_SCOPE = {
+    "sampling": LAYERS,
+    "spec": LAYERS,
+    "output": LAYERS,
+    "constraint": (FLAG, CONFIG, REQUEST),  # an answer's format is its asker's, not the model file's
+}
+MODEL_CONTEXT = (FLAG, CONFIG, PAIR)  # what a model is built for (context size, KV type, batches)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
@@ -72,18 +90,44 @@ class Settings:
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
     )
-    n_ctx: int = _f(4096, "Context size in tokens, allocated once at load.", group="model", ge=8, le=1 << 24)
-    n_batch: int = _f(512, "Logical batch size for prompt processing.", group="model", ge=1, le=1 << 24)
-    n_ubatch: int = _f(512, "Physical micro-batch size.", group="model", ge=1, le=1 << 24)
+    mmproj: Path | None = _f(
+        None,
+        "Vision projector GGUF (the mmproj-*.gguf beside a vision model) for the target: prompts may "
+        "then hold images (--image, image parts in requests); the draft reads the text around them. "
+        "A pair.toml names it as mmproj.",
+        group="model",
+    )
+    n_ctx: int = _f(
+        4096,
+        "Context size in tokens, allocated once at load.",
+        group="model",
+        scope=MODEL_CONTEXT,
+        ge=8,
+        le=1 << 24,
+    )
+    n_batch: int = _f(
+        512, "Logical batch size for prompt processing.", group="model", scope=MODEL_CONTEXT, ge=1, le=1 << 24
+    )
+    n_ubatch: int = _f(
+        512, "Physical micro-batch size.", group="model", scope=MODEL_CONTEXT, ge=1, le=1 << 24
+    )
     n_threads: int | None = _f(
         None, "CPU threads (default: physical cores).", group="model", ge=1, le=GGML_MAX_THREADS
     )
     n_gpu_layers: int = _f(-1, "Layers to offload to the GPU (-1 = all).", group="model", ge=-1, le=INT32_MAX)
     flash_attn: str = _f(
-        "auto", "Flash attention: auto, on or off.", group="model", choices=("auto", "on", "off")
+        "auto",
+        "Flash attention: auto, on or off.",
+        group="model",
+        choices=("auto", "on", "off"),
+        scope=MODEL_CONTEXT,
     )
     kv_type: str = _f(
-        "f16", "KV cache type: f16, q8_0, q4_0 or f32.", group="model", choices=("f16", "q8_0", "q4_0", "f32")
+        "f16",
+        "KV cache type: f16, q8_0, q4_0 or f32.",
+        group="model",
+        choices=("f16", "q8_0", "q4_0", "f32"),
+        scope=MODEL_CONTEXT,
     )
     backend_top_k: int = _f(
         -1,
@@ -116,6 +160,27 @@ class Settings:
     tuner_cache: bool = _f(
         True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
     )
+    cost_bound: float = _f(
+        2.0,
+        "A request's rounds may cost at most this many plain steps per token they emit: past it its "
+        "drafts are cut back, down to plain decoding (a draft_max or draft_min is an ask, not an "
+        "order; the text is the same). 0 = no bound (what bench measures).",
+        group="model",
+        ge=0,
+        le=1000,
+    )
+    # -- images (with --mmproj) -------------------------------------------------------------
+    image_max_bytes: int = _f(
+        5_000_000, "Largest image accepted, in bytes as sent (PNG, JPEG, WebP, GIF or BMP).",
+        group="images", ge=1, le=1 << 32,
+    )  # fmt: skip
+    image_max_pixels: int = _f(
+        4096 * 4096,
+        "Largest image accepted, in pixels (width x height), read from its header before any pixel is "
+        "decoded (a decompression bomb is refused unread).",
+        group="images", ge=1, le=1 << 28,
+    )  # fmt: skip
+    max_images: int = _f(8, "Images one request (or one chat) may carry.", group="images", ge=0, le=256)
     # -- sampling ------------------------------------------------------------------------------
     max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling", ge=1, le=1 << 24)
     temperature: float = _f(
@@ -242,7 +307,7 @@ class Settings:
         default=None,
         repr=False,
         metadata={
-            "help": f"Require 'Authorization: Bearer KEY' on every request (set {API_KEY_ENV} rather "
+            "help": f"Require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every request (set {API_KEY_ENV} rather "
             "than the flag: a command line is visible to every user of the machine).",
             "group": "server",
             "envvar": API_KEY_ENV,
@@ -267,6 +332,32 @@ class Settings:
     )
     max_body: int = _f(
         8_000_000, "Largest request body in bytes; larger gets 413.", group="server", ge=1, le=1 << 40
+    )
+    embed_ctx: int = _f(
+        0,
+        "Longest input /v1/embeddings and /api/embed take, in tokens: the served model's embeddings "
+        "context, made on the first such request (0: no embeddings; serve's default is 512).",
+        group="server", ge=0, le=1 << 20,
+    )  # fmt: skip
+    # -- router mode: `serve` with no --pair/--target serves every model of a folder (docs/serving.md)
+    models_dir: Path | None = _f(
+        None,
+        "Serve every model in this folder by name, each loaded when first asked for (default, when "
+        "no --pair or --target is given: the models folder, LOCALSPEC_MODELS).",
+        group="server",
+    )
+    models_max: int = _f(
+        4, "Router mode: models loaded at once; past it the least recently used idle one is unloaded "
+        "(0 = no limit).", group="server", ge=0, le=1024,
+    )  # fmt: skip
+    idle_unload: float = _f(
+        0, "Router mode: unload a model idle this many seconds (0 = never).", group="server", ge=0, le=1e9
+    )
+    default_model: str | None = _f(
+        None,
+        "Router mode: the model for requests that name none, and for names no model has from clients "
+        "that send their own (Claude Code's claude-... names).",
+        group="server",
     )
 
     # -- derived -------------------------------------------------------------------------------
@@ -318,10 +409,26 @@ class Settings:
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
 
+    def override(self, layer: str, **changes: Any) -> "Settings":
+        """`replace` for changes from a less trusted layer (a request): a setting outside the
+        layer's scope is refused by name."""
+        _, refused = split_scope(changes, layer)
+        if refused:
+            raise LocalspecError(
+                f"{refused[0]} cannot be set per {layer}: it is the server's own setting (a flag or --config)"
+                if refused[0] in _NAMES
+                else f"unknown setting: {refused[0]}"
+            )
+        return self.replace(**changes)
+
     def context_args(self) -> dict[str, Any]:
         """The keyword arguments of `backend.Context` that these settings decide."""
         names = ("n_ctx", "n_batch", "n_ubatch", "n_threads", "flash_attn", "kv_type", "backend_top_k")
         return {n: getattr(self, n) for n in names} | {"n_seq": self.parallel}
+
+    @property
+    def image_limits(self) -> Limits:
+        return Limits(self.image_max_bytes, self.image_max_pixels)
 
     @property
     def rpc_endpoints(self) -> tuple[str, ...]:
@@ -355,17 +462,19 @@ class Settings:
         config: Path | None = None,
         defaults: dict[str, Any] | None = None,
         resolve_pair: PairResolver | None = None,
+        warn: Callable[[str], None] | None = None,
         **overrides: Any,
     ) -> "Settings":
         """Build settings from a command's own `defaults` (e.g. serve's parallel=4), defaults.toml, an
         optional config file, the pair and `overrides` (None values in overrides mean 'not given').
-        `resolve_pair(pair, yes)` turns a pair name into a folder; without one a pair is a path."""
+        `resolve_pair(pair, yes)` turns a pair name into a folder; without one a pair is a path.
+        `warn` gets one line per pair.toml key outside a pair's scope (ignored); default: a warning."""
         values: dict[str, Any] = dict(defaults or {})
         values.update(_flat(read_toml(paths.package_data("defaults.toml"), "the shipped defaults")))
         if config is not None:
-            if not Path(config).exists():
-                raise LocalspecError(f"config file not found: {config}")
-            values.update(_flat(read_toml(Path(config), "config file")))
+            values.update(
+                _flat(read_toml(Path(config), "config file", missing=f"config file not found: {config}"))
+            )
         given = {k: v for k, v in overrides.items() if v is not None and v != ()}
         pair = given.get("pair", values.get("pair"))
         if pair is not None and not (given.get("target") or given.get("draft")):
@@ -376,10 +485,39 @@ class Settings:
             if "pair" in given:
                 given["pair"] = pair
             p = read_pair(Path(pair))
-            values.update(p.runtime)
+            kept, refused = split_scope(p.runtime, PAIR)
+            for name in refused:
+                (warn or _warn)(_pair_refusal(p.path, name))
+            values.update(kept)
             values["target"], values["draft"] = p.target, p.draft
+            if p.mmproj is not None:
+                values["mmproj"] = p.mmproj
         values.update(given)
         return cls(**_coerce(values))
+
+
+def scope(f: dataclasses.Field) -> tuple[str, ...]:
+    """The layers that may set field `f` (flags and --config may set every one)."""
+    return f.metadata.get("scope") or _GROUP_SCOPE.get(f.metadata.get("group", ""), (FLAG, CONFIG))
+
+
+def split_scope(values: dict[str, Any], layer: str) -> tuple[dict[str, Any], list[str]]:
+    """(the values `layer` may set, the names of the others: out of its scope, or not settings)."""
+    ok = {f.name for f in fields(Settings) if layer in scope(f)}
+    return {k: v for k, v in values.items() if k in ok}, [k for k in values if k not in ok]
+
+
+def _pair_refusal(path: Path, name: str) -> str:
+    why = (
+        "a pair may set only sampling, speculation and context settings (docs/settings.md)"
+        if name in _NAMES
+        else "not a setting"
+    )
+    return f"{path}: [runtime] {name} ignored: {why}"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
 
 
 def _flat(data: dict[str, Any]) -> dict[str, Any]:
@@ -528,3 +666,6 @@ def _field(name: str) -> dataclasses.Field:
 
 def setting_fields(group: str | None = None) -> list[dataclasses.Field]:
     return [f for f in fields(Settings) if group is None or f.metadata.get("group") == group]
+
+
+_NAMES = frozenset(f.name for f in fields(Settings))

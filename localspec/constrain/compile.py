@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
 import llguidance
 
+from ..errors import Busy
 from .errors import ConstraintError
 from .matcher import Matcher
 from .numbers import bounded
@@ -26,6 +28,10 @@ KINDS: tuple[str, ...] = ("json_schema", "json_object", "grammar", "lark", "rege
 MAX_TEXT_BYTES = 64 * 1024  # a schema or grammar bigger than this is refused before compiling
 GRAMMAR_CACHE = 32  # compiled grammars kept per vocabulary
 COMPILE_TIMEOUT_S = 5.0  # and one that compiles longer than this (2,000 optional keys: ~0.6 s)
+# llguidance cannot be stopped: a compile given up on runs to its end. At most this many run at once,
+# those given up on included, so hostile grammars sent again and again cannot pile up on the CPUs.
+MAX_COMPILES = 2
+_compiling = threading.BoundedSemaphore(MAX_COMPILES)
 
 # llguidance's own resource limits, spelled out so a hostile grammar is refused, not slow: the
 # compile's lexer fuel (~50k/ms), grammar size, per-step lexer fuel (~14k/ms) and Earley items
@@ -112,15 +118,25 @@ def _compile(c: Constraint, vocab: Vocabulary, max_bytes: int, timeout_s: float)
 
 def _build(vocab: Vocabulary, source: str, limits, timeout_s: float) -> llguidance.LLMatcher | None:
     """The matcher, or None when compiling outlasts timeout_s. llguidance compiles without the GIL,
-    so a thread can be waited on with a timeout; a compile given up on finishes in the background."""
+    so a thread can be waited on with a timeout; a compile given up on finishes in the background,
+    holding one of the MAX_COMPILES places until it does (Busy when none frees within timeout_s)."""
+    t0 = time.monotonic()
+    if not _compiling.acquire(timeout=timeout_s):
+        raise Busy(
+            f"{MAX_COMPILES} grammar compiles are still running (ones that ran past their "
+            f"{timeout_s:g} s limit finish in the background); retry shortly"
+        )
     box: list[llguidance.LLMatcher] = []
 
     def work() -> None:
-        box.append(llguidance.LLMatcher(vocab.tokenizer, source, log_level=0, limits=limits))
+        try:
+            box.append(llguidance.LLMatcher(vocab.tokenizer, source, log_level=0, limits=limits))
+        finally:
+            _compiling.release()
 
     worker = threading.Thread(target=work, name="localspec-constraint-compile", daemon=True)
     worker.start()
-    worker.join(timeout_s)
+    worker.join(max(timeout_s - (time.monotonic() - t0), 0.0))
     return box[0] if box else None
 
 

@@ -22,7 +22,7 @@ from localspec.convert.hf_vocab import tokenizer_kvs
 from localspec.convert.quant import quantize_file
 from localspec.convert.safetensors_io import Checkpoint, f32_to_bf16
 from localspec.errors import LocalspecError
-from localspec.files import atomic_output, scratch_output
+from localspec.files import atomic_output, path_kind, scratch_output
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 FLOAT_TYPES = {
@@ -55,8 +55,9 @@ def resolve_source(src: str | Path) -> Path:
     p = Path(src).expanduser()
     if p.is_dir():
         return p
-    if p.exists():
-        raise LocalspecError(f"{src} is a file; give the Hugging Face model folder (with config.json)")
+    what = path_kind(p)
+    if what is not None:
+        raise LocalspecError(f"{src} is {what}; give the Hugging Face model folder (with config.json)")
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", str(src)):
         raise LocalspecError(f"{src}: no such folder, and not a Hugging Face repo id (owner/name)")
     from huggingface_hub import snapshot_download  # noqa: PLC0415 - only for repo ids

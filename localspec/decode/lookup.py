@@ -63,4 +63,6 @@ class Lookup:
             return [], 0
         toks = self.tokens
         period = len(toks) - start
-        return [toks[start + (i % period)] for i in range(k)], length
+        out = [toks[start + (i % period)] for i in range(k)]
+        cut = next((i for i, t in enumerate(out) if t < 0), len(out))  # an image's ids: no text to propose
+        return (out[:cut], length) if cut else ([], 0)

@@ -44,12 +44,14 @@ def _left(target: Evaluator, st: SeqState) -> int:
 
 def _budget(target: Evaluator, st: SeqState) -> SeqPlan:
     """Drafts, every source's, this round may hold for st: what the context has room for beyond
-    tokens[-1], what max_new leaves and what the target's rollback can take back. None on top of a
-    restored snapshot: this round replays the kept tokens (drafting on top of a replay would put
-    them back under a snapshot a rejection returns to)."""
+    tokens[-1], what max_new leaves, what the target's rollback can take back and what the
+    request's cost bound allows. None on top of a restored snapshot: this round replays the kept
+    tokens (drafting on top of a replay would put them back under a snapshot a rejection returns to)."""
     room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
     left = _left(target, st)
     cap = min(room - 1, left, target.max_draft if target.max_draft is not None else room)
+    if st.bound is not None:  # what the request's rounds may cost it (draft_len/cost_bound.py)
+        cap = min(cap, st.bound.k_cap)
     replay = target.past(st.seq) < len(st.tokens) - 1
     return SeqPlan(st, 0 if replay else cap, replay, left, st.cfg.draft_p_min, st.cfg.draft_min)
 

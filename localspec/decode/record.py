@@ -13,6 +13,7 @@ from localspec.decode.settle import Verdict
 from localspec.decode.sources import EVIDENCE
 from localspec.decode.state import SeqState, Step
 from localspec.draft_len.controller import Outcome
+from localspec.draft_len.cost_bound import round_charge
 from localspec.draft_len.evidence import LOOKUP
 
 
@@ -31,16 +32,23 @@ def record(plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, 
     per_token = t_catch / max(sum(clock.caught.values()), 1)
     starts = [m["dists"], *clock.done[:-1]]
     shared = m["dists"] - m["verified"]  # the round's distributions: charged to each one's sampling
-    for p, v, t0, t1 in zip(plans, verdicts, starts, clock.done):
-        _record_one(p, v, clock, (t_catch, per_token), (t1 - t0) + shared, batch_tokens)
+    evs = [_evidence(p.sources, v.n_accepted) for p, v in zip(plans, verdicts)]
+    longest = max((ev[0] - ev[2] for ev in evs), default=0)  # the draft loop's steps: its decodes
+    for p, v, ev, t0, t1 in zip(plans, verdicts, evs, starts, clock.done):
+        _record_one(p, v, ev, clock, (t_catch, per_token), (t1 - t0) + shared, (batch_tokens, longest))
 
 
 def _record_one(
-    p: SeqPlan, v: Verdict, clock: Clock, catch: tuple[float, float], sample_s: float, batch_tokens: int
+    p: SeqPlan,
+    v: Verdict,
+    ev: tuple[int, int, int, bool],
+    clock: Clock,
+    catch: tuple[float, float],
+    sample_s: float,
+    batch: tuple[int, int],
 ) -> None:
     st, c, m = p.st, p.st.counters, clock.marks
-    t_catch = catch[0]
-    ev = _evidence(p.sources, v.n_accepted)
+    t_catch, (batch_tokens, longest) = catch[0], batch
     k = p.k if p.model else ev[2]  # the K asked: the lookup's alone without the draft model
     draft_s, verify_s = m["drafted"] - m["drafting"] - t_catch, m["verified"] - m["drafted"]
     c.record_round(k, len(p.drafts), v.n_accepted, sources=p.sources)
@@ -65,6 +73,10 @@ def _record_one(
     caught = clock.caught.get(st, 0) if clock.caught else 0
     times = (draft_s, verify_s, round_s - t_catch, catch[1] * caught)
     st.k_ctl.observe(_outcome(p, v, ev, k, times, batch_tokens, caught))
+    if st.bound is not None:  # its own draft steps and its share of the verify batch
+        st.bound.observe(round_charge(draft_s, ev[0] - ev[2], longest, verify_s, len(p.drafts) + 1, batch_tokens),
+                         len(v.new))  # fmt: skip
+        c.cost_cuts = st.bound.cut
     c.fallbacks = st.k_ctl.fallbacks
     c.started_plain = st.k_ctl.started_plain
 

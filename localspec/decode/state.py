@@ -19,6 +19,7 @@ from localspec.decode.noise import KeyedGumbel
 from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.stats import Counters
 from localspec.draft_len.controller import KController
+from localspec.draft_len.cost_bound import CostBound
 from localspec.evaluator import Evaluator, Item  # noqa: F401 - re-exported: the round's protocol
 
 
@@ -70,6 +71,7 @@ class SeqState:
     penalties: Penalties | None = None  # logit_bias and repetition penalties, applied to both models' rows
     logprobs: int = -1  # -1: none; else report each step's logprob and this many top alternatives
     post_sampling_probs: bool = False  # ... from the distribution sampled (else the model's own)
+    bound: CostBound | None = None  # what its rounds may cost per token: caps its drafts (K control)
 
     @classmethod
     def start(
@@ -90,6 +92,7 @@ class SeqState:
         logprobs: int = -1,
         post_sampling_probs: bool = False,
         draft_model: bool = True,
+        bound: CostBound | None = None,
     ) -> "SeqState":
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
@@ -98,7 +101,7 @@ class SeqState:
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
             draft_model=draft_model, noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
             penalties=penalties if penalties and penalties.active else None, logprobs=logprobs,
-            post_sampling_probs=post_sampling_probs,
+            post_sampling_probs=post_sampling_probs, bound=bound,
         )  # fmt: skip
 
     def take(self) -> list[Step]:

@@ -37,6 +37,7 @@ class Counters:
     k_history: list[int] = field(default_factory=list)  # K asked for each round (0 = plain step)
     fallbacks: int = 0  # times auto-K switched to plain decoding because speculation was losing
     started_plain: bool = False  # auto-K predicted from measured costs that plain decoding is faster
+    cost_cuts: int = 0  # rounds after which the request's cost bound cut its drafts back
     n_prefilled: int = 0  # prompt tokens the target evaluated; the rest came from the cached prefix
     rounds_trace: list[dict] | None = None  # one record per round, kept only when tracing (--trace)
     # per draft source, by its name (decode/sources: the draft model, the target's MTP head, the
@@ -107,6 +108,7 @@ class Stats:
     fell_back: bool
     fallbacks: int
     started_plain: bool
+    cost_cuts: int  # times the request's cost bound cut its drafts back (draft_len/cost_bound.py)
     n_prefilled: int  # prompt tokens actually evaluated (after prefix reuse)
     # per draft source (draft, lookup): rounds, drafted, accepted, acceptance_rate, mean_accepted_run
     sources: dict[str, dict] = field(default_factory=dict)
@@ -158,6 +160,7 @@ class Stats:
             n_prefilled=c.n_prefilled,
             rounds_trace=c.rounds_trace,
             started_plain=c.started_plain,
+            cost_cuts=c.cost_cuts,
             sources={name: _source_dict(s) for name, s in c.sources.items() if s.rounds},
         )
 

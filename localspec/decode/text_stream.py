@@ -64,6 +64,11 @@ class TextStream:
                 self._pending = []
         return out
 
+    @property
+    def stop_hit(self) -> str | None:
+        """The stop string that ended the text, if one did."""
+        return self._stops.hit
+
     def _cut_at_stop(self) -> list[Step]:
         """Drop the tokens that start at or after the stop string (they add no emitted text)."""
         keep = sum(1 for s in self._starts if s < self._emitted)

@@ -2,15 +2,24 @@
 
 A fresh process would otherwise spend its first rounds re-measuring the machine. The record is kept
 per (pair, llama.cpp build, device, settings that change the cost) in the user's cache directory:
-one small JSON file per key, written atomically. A file that does not parse, or was written for
-another key or schema, is ignored with one note and overwritten by the next save.
+one small JSON file per key, written atomically. A file that does not parse, was written for
+another key or schema, or holds more than a record can (batch sizes, list lengths, bytes), is
+ignored with one note and overwritten by the next save.
+
+Requests end on the engine thread: `remember` only hands the record to a writer thread
+(deferred.py), which writes the newest at most once per SAVE_EVERY_S. Timings are not kept blindly:
+a batch that took more than CONTENTION times what its share of the cheapest batch predicts was
+measured under a neighbour's load (a batch never costs more than the steps it replaces), and a
+timing above CONTENTION times the one already remembered is left at the remembered one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
+import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field
@@ -18,10 +27,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 from localspec import paths
+from localspec.config.settings import AUTO_K_MAX
+from localspec.deferred import Deferred
 from localspec.errors import LocalspecError
-from localspec.files import fingerprint, write_text_atomic
+from localspec.files import fingerprint, read_capped, write_text_atomic
 
 SCHEMA = 1
+MAX_BYTES = 64 << 10  # a record is ~1 KB
+MAX_BATCH = 1 << 16  # the largest verify batch a record may time (n_batch's own bound is far above use)
+MAX_SIZES = 1024  # batch sizes timed
+MAX_POSITIONS = AUTO_K_MAX  # acceptance evidence per draft position
+CONTENTION = 2.0  # a timing this many times what it should be was taken under someone else's load
+SAVE_EVERY_S = 10.0
 
 
 @dataclass
@@ -47,9 +64,13 @@ class TunerRecord:
             raise ValueError("written by another version of localspec")
         if d.get("key") != key:
             raise ValueError("written for another pair, build or device")
+        if len(d["verify_s"]) > MAX_SIZES or len(d.get("acc", [])) > MAX_POSITIONS:
+            raise ValueError("more entries than a record holds")
         verify = {int(n): float(t) for n, t in d["verify_s"].items()}
         if not verify or any(not 0 < t < 3600 for t in verify.values()):  # NaN fails these too
             raise ValueError("verify timings out of range")
+        if any(not 1 <= n <= MAX_BATCH for n in verify):
+            raise ValueError(f"batch sizes out of range (1..{MAX_BATCH})")
         draft = d.get("draft_s")
         if draft is not None and not 0 < float(draft) < 3600:
             raise ValueError("draft timing out of range")
@@ -60,7 +81,7 @@ class TunerRecord:
         if catch is not None and not 0 < float(catch) < 3600:
             raise ValueError("catch-up timing out of range")
         return cls(
-            verify,
+            plausible(verify),
             None if draft is None else float(draft),
             acc,
             tried,
@@ -79,6 +100,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def plausible(verify: dict[int, float]) -> dict[int, float]:
+    """The timings a quiet machine could have given: a batch of n tokens never costs more than the
+    n / b0 batches of the cheapest size b0 it replaces, so one CONTENTION times above that was taken
+    while something else held the CPU (2.6-3.7 s for 11-18 tokens against 0.016 s for one)."""
+    if not verify:
+        return verify
+    b0 = min(verify)
+    return {n: t for n, t in verify.items() if t <= CONTENTION * max(1.0, n / b0) * verify[b0]}
+
+
 class TunerMemory:
     def __init__(self, key: dict[str, Any], directory: Path | None = None, *, note: Callable[[str], None]):
         self.key = key
@@ -86,27 +117,45 @@ class TunerMemory:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
         self.path = self.dir / f"{digest}.json"
         self._note = note
+        self._known: TunerRecord | None = None  # loaded or saved last: what a new timing is held to
+        self._latest: TunerRecord | None = None
+        self._writer: Deferred = Deferred(self._save_latest, name="localspec-tuner", interval=SAVE_EVERY_S)
 
     def load(self) -> TunerRecord | None:
-        try:
-            text = self.path.read_text()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            self._note(f"note: tuner cache {self.path} unreadable ({e.strerror}); measuring afresh")
+        if not os.path.lexists(self.path):  # nothing remembered yet (a symlink loop is a note below)
             return None
         try:
-            return TunerRecord.from_json(text, self.key)
-        except (ValueError, KeyError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+            text = read_capped(self.path, "tuner cache", MAX_BYTES).decode()
+            self._known = TunerRecord.from_json(text, self.key)
+            return self._known
+        except (LocalspecError, ValueError, KeyError, TypeError, AttributeError) as e:  # JSON, UTF-8 too
             self._note(f"note: ignoring tuner cache {self.path} ({e}); measuring afresh")
             return None
 
+    def remember(self, record: TunerRecord) -> None:
+        """Save `record` soon, off this thread (the engine's): the newest within SAVE_EVERY_S wins."""
+        self._latest = record
+        self._writer.put(None)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        return self._writer.flush(timeout)
+
+    def _save_latest(self, _: list[None]) -> None:
+        record, self._latest = self._latest, None
+        if record is not None:
+            self.save(record)
+
     def save(self, record: TunerRecord) -> None:
         """Atomic: a reader sees the old file or the new one, never half of one. Failures are notes,
-        never errors: remembering is an optimisation."""
-        record.saved_at = time.time()
+        never errors: remembering is an optimisation. Timings a neighbour's load inflated are not
+        kept (`plausible`), nor is one over CONTENTION times what was remembered for that size."""
+        known = self._known.verify_s if self._known is not None else {}
+        verify = plausible(record.verify_s)
+        verify = known | {n: t for n, t in verify.items() if t <= CONTENTION * known.get(n, t)}
+        record = dataclasses.replace(record, verify_s=verify, saved_at=time.time())
         try:
             write_text_atomic(self.path, record.to_json(self.key), private=True)
+            self._known = record
         except (OSError, LocalspecError) as e:
             self._note(
                 f"warning: could not save the tuner cache to {self.dir} ({getattr(e, 'strerror', None) or e})"

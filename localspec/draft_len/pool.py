@@ -11,6 +11,7 @@ from localspec.config.settings import AUTO_K_MAX
 from localspec.draft_len import calibrate
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.controller import KController
+from localspec.draft_len.cost_bound import CostBound
 from localspec.draft_len.costs import Costs
 from localspec.draft_len.evidence import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED
 from localspec.draft_len.fixed import FixedK
@@ -34,6 +35,7 @@ class TunerPool:
         self.known, self.memory = known, memory
         self.costs: Costs | None = None  # made with the first tuner (its K bounds clip the probes)
         self.by_kind: dict[tuple, AutoK] = {}
+        self.plain_at_load: float | None = None  # a one-token decode's seconds, timed at load
 
     @classmethod
     def for_pair(
@@ -58,7 +60,10 @@ class TunerPool:
             replay=replay,
         )
         if not ((s.speculative or s.mtp_drafts or s.uses_lookup) and s.draft_k is None):
-            return pool(None, None), "none"
+            out = pool(None, None)
+            if s.cost_bound > 0:  # requests may still draft: their bound is priced in plain steps
+                out.plain_at_load = _plain_step(target_ctx)
+            return out, "none"
         memory = None
         if s.tuner_cache:
             memory = TunerMemory(memory_key(), note=log)
@@ -87,6 +92,22 @@ class TunerPool:
             self.by_kind[key] = self._new_tuner(*key)
         return self.by_kind[key].fork()
 
+    def plain_s(self) -> float | None:
+        """A plain step's seconds on this engine: the one-token verify as measured now, else as
+        measured at load."""
+        if self.costs is not None and self.costs.measured(1) is not None:
+            return self.costs.measured(1)
+        if self.known is not None and 1 in self.known.verify_s:
+            return self.known.verify_s[1]
+        return self.plain_at_load
+
+    def bound(self, s: Any) -> CostBound | None:
+        """A drafting request's cost bound (`cost_bound` plain steps per token), starting from the
+        most drafts its controller may ask for."""
+        if s.cost_bound <= 0:
+            return None
+        return CostBound(s.cost_bound, self.plain_s, s.draft_k or AUTO_K_MAX)
+
     def finished(self, s: Any, ctl: KController) -> None:
         """A request ended: its evidence goes back to its tuner, and the pair's to the memory."""
         if ctl.costs is None:
@@ -96,9 +117,14 @@ class TunerPool:
         if self.memory is not None and (ctl.has_model or not self.has_draft):  # the record is the pair's
             verify, draft_s, catch_s = tuner.costs.snapshot()
             ev = tuner.evidence
-            self.memory.save(
+            self.memory.remember(  # written by another thread, not this one (the engine's)
                 TunerRecord(verify, draft_s, ev.acc.tolist(), ev.tried.tolist(), catch_s=catch_s)
             )
+
+    def flush(self, timeout: float = 5.0) -> None:
+        """Write what the tuner memory still holds (at close: it is written off the engine thread)."""
+        if self.memory is not None:
+            self.memory.flush(timeout)
 
     def _new_tuner(self, k_min: int, k_max: int, has_model: bool, sampled: bool) -> AutoK:
         if self.costs is None:
@@ -127,3 +153,15 @@ def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
     own_cache = draft_s is not None and draft_ctx.source == "draft"
     catch_s = calibrate.catch_up_time(draft_ctx, prefix) if own_cache else None
     return TunerRecord(verify, draft_s, catch_s=catch_s)
+
+
+def _plain_step(target_ctx: Any) -> float:
+    """Seconds for a one-token decode at a realistic depth, the fastest of three (cache left empty)."""
+    prefix = target_ctx.model.tokenize(CALIBRATION_TEXT, add_special=True)[: max(1, target_ctx.n_ctx // 2)]
+    t = float("inf")
+    for _ in range(3):  # the prefix each time: a checkpointing memory cannot go back to its end
+        target_ctx.truncate(0)
+        target_ctx.eval(prefix, 0, 1)
+        t = min(t, calibrate.floor_time(target_ctx, prefix[-1:], len(prefix), tries=1))
+    target_ctx.truncate(0)
+    return t

@@ -10,15 +10,21 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
+import numpy as np
+
+from localspec import llama
+from localspec.chat import media
 from localspec.chat import template as chat
-from localspec.config.settings import Settings
+from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
 from localspec.draft_len.pool import TunerPool
+from localspec.engine import embed
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
 from localspec.engine.request import Handle, Request
 from localspec.engine.scheduler import Scheduler
 from localspec.engine.thread import load_then_serve
 from localspec.engine.types import Chunk, Response
-from localspec.errors import LocalspecError, PromptTooLong
+from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
+from localspec.images import Image
 from localspec.text_input import require_text
 
 T = TypeVar("T")
@@ -32,6 +38,7 @@ class Engine:
             raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
         self._closed = False
         self._pair: LoadedPair | None = None
+        self._embedder: Any = None  # llama.Embedder, made on the first embed()
         self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         # every decode of this engine, the load's warm-up and calibration included, runs on its one
@@ -131,6 +138,8 @@ class Engine:
         if getattr(self, "_thread", None) is not None:
             self._inbox.put(None)
             self._thread.join()
+        if getattr(self, "tuners", None) is not None:
+            self.tuners.flush()
         if getattr(self, "_pair", None) is not None:
             self._pair.close()
 
@@ -153,17 +162,45 @@ class Engine:
     # -- prompts ---------------------------------------------------------------------------------
     def tokenize(self, prompt: str | Sequence[int] | list[dict], *, chat_mode: bool = False) -> list[int]:
         """Token ids for a prompt: a string, a list of chat messages, or ids as they are."""
+        return self.prompt_of(prompt, chat_mode=chat_mode).ids
+
+    def prompt_of(
+        self,
+        prompt: str | Sequence[int] | list[dict],
+        *,
+        chat_mode: bool = False,
+        images: Sequence[Image] = (),
+        max_images: int | None = None,
+    ) -> media.Prompt:
+        """A prompt's token ids with its images' ids spliced in (and the images' runs, which must be
+        held while the request runs). Chat messages may hold image parts ({"type": "image", "image":
+        Image}); `images` go before a string prompt's text."""
         self._check_open()
+        if isinstance(prompt, media.Prompt):  # tokenized here already (a chat's conversation)
+            return prompt
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
-            return self._checked_ids(prompt)
+            if images:
+                raise LocalspecError("images go with a text prompt or chat messages, not token ids")
+            return media.Prompt(self._checked_ids(prompt))
+        marker = media.new_marker()
         if chat_mode or isinstance(prompt, list):
-            messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-            ids = self.tokenize_chat(self.render_chat(messages))
+            if isinstance(prompt, list):
+                if images:
+                    raise LocalspecError("give chat messages their images as content parts")
+                messages = prompt
+            else:
+                parts = [{"type": "image", "image": im} for im in images] + [{"type": "text", "text": prompt}]
+                messages = [{"role": "user", "content": parts if images else prompt}]
+            messages, images = media.flatten(messages, marker)
+            _check_count(images, max_images)
+            text, chat_text = self.render_chat(messages), True
         else:
-            ids = self.target.tokenize(require_text(str(prompt)), add_special=True, parse_special=False)
-        if not ids:
+            _check_count(images, max_images)
+            text, chat_text = marker * len(images) + require_text(str(prompt)), False
+        p = media.tokenize(self.target, self.projector, text, images, marker, chat=chat_text)
+        if not p.ids:
             raise LocalspecError("the prompt is empty")
-        return ids
+        return p
 
     def _checked_ids(self, ids: Sequence[int]) -> list[int]:
         """Ids as given, each one the target knows: llama.cpp would refuse the whole batch it rides
@@ -185,6 +222,14 @@ class Engine:
         """Tokens of rendered chat text; a continuation of a conversation already tokenized gets no BOS."""
         return chat.tokenize_rendered(self.target, text, continuation=continuation)
 
+    def tokenize_images(self, text: str, images: Sequence[Image], marker: str) -> media.Prompt:
+        """Tokens of rendered chat text with an image at each `marker` (chat.media)."""
+        return media.tokenize(self.target, self.projector, text, images, marker, chat=True)
+
+    @property
+    def projector(self):  # noqa: ANN201 - the target's llama.Projector, or None
+        return self._pair.projector
+
     # -- generation ------------------------------------------------------------------------------
     def submit(
         self,
@@ -194,6 +239,7 @@ class Engine:
         keep_special: Sequence[int] = (),
         sink: Callable[[object], None] | None = None,
         settings: Settings | None = None,
+        images: Sequence[Image] = (),
         **overrides: Any,
     ) -> Handle:
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
@@ -201,11 +247,15 @@ class Engine:
         `keep_special`: control tokens whose text the output keeps (a chat syntax's markers).
         `sink(item)`: called on the engine thread with each chunk, an error, then None at the end,
         instead of the handle's queue (the server hands them to its event loop; it must not block).
-        `settings`: the request's settings, already built from its overrides (by the caller)."""
+        `settings`: the request's settings, already built from its overrides (by the caller).
+        `images`: decoded images (localspec.images) before a string prompt's text; chat messages
+        carry theirs as content parts."""
         self._check_open()
-        s = settings or (self.settings.replace(**overrides) if overrides else self.settings)
-        ids = self.tokenize(prompt, chat_mode=chat)
-        self._check_fits(ids, s)
+        s = settings or (self.settings.override(REQUEST, **overrides) if overrides else self.settings)
+        s = self._capped(s)
+        p = self.prompt_of(prompt, chat_mode=chat, images=images, max_images=s.max_images)
+        ids = p.ids
+        self._check_fits(p, s)
         n_vocab = self.target.n_vocab
         for tok, _ in s.logit_bias:
             if tok >= n_vocab:
@@ -213,12 +263,19 @@ class Engine:
         # an id only the target knows (its vocabulary may be padded beyond the draft's): never drafts
         draft_model = self.draft is None or max(ids) < self.draft.n_vocab
         req = Request(
-            ids, s, self._pair, self.tuners, frozenset(keep_special), draft_model=draft_model, sink=sink
-        )
+            ids, s, self._pair, self.tuners, frozenset(keep_special),
+            draft_model=draft_model, sink=sink, images=p.runs,
+        )  # fmt: skip
         self._inbox.put(req)
         if self._closed:  # closed meanwhile: the engine thread may be gone
             req.fail(LocalspecError("this engine is closed; create a new Engine"))
         return Handle(req)
+
+    def _capped(self, s: Settings) -> Settings:
+        """A request's fixed K no larger than the engine's own (auto's most, or its fixed K): a
+        request asks, the person who started the engine decides (drafts change speed, not text)."""
+        ceiling = max(AUTO_K_MAX, self.settings.draft_k or 0)
+        return s.replace(draft_max=ceiling) if s.draft_k is not None and s.draft_k > ceiling else s
 
     def stream(
         self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any
@@ -235,13 +292,56 @@ class Engine:
                 return chunk.response
         raise AssertionError("stream ended without a response")
 
-    def _check_fits(self, ids: list[int], s: Settings) -> None:
-        n_ctx = self.target_ctx.n_ctx
+    # -- embeddings ------------------------------------------------------------------------------
+    def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> embed.Embeddings:
+        """Unit-length embeddings of texts or token-id lists from the target's embeddings context
+        (made on the first call, --embed-ctx tokens; llama/embed.py). Each pass of it runs on the
+        engine thread between rounds. An input over --embed-ctx tokens is cut there when `truncate`,
+        else refused (PromptTooLong)."""
+        self._check_open()
+        n_ctx = self.settings.embed_ctx
+        if n_ctx <= 0:
+            raise LocalspecError("embeddings are off (--embed-ctx 0); give --embed-ctx N to serve them")
+        ids = embed.token_lists(self.target, inputs, n_ctx, truncate)
+
+        def run(part: range) -> np.ndarray:
+            try:
+                return self._embedder_made().embed([ids[i] for i in part])
+            except LocalspecError as e:  # the context or its decode failed: ours, not the input's
+                raise GenerationFailed(str(e)) from None
+
+        passes = embed.passes([len(x) for x in ids], n_ctx, llama.EMBED_SEQS)
+        parts = [self.on_engine_thread(lambda part=part: run(part)) for part in passes]
+        return embed.Embeddings(embed.unit(np.concatenate(parts)), [len(x) for x in ids])
+
+    def _embedder_made(self) -> Any:
+        """The embeddings context (on the engine thread: it decodes a warm-up); its pair closes it."""
+        if self._embedder is None:
+            s = self.settings
+            self._embedder = self._pair.stack.enter_context(
+                llama.Embedder(
+                    self.target,
+                    n_ctx=s.embed_ctx,
+                    n_threads=s.n_threads,
+                    flash_attn=s.flash_attn,
+                    kv_type=s.kv_type,
+                )
+            )
+        return self._embedder
+
+    def _check_fits(self, p: media.Prompt, s: Settings) -> None:
+        n_ctx, ids = self.target_ctx.n_ctx, p.ids
         if len(ids) + s.max_tokens > n_ctx:
+            of_images = f", {p.n_image_ids} of them for {p.n_images} images" if p.n_images else ""
             raise PromptTooLong(
-                f"prompt ({len(ids)} tokens) + max_tokens ({s.max_tokens}) = {len(ids) + s.max_tokens} "
+                f"prompt ({len(ids)} tokens{of_images}) + max_tokens ({s.max_tokens}) = {len(ids) + s.max_tokens} "
                 f"exceeds the context of one slot, n_ctx={n_ctx}; shorten the prompt, lower "
                 "--max-tokens or raise --n-ctx",
                 n_prompt=len(ids),
                 n_ctx=n_ctx,
             )
+
+
+def _check_count(images: Sequence[Image], most: int | None) -> None:
+    if most is not None and len(images) > most:
+        raise LocalspecError(f"{len(images)} images in one request; at most {most} (--max-images)")

@@ -17,6 +17,7 @@ from localspec.errors import LocalspecError
 from localspec.gguf import memory_plan
 from localspec.gguf.compat import CompatReport, check_pair
 from localspec.gguf.memory_kind import memory_facts
+from localspec.gguf.projector import check_fits_text
 from localspec.llama.mtp import MtpDrafter
 
 
@@ -35,6 +36,7 @@ class LoadedPair:
     target_ctx: llama.Context | None = None
     draft: llama.Model | None = None
     draft_ctx: llama.Context | MtpDrafter | None = None  # the target's MTP head with --draft mtp
+    projector: llama.Projector | None = None  # the target's vision projector (--mmproj)
     stack: ExitStack = field(default_factory=ExitStack)
 
     def contexts(self) -> list[llama.Context]:
@@ -78,7 +80,13 @@ def load_pair(
             f"--draft mtp: {s.target.name} has no MTP layers (no nextn_predict_layers in its header); "
             "give a draft GGUF instead, or --lookup only"
         )
+    if s.mmproj is not None and s.mtp_drafts:
+        raise LocalspecError(
+            "--mmproj with --draft mtp is not supported yet: give a draft GGUF, or --lookup only"
+        )
     out.plan = placement.plan_for(s)
+    if out.plan.projector is not None:  # before any weights: a projector made for another model
+        check_fits_text(out.plan.projector, out.plan.target.spec.n_embd)
     try:
         out.decision = decision or placement.enforce(out.plan, out.devices, s)
     except LocalspecError as e:
@@ -110,8 +118,16 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
             load_mtp=s.mtp_drafts,
         )
     )
+    if s.mmproj is not None:  # freed before the target it reads (the stack unwinds in reverse)
+        on_gpu = dec.mode in ("gpu", "partial")
+        out.projector = st.enter_context(
+            llama.Projector(s.mmproj, out.target, n_threads=s.n_threads, use_gpu=on_gpu)
+        )
+        log(f"vision projector: {s.mmproj.name} ({out.projector.facts.projector_type})")
     n_rs = memory_plan.rs_keep(s)  # llama.cpp clamps it to 0 on archs without rs rollback
-    out.target_ctx = st.enter_context(llama.Context(out.target, **common, n_rs_seq=n_rs))
+    out.target_ctx = st.enter_context(
+        llama.Context(out.target, **common, n_rs_seq=n_rs, projector=out.projector)
+    )
     if out.target_ctx.memory_kind != "attention":
         log(f"target memory: {out.target_ctx.memory_kind}, rollback by {out.target_ctx.rollback}")
     if s.mtp_drafts:

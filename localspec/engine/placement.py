@@ -32,6 +32,7 @@ from localspec.gguf.memory_plan import (
     plan_pair,
     read_spec,
 )
+from localspec.gguf.projector import projector_facts
 
 MiB = 1 << 20
 TOLERANCE = 0.10  # plan vs llama.cpp's own numbers
@@ -50,7 +51,8 @@ def plan_for(settings: Any) -> PairPlan:
     if settings.target is None:
         raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
     draft = read_spec(settings.draft) if settings.speculative else None
-    return plan_pair(read_spec(settings.target), draft, Runtime.from_settings(settings))
+    mmproj = projector_facts(settings.mmproj) if settings.mmproj is not None else None
+    return plan_pair(read_spec(settings.target), draft, Runtime.from_settings(settings), mmproj)
 
 
 # ---------------------------------------------------------------------------------------------------

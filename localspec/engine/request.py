@@ -6,7 +6,7 @@ import queue
 import secrets
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -36,10 +36,13 @@ class Request(Schedulable):
         *,
         draft_model: bool = True,
         sink: Callable[[object], None] | None = None,
+        images: Sequence[object] = (),
     ) -> None:
         """`draft_model=False`: the prompt holds an id the draft model does not know; only the lookup
-        may draft for it. `sink`: where the chunks go instead of the handle's queue (Engine.submit)."""
+        may draft for it. `sink`: where the chunks go instead of the handle's queue (Engine.submit).
+        `images`: the image runs (llama.ImageRun) the prompt's image ids come from, held while it runs."""
         self.prompt, self.settings, self.tuners = ids, s, tuners
+        self.images = images
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
         self.draft_model = draft_model and pair.draft_ctx is not None
@@ -82,6 +85,7 @@ class Request(Schedulable):
             penalties=penalties_of(s),
             logprobs=s.top_logprobs if s.logprobs else -1, post_sampling_probs=s.post_sampling_probs,
             draft_model=self.draft_model,
+            bound=self.tuners.bound(s) if self.speculative else None,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
@@ -117,7 +121,14 @@ class Request(Schedulable):
             total_s=t_end - self.t_start,
         )
         resp = Response(
-            "".join(self.parts), list(ts.tokens), ts.finish, stats, self.prompt, self.seed, self.logprobs
+            "".join(self.parts),
+            list(ts.tokens),
+            ts.finish,
+            stats,
+            self.prompt,
+            self.seed,
+            self.logprobs,
+            ts.stop_hit,
         )
         self.post(Chunk("", [], [], resp))
         self.post(None)
@@ -167,6 +178,7 @@ class Handle:
     def __init__(self, req: Request) -> None:
         self._req = req
         self.prompt_tokens = req.prompt
+        self.settings = req.settings  # what this request runs with: the engine's and its overrides
         self.response: Response | None = None
 
     def cancel(self) -> None:

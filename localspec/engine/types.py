@@ -18,6 +18,7 @@ class Response:
     seed: int
     # with Settings.logprobs: per emitted token, (log-probability, ((token, log-probability), ...) best first)
     logprobs: list[tuple[float, tuple[tuple[int, float], ...]]] | None = None
+    stop_string: str | None = None  # the stop string that ended the text, if one did
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -9,6 +9,7 @@ arrays unless asked. Type sizes and enums come from the `gguf` package.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from localspec.errors import LocalspecError
+from localspec.files import open_regular
 
 GGUF_MAGIC = b"GGUF"
 _SCALAR = {
@@ -203,13 +205,9 @@ def read_header(path: str | Path, *, load_arrays: tuple[str, ...] = ()) -> GGUFH
     short for its tensor data, are refused with one message. Arrays are skipped (their length kept)
     unless named in `load_arrays`."""
     path = Path(path)
-    if not path.exists():
-        raise LocalspecError(f"no such file: {path}")
-    if path.is_dir():
-        raise LocalspecError(f"{path} is a directory, not a GGUF file")
     try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
+        with open_regular(path, "GGUF file") as f:  # a FIFO would hang the open; a loop is named
+            size = os.fstat(f.fileno()).st_size
             if size < 4:
                 raise LocalspecError(f"{path} is not a GGUF file ({size} bytes)")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:

@@ -56,6 +56,8 @@ def breakdown(plan: PairPlan) -> str:
         + f" + compute {fmt_bytes(m.compute_bytes)}"
         for m in plan.models
     ]
+    if plan.projector is not None:
+        parts.append(f"vision projector {fmt_bytes(plan.projector_bytes)}")
     return "; ".join(parts + [f"headroom {fmt_bytes(plan.headroom_bytes)}"])
 
 

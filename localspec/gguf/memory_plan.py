@@ -21,6 +21,7 @@ from localspec.config.settings import AUTO_K_MAX
 from localspec.errors import LocalspecError
 from localspec.gguf.file import GGUFHeader, read_header
 from localspec.gguf.memory_kind import HYBRID, RECURRENT, RS_ROLLBACK
+from localspec.gguf.projector import ProjectorFacts
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -50,6 +51,7 @@ CHECKPOINT_CAP_BYTES = 2 * GiB
 STATE_BYTES = 4  # llama.cpp keeps recurrent state (R: conv / token shift, S: ssm / wkv) in f32
 # hybrids whose attention layers are every n-th (no per-layer KV head counts): llama.cpp's default n
 ATTN_INTERVAL = {"bailingmoe3": 8}
+EMBED_SEQS = 16  # inputs one pass of the embeddings context carries (llama/embed.py), a sequence each
 
 
 def fmt_bytes(n: float) -> str:
@@ -260,6 +262,7 @@ class Runtime:
     swa_full: bool = True
     n_seq: int = 1  # slots (--parallel): the unified KV cache holds n_ctx cells for each
     n_rs_seq: int = 0  # the target's requested n_rs_seq (0 on archs without rs rollback; drafts 0)
+    embed_ctx: int = 0  # the embeddings context's tokens (serve --embed-ctx; 0: none)
 
     @classmethod
     def from_settings(cls, s: Any) -> "Runtime":
@@ -271,6 +274,7 @@ class Runtime:
             flash_attn=s.flash_attn,
             n_seq=getattr(s, "parallel", 1),
             n_rs_seq=rs_keep(s),
+            embed_ctx=getattr(s, "embed_ctx", 0),
         )
 
 
@@ -402,12 +406,49 @@ def _compute_bytes(spec: ModelSpec, rt: Runtime, n_cells: int, n_ub: int) -> int
     return max(logits, ffn, attn)
 
 
+@dataclass(frozen=True)
+class EmbedPlan:
+    """The served model's embeddings context (llama/embed.py): its own cache and a compute buffer
+    for a whole input in one micro-batch, beside the target's weights (it has none of its own), and
+    an output buffer in RAM with every token's logits and embedding (llama.cpp makes both)."""
+
+    n_ctx: int
+    cache_bytes: int  # KV cache (and recurrent state, one per sequence)
+    compute_bytes: int
+    output_bytes: int  # in RAM; it grows to this with the largest pass
+
+    @property
+    def device_bytes(self) -> int:
+        return self.cache_bytes + self.compute_bytes
+
+    @property
+    def cpu_bytes(self) -> int:
+        return self.device_bytes + self.output_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"device_bytes": self.device_bytes, "cpu_bytes": self.cpu_bytes}
+
+
+def plan_embeddings(spec: ModelSpec, rt: Runtime) -> EmbedPlan | None:
+    """The embeddings context's memory: n_ctx, n_batch and n_ubatch all embed_ctx; None without one."""
+    n = rt.embed_ctx
+    if n <= 0:
+        return None
+    one = plan_model(
+        spec, Runtime(n_ctx=n, n_batch=n, n_ubatch=n, kv_type=rt.kv_type, flash_attn=rt.flash_attn)
+    )
+    cache = one.kv_bytes + one.state_bytes * EMBED_SEQS
+    return EmbedPlan(n, cache, one.compute_bytes, n * (spec.n_vocab + spec.n_embd) * 4)
+
+
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PairPlan:
     target: ModelPlan
     draft: ModelPlan | None
     headroom_bytes: int = HEADROOM_BYTES
+    embed: EmbedPlan | None = None  # serve's embeddings context, made on the first request for one
+    projector: ProjectorFacts | None = None  # the target's mmproj: its weights and vision graph
 
     @property
     def models(self) -> tuple[ModelPlan, ...]:
@@ -418,21 +459,40 @@ class PairPlan:
         return self.target.rt
 
     @property
+    def projector_bytes(self) -> int:
+        """The projector's weights and compute buffer, where the target goes (mtmd follows it)."""
+        p = self.projector
+        return p.weights_bytes + p.compute_bytes if p is not None else 0
+
+    @property
     def device_bytes(self) -> int:
-        """Accelerator memory for a full offload of both models, headroom included."""
-        return sum(m.device_bytes for m in self.models) + self.headroom_bytes
+        """Accelerator memory for a full offload of both models (and the embeddings context and
+        the projector), headroom included."""
+        return (
+            sum(m.device_bytes for m in self.models)
+            + self.embed_device_bytes
+            + self.projector_bytes
+            + self.headroom_bytes
+        )
+
+    @property
+    def embed_device_bytes(self) -> int:
+        return self.embed.device_bytes if self.embed else 0
 
     @property
     def cpu_bytes(self) -> int:
-        return sum(m.cpu_bytes for m in self.models)
+        embed = self.embed.cpu_bytes if self.embed else 0
+        return sum(m.cpu_bytes for m in self.models) + embed + self.projector_bytes
 
     def with_runtime(self, **changes: Any) -> "PairPlan":
         rt = dataclasses.replace(self.rt, **changes)
-        draft = plan_model(self.draft.spec, rt, "draft") if self.draft else None
-        return PairPlan(plan_model(self.target.spec, rt, "target"), draft, self.headroom_bytes)
+        draft = self.draft.spec if self.draft else None
+        return dataclasses.replace(
+            plan_pair(self.target.spec, draft, rt, self.projector), headroom_bytes=self.headroom_bytes
+        )
 
     def without_draft(self) -> "PairPlan":
-        return PairPlan(self.target, None, self.headroom_bytes)
+        return dataclasses.replace(self, draft=None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -443,20 +503,31 @@ class PairPlan:
             "n_ubatch": self.rt.n_ubatch,
             "swa_full": self.rt.swa_full,
             "models": [m.to_dict() for m in self.models],
+            "embeddings": self.embed.to_dict() if self.embed else None,
+            "projector": self.projector.to_dict() if self.projector is not None else None,
             "headroom_bytes": self.headroom_bytes,
             "device_bytes": self.device_bytes,
             "cpu_bytes": self.cpu_bytes,
         }
 
 
-def plan_pair(target: ModelSpec, draft: ModelSpec | None, rt: Runtime) -> PairPlan:
-    return PairPlan(plan_model(target, rt, "target"), plan_model(draft, rt, "draft") if draft else None)
+def plan_pair(
+    target: ModelSpec, draft: ModelSpec | None, rt: Runtime, projector: ProjectorFacts | None = None
+) -> PairPlan:
+    return PairPlan(
+        plan_model(target, rt, "target"),
+        plan_model(draft, rt, "draft") if draft else None,
+        embed=plan_embeddings(target, rt),
+        projector=projector,
+    )
 
 
 def gpu_layers_that_fit(plan: PairPlan, free_bytes: int) -> int:
     """Target repeating layers that fit next to a fully offloaded draft (0 when even the draft does
     not fit)."""
     budget = free_bytes - plan.headroom_bytes - (plan.draft.device_bytes if plan.draft else 0)
+    budget -= plan.embed_device_bytes  # counted whole: its cache follows the layers, its compute does not
+    budget -= plan.projector_bytes
     best = 0
     for k in range(plan.target.spec.n_layer + 1):
         if plan.target.partial_device_bytes(k) <= budget:

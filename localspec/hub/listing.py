@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from localspec.config.pair_toml import PAIR_TOML, read_pair
 from localspec.errors import LocalspecError
 from localspec.hub.presets import Preset, load_presets
 from localspec.paths import models_dir
 from localspec.telemetry.acclog import default_path
-from localspec.telemetry.logstats import read_log
+from localspec.telemetry.logstats import iter_records
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class LocalPair:
 
 def local_pairs(folder: Path | None = None, log_path: Path | None = None) -> list[LocalPair]:
     root = Path(folder) if folder else models_dir()
-    log = _acclog_records(log_path)
+    log = _acceptances(log_path)
     out = []
     for toml in sorted(root.glob(f"*/{PAIR_TOML}")):
         try:
@@ -60,20 +59,24 @@ def presets() -> list[Preset]:
 
 
 # -- the acceptance log (written by localspec.acclog; a missing log just means nothing measured yet) ---
-def _acclog_records(path: Path | None = None) -> list[dict[str, Any]]:
+Acceptances = dict[tuple[str | None, str | None], float]
 
+
+def _acceptances(path: Path | None = None) -> Acceptances:
+    """The last acceptance rate logged per (target, draft) path, read a line at a time."""
+    out: Acceptances = {}
     try:
-        return read_log(path or default_path())[0]
+        for rec in iter_records(path or default_path()):
+            rate = rec["stats"].get("acceptance_rate") if rec is not None else None
+            t, d = (rec.get("target") or {}, rec.get("draft") or {}) if rec is not None else ({}, {})
+            key = (t.get("path"), d.get("path"))
+            if isinstance(rate, (int, float)) and all(isinstance(p, (str, type(None))) for p in key):
+                out[key] = float(rate)
     except (LocalspecError, OSError):
-        return []
+        pass
+    return out
 
 
-def last_acceptance(records: list[dict[str, Any]], target: Path, draft: Path) -> float | None:
+def last_acceptance(log: Acceptances, target: Path, draft: Path) -> float | None:
     """The acceptance rate of the last speculative generation logged with these two files."""
-    want = (os.path.realpath(target), os.path.realpath(draft))
-    for rec in reversed(records):
-        t, d = rec.get("target") or {}, rec.get("draft") or {}
-        rate = rec["stats"].get("acceptance_rate")
-        if isinstance(rate, (int, float)) and (t.get("path"), d.get("path")) == want:
-            return float(rate)
-    return None
+    return log.get((os.path.realpath(target), os.path.realpath(draft)))

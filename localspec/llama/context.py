@@ -10,17 +10,21 @@ import collections
 import ctypes
 import itertools
 import time
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import llama_cpp as C
 import numpy as np
 
 from localspec.errors import LocalspecError
 from localspec.evaluator import Item
-from localspec.llama import recurrent
+from localspec.llama import image_rows, recurrent
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
+from localspec.llama.owner import Owner
 from localspec.top_logits import TopLogits
+
+if TYPE_CHECKING:
+    from localspec.llama.vision import Projector
 
 KV_TYPES = {
     "f32": C.GGML_TYPE_F32,
@@ -34,7 +38,7 @@ FLASH_ATTN = {"auto": -1, "off": 0, "on": 1}
 BUSY_SINCE = [0.0]
 
 
-class Context:
+class Context(Owner):
     """One inference context (KV cache + compute buffers) over a Model, for `n_seq` sequences.
 
     Created once; the batch is allocated once. Each sequence (0..n_seq-1) may hold up to `n_ctx`
@@ -62,6 +66,7 @@ class Context:
         n_seq: int = 1,
         n_rs_seq: int = 0,
         backend_top_k: int = 0,
+        projector: "Projector | None" = None,
     ) -> None:
         if kv_type not in KV_TYPES:
             raise LocalspecError(f"unknown KV cache type {kv_type!r}; choose one of {', '.join(KV_TYPES)}")
@@ -118,6 +123,11 @@ class Context:
         self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
         self._top_on = [self.top_k > 0] * n_seq  # whose rows come back as their top_k largest
         self._retired: list = []  # chains detached since the last decode
+        # image ids (llama/vision.py) decode as the projector's rows; without one (a draft) each is
+        # read as a newline: the draft sees the text around an image at the target's positions
+        self.projector = projector
+        self.filler = (model.tokenize("\n", add_special=False, parse_special=False) or [model.vocab.eos])[-1]
+        self._embd: _Batch | None = None  # made at the first image
 
     def close(self) -> None:
         if self._ptr:
@@ -127,18 +137,6 @@ class Context:
             if chain is not None:
                 C.llama_sampler_free(chain)
         self._chains, self._retired = [], []
-
-    def __enter__(self) -> "Context":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def ptr(self):  # noqa: ANN201 - a ctypes pointer
@@ -227,13 +225,18 @@ class Context:
         """Pack the items' tokens into batches of at most n_batch and decode them in order. A batch
         boundary never splits one item's logits rows unless that item alone fills a batch."""
         tok, pos, owner, want = _pack(items)
+        held = tok
+        if len(tok) and tok.min() < 0:  # image ids
+            if self.projector is not None:
+                return image_rows.decode(self, items)
+            tok = np.where(tok < 0, self.filler, tok).astype(np.int32)
         seqs = np.array([it[0] for it in items], dtype=np.int32)
         parts: list[list[np.ndarray]] = [[] for _ in items]
         start, n = 0, len(tok)
         while start < n:
             end = _chunk_end(start, min(n, start + self.n_batch), owner, want)
             n_out = self._decode_chunk(
-                tok[start:end], pos[start:end], seqs[owner[start:end]], want[start:end]
+                tok[start:end], pos[start:end], seqs[owner[start:end]], want[start:end], held[start:end]
             )
             if n_out:
                 keep = copy or end < n  # the next decode overwrites llama.cpp's buffers
@@ -252,7 +255,7 @@ class Context:
                         logits = logits.copy() if keep else logits
                     parts[idx].append(logits[r0:r1])
             start = end
-        return [_joined(ps, self.n_vocab) for ps in parts]
+        return [image_rows.joined(ps, self.n_vocab) for ps in parts]
 
     def _top_rows(self, first: int, n: int) -> TopLogits:
         """Rows first.. (negative: counted from the decode's last output) as the backend's top-k
@@ -266,10 +269,23 @@ class Context:
         ids = np.ctypeslib.as_array(cp, shape=(n, self.n_vocab))[:, :m]
         return TopLogits(ids, logits)
 
-    def _decode_chunk(self, tok: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray) -> int:
-        """One llama_decode of these tokens; returns how many logits rows it made."""
-        b = self._batch
-        b.fill(tok, pos, seq, want)
+    def _decode_chunk(
+        self,
+        tok: np.ndarray,
+        pos: np.ndarray,
+        seq: np.ndarray,
+        want: np.ndarray,
+        held: np.ndarray,
+        embd: np.ndarray | None = None,
+    ) -> int:
+        """One llama_decode of these tokens (or of `embd`, their embedding rows: an image); returns
+        how many logits rows it made. `held` is what the cache records at those positions."""
+        if embd is None:
+            b = self._batch
+            b.fill(tok, pos, seq, want)
+        else:
+            b = self._embd = self._embd or _Batch(self.n_batch, embd.shape[1])
+            b.fill(embd, pos, seq, want)
         in_call = collections.Counter(seq.tolist())  # tokens per sequence in this decode
         for s in in_call:  # a recurrent memory saves the state a rollback may return to
             self._rollback.before_decode(s, self._past[s])
@@ -299,7 +315,7 @@ class Context:
             self.on_decode(list(zip(seq.tolist(), pos.tolist(), tok.tolist())))
         for s, p in zip(seq.tolist(), pos.tolist()):  # each sequence's last position
             self._past[s] = p + 1
-        self._held[seq, pos] = tok
+        self._held[seq, pos] = held
         return int(want.sum())
 
     def cached_tokens(self, seq: int = 0) -> np.ndarray:
@@ -347,10 +363,11 @@ class Context:
 
 class _Batch:
     """The llama_batch, as numpy arrays this object owns (llama_decode only reads it): filled by
-    slice assignment instead of a Python loop over tokens. Each token is in one sequence."""
+    slice assignment instead of a Python loop over tokens. Each token is in one sequence. With
+    `n_embd`, a batch of embedding rows (an image's) instead of token ids."""
 
-    def __init__(self, n: int) -> None:
-        self.token = np.zeros(n, np.int32)
+    def __init__(self, n: int, n_embd: int = 0) -> None:
+        self.token = np.zeros((n, n_embd) if n_embd else n, np.float32 if n_embd else np.int32)
         self.pos = np.zeros(n, np.int32)
         self.n_seq_id = np.ones(n, np.int32)
         self.seq = np.zeros(n, np.int32)  # token j's one sequence id: seq_id[j] points at seq[j]
@@ -359,8 +376,8 @@ class _Batch:
         base = self.seq.ctypes.data
         self._seq_ptrs = (p_int * n)(*(ctypes.cast(base + 4 * j, p_int) for j in range(n)))
         st = C.llama_batch()
-        st.token = self.token.ctypes.data_as(p_int)
-        st.embd = None
+        st.token = None if n_embd else self.token.ctypes.data_as(p_int)
+        st.embd = self.token.ctypes.data_as(ctypes.POINTER(ctypes.c_float)) if n_embd else None
         st.pos = self.pos.ctypes.data_as(p_int)
         st.n_seq_id = self.n_seq_id.ctypes.data_as(p_int)
         st.seq_id = ctypes.cast(self._seq_ptrs, ctypes.POINTER(p_int))
@@ -371,15 +388,6 @@ class _Batch:
         m = len(tok)
         self.token[:m], self.pos[:m], self.seq[:m], self.logits[:m] = tok, pos, seq, want
         self.struct.n_tokens = m
-
-
-def _joined(parts: list, n_vocab: int):  # noqa: ANN202 - rows or TopLogits
-    """One item's rows from the decodes that made them."""
-    if not parts:
-        return np.zeros((0, n_vocab), np.float32)
-    if len(parts) == 1:
-        return parts[0]
-    return TopLogits.concat(parts) if isinstance(parts[0], TopLogits) else np.concatenate(parts)
 
 
 def _top_k_chain(k: int):  # noqa: ANN202 - a llama_sampler pointer

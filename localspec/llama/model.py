@@ -14,6 +14,7 @@ from localspec.errors import LocalspecError
 from localspec.gguf.file import validate_gguf
 from localspec.llama.devices import device_array, supports_gpu_offload
 from localspec.llama.log import init_backend, last_error, log_mark, log_since
+from localspec.llama.owner import Owner
 
 AUTO_BACKEND_TOP_K = 64  # >= any top_k a request usually sends (llama.cpp's default is 40)
 
@@ -31,7 +32,7 @@ class VocabFacts:
     eog: frozenset[int]
 
 
-class Model:
+class Model(Owner):
     """A loaded GGUF model (weights and vocabulary). Owns the `llama_model *`."""
 
     _ptr = None  # until llama.cpp loaded it (close() may run on a half-made model)
@@ -82,18 +83,6 @@ class Model:
             C.llama_model_free(self._ptr)
             self._ptr = None
 
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:  # last resort; owners call close()
-        try:
-            self.close()
-        except Exception:
-            pass
-
     @property
     def ptr(self):  # noqa: ANN201 - a ctypes pointer
         if not self._ptr:
@@ -122,6 +111,10 @@ class Model:
     @property
     def size_bytes(self) -> int:
         return int(C.llama_model_size(self.ptr))
+
+    @property
+    def n_embd(self) -> int:
+        return int(C.llama_model_n_embd(self.ptr))
 
     @property
     def n_layer(self) -> int:

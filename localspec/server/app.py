@@ -4,6 +4,7 @@ and waits for the engine to let go of it before closing the models."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,12 +16,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from localspec.config.settings import Settings
 from localspec.server import browser, errors, page
+from localspec.server.body_text import lone_surrogate
 from localspec.server.dialects import DIALECTS
 from localspec.server.openai.errors import error_response as openai_error
 from localspec.serving.errors import APIError
 from localspec.serving.facade import Model
 from localspec.serving.local import LocalModel
 from localspec.serving.registry import Models
+from localspec.serving.router import Router
 
 log = logging.getLogger("localspec.server")
 DRAIN_TIMEOUT_S = 30.0
@@ -35,16 +38,30 @@ def model_id(settings: Settings) -> str:
 
 
 def create_app(
-    settings: Settings, engine_provider: Callable[[], Any] | None = None, *, model: Model | None = None
+    settings: Settings,
+    engine_provider: Callable[[], Any] | None = None,
+    *,
+    model: Model | None = None,
+    router: Callable[[], Router] | None = None,
 ) -> FastAPI:
     """`engine_provider()` returns a loaded Engine (the app closes it on shutdown, if it can);
-    `model` is a ready model facade instead (tests/fake_engine.py's)."""
+    `model` is a ready model facade instead (tests/fake_engine.py's); `router()` makes the
+    registry of a folder of models (router mode), which loads and unloads them itself."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.loop = asyncio.get_running_loop()  # where a SIGTERM's wind-down runs (shutdown.py)
         if model is not None:
             app.state.models = Models([model])
             yield
+            return
+        if router is not None:
+            app.state.models = routed = router()
+            routed.start()
+            try:
+                yield
+            finally:
+                await routed.close()
             return
         engine = await anyio.to_thread.run_sync(engine_provider)
         local = LocalModel(engine, settings, app.state.model_id)
@@ -54,6 +71,7 @@ def create_app(
             yield
         finally:
             clean = await local.drain(DRAIN_TIMEOUT_S)
+            await anyio.to_thread.run_sync(local.acclog.flush, DRAIN_TIMEOUT_S)
             if local.lost is not None:
                 pass  # an rpc-server dropped: freeing the models would talk to it and abort (reload.py)
             elif clean and hasattr(engine, "close"):
@@ -66,7 +84,8 @@ def create_app(
     # the schema is served by ops.py, behind the API key; no docs pages
     app = FastAPI(title="localspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.settings = settings
-    app.state.model_id = model_id(settings)
+    app.state.router = router is not None
+    app.state.model_id = "router" if router is not None else model_id(settings)
     errors.install(app, DIALECTS, default=openai_error)
     for dialect in DIALECTS:
         app.include_router(dialect.router)
@@ -78,7 +97,8 @@ def create_app(
 
 class BodyLimit:
     """413 for a body over max_bytes, whether it says its length or is chunked. The body is read
-    here (bounded) and replayed to the app, so the app never sees a partial one."""
+    here (bounded) and replayed to the app, so the app never sees a partial one; a JSON body with a
+    lone surrogate in a string is a 400 here, for every route (body_text.py)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -100,13 +120,22 @@ class BodyLimit:
             more = message.get("more_body", False)
             if size > self.max_bytes:
                 return await self._too_large(scope, receive, send)
-        replayed = False
+        data, replayed = b"".join(body), False
+        where = lone_surrogate(data)
+        if where is not None:
+            error = APIError(
+                400,
+                f"{where} holds a lone surrogate (half of a UTF-16 pair, escaped as \\uD800-\\uDFFF): "
+                "not Unicode text; send the whole character",
+                param=where,
+            )
+            return await errors.respond(scope, error)(scope, receive, send)
 
         async def replay() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(body), "more_body": False}
+                return {"type": "http.request", "body": data, "more_body": False}
             return await receive()
 
         await self.app(scope, replay, send)

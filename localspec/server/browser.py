@@ -93,7 +93,15 @@ def install(app: ASGIApp, settings: Settings) -> None:
             CORSMiddleware,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "POST"],
-            allow_headers=["authorization", "content-type"],
+            # Anthropic's SDKs in a browser send their version, betas and key as headers
+            allow_headers=[
+                "authorization",
+                "content-type",
+                "x-api-key",
+                "anthropic-version",
+                "anthropic-beta",
+                "anthropic-dangerous-direct-browser-access",
+            ],
             max_age=600,
         )
     app.add_middleware(HostCheck, hosts=allowed_hosts(settings))

@@ -4,12 +4,22 @@ error on its paths) and, optionally, `PREFIX` (paths no route matches that still
 docs/architecture.md ("Adding a dialect") says how to write one."""
 
 from localspec.server import llama_server, ops
-from localspec.server.openai import chat, completions, models
+from localspec.server.anthropic import messages
+from localspec.server.ollama import chat as ollama_chat
+from localspec.server.ollama import embed as ollama_embed
+from localspec.server.ollama import models as ollama_models
+from localspec.server.openai import chat, completions, embeddings, models, responses
 
 DIALECTS = (
     ops,  # /health, /metrics, /openapi.json
     models,  # OpenAI: GET /v1/models
     chat,  # OpenAI: POST /v1/chat/completions
     completions,  # OpenAI: POST /v1/completions
+    responses,  # OpenAI: POST /v1/responses
     llama_server,  # POST /tokenize, /detokenize
+    embeddings,  # OpenAI: POST /v1/embeddings
+    ollama_chat,  # Ollama: POST /api/chat, /api/generate
+    ollama_embed,  # Ollama: POST /api/embed, /api/embeddings
+    ollama_models,  # Ollama: /api/tags, /api/show, /api/ps, /api/version; pull & co. refused
+    messages,  # Anthropic: POST /v1/messages, /v1/messages/count_tokens
 )

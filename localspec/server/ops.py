@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from localspec.server import metrics
-from localspec.server.auth import require_key
+from localspec.server.auth import has_key, require_key
 from localspec.server.openai import errors
 
 router = APIRouter()
@@ -19,9 +19,17 @@ error_response = errors.error_response
 
 @router.get("/health")
 async def health(request: Request) -> dict[str, Any]:
-    model = request.app.state.models.get(None)
-    running, waiting = model.load()
-    return {"status": "ok", "model": model.name, "running": running, "waiting": waiting}
+    """Liveness for anyone (a load balancer, the page before it has a key); what is served and how
+    busy it is only for a caller with the key, when one is set (docs/serving.md). A router's: what
+    is loaded and the load over all of them."""
+    if not has_key(request):
+        return {"status": "ok"}
+    status = request.app.state.models.status()
+    running, waiting = sum(s.running for s in status), sum(s.waiting for s in status)
+    if not request.app.state.router:
+        return {"status": "ok", "model": status[0].name, "running": running, "waiting": waiting}
+    loaded = [s.name for s in status if s.state == "loaded"]
+    return {"status": "ok", "models": len(status), "loaded": loaded, "running": running, "waiting": waiting}
 
 
 @router.get("/openapi.json", dependencies=[Depends(require_key)], include_in_schema=False)
@@ -31,4 +39,4 @@ async def openapi(request: Request) -> JSONResponse:
 
 @router.get("/metrics", dependencies=[Depends(require_key)])
 async def prometheus(request: Request) -> Response:
-    return Response(metrics.render(request.app.state.models.get(None)), media_type=CONTENT_TYPE_LATEST)
+    return Response(metrics.render(request.app.state.models), media_type=CONTENT_TYPE_LATEST)

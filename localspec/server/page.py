@@ -1,14 +1,15 @@
-"""The chat page: `GET /` and its files under `/ui/`, read from the package (localspec/server/ui/) so
-an installed wheel serves them too. No API key is needed for the page itself: it asks for one when
-/v1 answers 401. Everything the page runs comes from here; the CSP forbids inline script and any
-other origin."""
+"""The chat page: `GET /` from a browser, and its files under `/ui/`, read from the package
+(localspec/server/ui/) so an installed wheel serves them too. No API key is needed for the page
+itself: it asks for one when /v1 answers 401. Everything the page runs comes from here; the CSP
+forbids inline script and any other origin. Ollama's clients probe `/` too (index() says how both
+are answered)."""
 
 from __future__ import annotations
 
 from importlib import resources
 
-from fastapi import APIRouter
-from fastapi.responses import Response
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response
 
 from localspec.server.errors import APIError
 
@@ -34,6 +35,7 @@ TYPES = {
 }
 
 router = APIRouter(include_in_schema=False)
+OLLAMA_RUNNING = "Ollama is running"  # what Ollama answers at / (its clients probe for a server with it)
 
 
 def _read(path: str) -> bytes | None:
@@ -55,7 +57,11 @@ def _serve(path: str) -> Response:
 
 
 @router.api_route("/", methods=["GET", "HEAD"])
-async def index() -> Response:
+async def index(request: Request) -> Response:
+    """The page for a browser (it asks for HTML); anything else probing `/` is an Ollama client
+    checking that a server is there (HEAD, or GET with Accept */* or JSON): Ollama's answer."""
+    if request.method == "HEAD" or "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse(OLLAMA_RUNNING)
     return _serve("index.html")
 
 

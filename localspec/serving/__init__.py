@@ -5,10 +5,10 @@ dialects over it."""
 
 from localspec.serving.errors import APIError
 from localspec.serving.events import Delta, Event, Finished, TokenLogprob, Usage, total_usage
-from localspec.serving.facade import Model, ModelCard, Prompt, Stream
+from localspec.serving.facade import Embedded, Model, ModelCard, Prompt, Stream
 from localspec.serving.request import Message, Request, Tool, ToolCall
 
 __all__ = [
-    "APIError", "Delta", "Event", "Finished", "Message", "Model", "ModelCard", "Prompt", "Request",
+    "APIError", "Delta", "Embedded", "Event", "Finished", "Message", "Model", "ModelCard", "Prompt", "Request",
     "Stream", "TokenLogprob", "Tool", "ToolCall", "Usage", "total_usage",
 ]  # fmt: skip

@@ -4,7 +4,7 @@ shape (OpenAI's `{"error": {...}}`, Anthropic's, Ollama's); the facade and the r
 
 from __future__ import annotations
 
-from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
+from localspec.errors import Busy, GenerationFailed, LocalspecError, PromptTooLong
 
 
 def kind_of(status: int) -> str:
@@ -38,6 +38,8 @@ def from_localspec(e: LocalspecError, prompt_param: str | None = None) -> APIErr
         return APIError(500, str(e), code="generation_failed")
     if isinstance(e, PromptTooLong):
         return APIError(400, str(e), param=prompt_param, code="context_length_exceeded")
+    if isinstance(e, Busy):  # good input that cannot be taken now (a resource at its bound)
+        return APIError(503, str(e), code="server_busy", headers={"Retry-After": "1"})
     return APIError(400, str(e))
 
 

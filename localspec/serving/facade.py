@@ -27,6 +27,21 @@ class ModelCard:
     draft: str | None  # the draft GGUF's file name, "mtp" (the target's own head), or None
     parallel: int  # requests decoded at once
     chat_template: str | None
+    n_embd: int = 0  # the width of its hidden state: what an embedding of it holds
+    arch: str = ""  # the target's architecture (general.architecture)
+    quantization: str = ""  # the target's file type (Q4_0, Q8_0, F16, ...)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Embeddings of a request's inputs: unit-length vectors, and each input's tokens as embedded."""
+
+    vectors: list[list[float]]
+    n_tokens: list[int]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.n_tokens)
 
 
 @dataclass(frozen=True)
@@ -57,18 +72,37 @@ class Model(Protocol):
         """(running, waiting): requests in a slot and requests queued for one."""
         ...
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]: ...
+    # a client's text work: bounded (text_ops.py: a 400 past the bounds) and off the event loop
+    async def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]: ...
 
-    def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
+    async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        """Each token's bytes (special tokens as their text); 400 for an id outside the vocabulary."""
+        ...
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
+    async def detokenize(self, tokens: Sequence[int]) -> str:
         """Raises APIError 400 for an id outside the vocabulary."""
+        ...
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        """One token's bytes (what a stream spells its chunks with)."""
         ...
 
     async def render(self, req: Request) -> Prompt:
         """The chat template applied to a chat request (nothing is generated)."""
         ...
 
+    async def wind_down(self, grace: float) -> None:
+        """The server is shutting down: requests in flight get `grace` seconds to finish, then the
+        rest are cancelled (each answered: a 503, a stream's error frame)."""
+        ...
+
     async def submit(self, req: Request) -> Stream:
         """Admit and start a request; bad input raises APIError here, before anything streams."""
+        ...
+
+    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+        """Embeddings of texts or token-id lists; an input longer than the model's embeddings context
+        is cut to it when `truncate`, else refused (APIError 400, param "input")."""
         ...

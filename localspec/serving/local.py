@@ -11,17 +11,19 @@ import functools
 import logging
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import anyio
+from gguf import LlamaFileType
 
 from localspec.config.settings import Settings
 from localspec.engine import Engine, Response
 from localspec.errors import LocalspecError
 from localspec.serving import plan as chat_plan
+from localspec.serving import text_ops
 from localspec.serving.answer import Answer
 from localspec.serving.errors import APIError, from_localspec
-from localspec.serving.facade import ModelCard, Prompt
+from localspec.serving.facade import Embedded, ModelCard, Prompt
 from localspec.serving.request import Request, settings_for
 from localspec.serving.stream import EventStream
 from localspec.serving.totals import Counting
@@ -44,29 +46,59 @@ class LocalModel:
         self._admitted = 0  # choices in the engine or about to be
         self._idle = asyncio.Event()
         self._idle.set()
+        self._text = text_ops.OffLoop()  # tokenizing for clients: bounded, off the loop, one at a time
 
     def load(self) -> tuple[int, int]:
         running = min(self._admitted, self.settings.parallel)
         return running, self._admitted - running
 
     # -- text ------------------------------------------------------------------------------------
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
-        return self.engine.target.tokenize(text, add_special=add_special, parse_special=parse_special)
+    async def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
+        text_ops.check_text(text)
+        target = self.engine.target
+        return await self._text.run(
+            lambda: target.tokenize(text, add_special=add_special, parse_special=parse_special)
+        )
+
+    async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
+        text_ops.check_tokens(tokens, text_ops.MAX_PIECES, "spelled out piece by piece")
+        self._check_ids(tokens)
+        target = self.engine.target
+        return await self._text.run(lambda: [target.token_bytes(t, special=True) for t in tokens])
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return self.engine.target.token_bytes(token, special=special)
 
-    def detokenize(self, tokens: Sequence[int]) -> str:
+    async def detokenize(self, tokens: Sequence[int]) -> str:
+        text_ops.check_tokens(tokens)
+
+        def work() -> str:
+            self._check_ids(tokens)  # a million ids: checked off the loop too
+            return self.engine.target.detokenize(tokens, special=True)
+
+        return await self._text.run(work)
+
+    def _check_ids(self, tokens: Sequence[int]) -> None:
         n_vocab = self.engine.target.n_vocab
         bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
         if bad is not None:
             raise APIError(400, f"token {bad} is not in the vocabulary (0..{n_vocab - 1})", param="tokens")
-        return self.engine.target.detokenize(tokens, special=True)
 
     async def render(self, req: Request) -> Prompt:
         s = settings_for(self.engine.settings, req)
         p = await anyio.to_thread.run_sync(lambda: self._plan(req, s))
         return Prompt(p.prompt_text, p.prompt_ids)
+
+    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+        if self.lost is not None:
+            raise self.lost
+        try:  # off the loop: tokenizing, then each pass waits for the engine thread
+            e = await anyio.to_thread.run_sync(lambda: self.engine.embed(inputs, truncate=truncate))
+        except LocalspecError as err:
+            raise from_localspec(err, "input") from None
+        return Embedded(e.vectors.tolist(), e.n_tokens)
 
     # -- generation ------------------------------------------------------------------------------
     async def submit(self, req: Request) -> EventStream:
@@ -79,19 +111,19 @@ class LocalModel:
         plan = await anyio.to_thread.run_sync(lambda: self._plan(req, s)) if req.chat else None
         if plan is not None and plan.overrides:  # the constraint a forced tool call needs
             s = s.replace(**plan.overrides)
-        choices = self._choices(req, s, plan)
+        if req.clamp_max_tokens and plan is not None:
+            s = _clamped(s, self.card.n_ctx - len(plan.prompt_ids))
+        choices = self._choices(req, s)
         self._admit(req.n)
         started = time.time()
         answers = [Answer(i, plan.make_parser() if plan else None, self.token_bytes) for i in range(req.n)]
-        stream = EventStream(
-            answers, self.loop, functools.partial(self._finished, [o for _, o in choices], started)
-        )
+        stream = EventStream(answers, self.loop, functools.partial(self._finished, choices, started))
         self.streams.add(stream)
-        prompt = plan.prompt_ids if plan else req.prompt
+        prompt = plan.prompt if plan else req.prompt
         keep = plan.keep_special if plan else ()
 
         def start() -> None:  # n choices: n sequences from one prompt (the slots share its cache)
-            for i, (si, _) in enumerate(choices):
+            for i, si in enumerate(choices):
                 stream.handles[i] = self.engine.submit(
                     prompt, keep_special=keep, sink=stream.sink(i), settings=si
                 )
@@ -111,21 +143,17 @@ class LocalModel:
         return stream
 
     @staticmethod
-    def _choices(
-        req: Request, s: Settings, plan: chat_plan.ChatPlan | None
-    ) -> list[tuple[Settings, dict[str, Any]]]:
-        """Each choice's settings, and the overrides the acceptance log records over the server's
-        settings: choice i samples with seed + i when the request gave a seed."""
-        logged = {**req.overrides, **(plan.overrides if plan else {})}
-        out = [(s, logged)]
-        for i in range(1, req.n):
-            seed = s.seed + i if "seed" in req.overrides else None
-            out.append((s, logged) if seed is None else (s.replace(seed=seed), logged | {"seed": seed}))
-        return out
+    @staticmethod
+    def _choices(req: Request, s: Settings) -> list[Settings]:
+        """Each choice's settings (the acceptance log records them): choice i samples with seed + i
+        when the request gave a seed."""
+        return [
+            s if i == 0 or "seed" not in req.overrides else s.replace(seed=s.seed + i) for i in range(req.n)
+        ]
 
     def _plan(self, req: Request, s: Settings) -> chat_plan.ChatPlan:
         try:
-            return chat_plan.plan(self.engine, req, s.reasoning_format)
+            return chat_plan.plan(self.engine, req, s)
         except LocalspecError as e:
             raise from_localspec(e, "messages") from None
 
@@ -148,7 +176,7 @@ class LocalModel:
 
     def _finished(
         self,
-        logged: list[dict[str, Any]],
+        settings: list[Settings],
         started: float,
         stream: EventStream,
         i: int,
@@ -163,7 +191,7 @@ class LocalModel:
             self.totals.count("cancelled" if error is None else "failed")
             return
         self.totals.record(resp.stats, resp.finish_reason)
-        self.acclog.write(resp, self.settings.replace(**logged[i]), started=started)
+        self.acclog.write(resp, settings[i], started=started)  # its line is built and written off the loop
 
     # -- the engine's life -----------------------------------------------------------------------
     def fail_all(self, error: APIError) -> None:
@@ -172,6 +200,14 @@ class LocalModel:
         self.lost = error
         for stream in list(self.streams):
             stream.fail(error)
+
+    async def wind_down(self, grace: float) -> None:
+        """Shutting down: what is in flight gets `grace` seconds to finish; then what still runs is
+        cancelled, and each request is answered with a 503 (a stream: its error frame)."""
+        with anyio.move_on_after(grace):
+            await self._idle.wait()
+        for stream in list(self.streams):
+            stream.cancel()
 
     async def drain(self, timeout: float) -> bool:
         """Cancel everything still running and wait until the engine has let go of it all."""
@@ -182,12 +218,26 @@ class LocalModel:
         return self._idle.is_set()
 
 
+def _clamped(s: Settings, room: int) -> Settings:
+    """max_tokens lowered to the context left after the prompt (none left: the engine says so)."""
+    return s.replace(max_tokens=room) if 0 < room < s.max_tokens else s
+
+
 def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
     target, s = engine.target, engine.settings
     return ModelCard(
         name=name, created=int(time.time()), n_ctx=engine.target_ctx.n_ctx,
         n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
         size=target.size_bytes, target=Path(s.target).name if s.target else "",
-        draft=None if s.draft is None else ("mtp" if s.draft_mtp else Path(s.draft).name),
-        parallel=parallel, chat_template=target.chat_template(),
+        draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
+        parallel=parallel, chat_template=target.chat_template(), n_embd=target.n_embd,
+        arch=target.meta("general.architecture") or "", quantization=_file_type(target.meta("general.file_type")),
     )  # fmt: skip
+
+
+def _file_type(raw: str | None) -> str:
+    """GGUF's general.file_type as a quantization's name (Q4_0), or "" when absent or unknown."""
+    try:
+        return LlamaFileType(int(raw or "")).name.removeprefix("MOSTLY_")
+    except ValueError:
+        return ""

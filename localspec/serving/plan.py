@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from localspec.chat import families, tool_grammar, tool_prompt
+from localspec.chat import families, media, tool_grammar, tool_prompt
 from localspec.chat.output import answer_parser
+from localspec.config.settings import Settings
+from localspec.images import BadImage, Image, decode_image
 from localspec.serving.errors import APIError
 from localspec.serving.request import Message, Request
 
@@ -25,6 +27,11 @@ class ChatPlan:
     make_parser: Callable[[], Any]
     keep_special: tuple[int, ...] = ()
     overrides: dict[str, Any] = field(default_factory=dict)  # the constraint a call needs, if any
+    images: list[Any] = field(default_factory=list)  # the image runs the prompt's image ids come from
+
+    @property
+    def prompt(self) -> media.Prompt:
+        return media.Prompt(self.prompt_ids, self.images)
 
 
 def tool_choice(req: Request) -> str | None:
@@ -42,9 +49,13 @@ def tool_choice(req: Request) -> str | None:
     return None if req.tool_choice == "auto" else req.tool_choice
 
 
-def template_message(m: Message) -> dict[str, Any]:
-    """A message as chat templates read it (Hugging Face's conventions)."""
-    msg: dict[str, Any] = {"role": m.role, "content": m.content}
+def template_message(m: Message, marker: str = "") -> dict[str, Any]:
+    """A message as chat templates read it (Hugging Face's conventions); `marker` where each of its
+    images goes (chat.media)."""
+    content = m.content
+    for img in sorted(m.images, key=lambda i: i.at, reverse=True):  # from the end: offsets stay true
+        content = content[: img.at] + marker + content[img.at :]
+    msg: dict[str, Any] = {"role": m.role, "content": content}
     if m.reasoning:
         msg["reasoning_content"] = m.reasoning
     if m.tool_calls:
@@ -74,15 +85,33 @@ def template_vars(req: Request) -> dict[str, Any]:
     return extra
 
 
-def plan(engine: Any, req: Request, reasoning_format: str) -> ChatPlan:
-    """Render and tokenize a chat request (runs off the event loop: templates and tokenizing cost)."""
+def images_of(req: Request, s: Settings, projector: Any) -> list[Image]:
+    """Every image of the conversation, in order, decoded within the server's limits (or a 400)."""
+    found = [(i, img) for i, m in enumerate(req.messages) for img in sorted(m.images, key=lambda x: x.at)]
+    if found and projector is None:
+        raise APIError(400, media.NO_PROJECTOR, param=f"messages.{found[0][0]}.content", code="invalid_image")
+    if len(found) > s.max_images:
+        raise APIError(400, f"{len(found)} images in one request; at most {s.max_images}", param="messages")
+    out = []
+    for n, (i, img) in enumerate(found):
+        try:
+            out.append(decode_image(img.data, s.image_limits, f"image {n + 1}"))
+        except BadImage as e:
+            raise APIError(400, str(e), param=f"messages.{i}.content", code="invalid_image") from None
+    return out
+
+
+def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
+    """Render and tokenize a chat request (runs off the event loop: templates, tokenizing and
+    decoding images cost)."""
     template = engine.target.chat_template()
     family = families.detect(template)
     choice = tool_choice(req)
     tools = [template_tool(t) for t in req.tools]
     tools_on = bool(tools) and choice != "none"
     extra = template_vars(req)
-    msgs = [template_message(m) for m in req.messages]
+    images, marker = images_of(req, s, engine.projector), media.new_marker()
+    msgs = [template_message(m, marker) for m in req.messages]
     if template and (tools_on or any("tool_calls" in m or m["role"] == "tool" for m in msgs)):
         msgs, tool_vars = tool_prompt.prepare(
             template, msgs, tools if tools_on else None, family,
@@ -90,7 +119,9 @@ def plan(engine: Any, req: Request, reasoning_format: str) -> ChatPlan:
         )  # fmt: skip
         extra.update(tool_vars)
     text = engine.render_chat(msgs, **extra)
-    ids = engine.tokenize_chat(text)
+    prompt = (
+        engine.tokenize_images(text, images, marker) if images else media.Prompt(engine.tokenize_chat(text))
+    )
     specials = {}  # the family's markers that are control tokens (kept as text, named by id in grammars)
     for marker in family.specials if tools_on else ():
         toks = engine.target.tokenize(marker, add_special=False, parse_special=True)
@@ -103,7 +134,7 @@ def plan(engine: Any, req: Request, reasoning_format: str) -> ChatPlan:
         else {}
     )
     return ChatPlan(
-        text, ids, family, tools_on,
-        lambda: answer_parser(family, tools=tools_on, template=template, prompt=text, reasoning_format=reasoning_format),
-        tuple(specials.values()), overrides,
+        text, prompt.ids, family, tools_on,
+        lambda: answer_parser(family, tools=tools_on, template=template, prompt=text, reasoning_format=s.reasoning_format),
+        tuple(specials.values()), overrides, prompt.runs,
     )  # fmt: skip

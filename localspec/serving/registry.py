@@ -1,12 +1,72 @@
-"""The models a server serves, by the name requests give: one today (`serve --pair`); the router
-(#49) will keep many here, loaded on demand."""
+"""The models a server serves, by the name requests give, and their state. `Models` is `serve
+--pair`'s: one model, loaded for the server's whole life. The router (router.py) has the same
+face for a whole folder of models, loaded on demand: `get`, `ready`, `load`, `unload`, `status`."""
 
 from __future__ import annotations
 
-from typing import Iterator
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, TypeVar
 
 from localspec.serving.errors import APIError
-from localspec.serving.facade import Model
+from localspec.serving.facade import Model, ModelCard
+
+M = TypeVar("M")
+TAG = ":latest"  # Ollama's clients name a model NAME:latest
+
+
+@dataclass(frozen=True)
+class Status:
+    """One model as /models, /api/ps and `localspec list` show it."""
+
+    name: str
+    state: str  # loaded | loading | unloaded | unloading | error
+    card: ModelCard
+    kind: str = "pair"  # pair | gguf
+    path: str = ""
+    error: str | None = None  # why it is in error
+    load_s: float | None = None  # how long its last load took
+    loaded_at: float | None = None  # Unix seconds
+    expires_at: float | None = None  # when it unloads if left idle (Unix seconds); None: never
+    pid: int | None = None  # the process holding it
+    memory: dict[str, int] | None = None  # what its memory plan needs: cpu_bytes, device_bytes
+    running: int = 0
+    waiting: int = 0
+
+
+def pick(models: Mapping[str, M], name: str | None, *, fallback: bool, default: str | None) -> M:
+    """The model `name` names. No name, or (`fallback`) a name not served, is served by `default`,
+    or by the one model when there is only one."""
+    if name:
+        found = models.get(name) or (models.get(name[: -len(TAG)]) if name.endswith(TAG) else None)
+        if found is not None:
+            return found
+    if not name or fallback:
+        if default is not None and default in models:
+            return models[default]
+        if len(models) == 1:
+            return next(iter(models.values()))
+    if not name:
+        raise APIError(
+            400,
+            f"name a model: this server serves {_served(models)}",
+            param="model",
+            code="model_not_specified",
+        )
+    raise not_found(name, models)
+
+
+def not_found(name: str, models: Mapping[str, Any]) -> APIError:
+    return APIError(
+        404,
+        f"unknown model {name!r}: this server serves {_served(models)}",
+        param="model",
+        code="model_not_found",
+    )
+
+
+def _served(models: Mapping[str, Any]) -> str:
+    return ", ".join(repr(n) for n in models) or "no models"
 
 
 class Models:
@@ -20,11 +80,21 @@ class Models:
         """The model `name` names; no name (or "") is the one served. `fallback`: a name this
         server does not know is served by the one model too (as llama-server does for Anthropic's
         clients, which send their own model names)."""
-        if name in self._by_name:
-            return self._by_name[name]
-        if (not name or fallback) and len(self._by_name) == 1:
-            return next(iter(self._by_name.values()))
-        served = ", ".join(repr(n) for n in self._by_name)
-        raise APIError(
-            400, f"unknown model {name!r}: this server serves {served}", param="model", code="model_not_found"
-        )
+        return pick(self._by_name, name, fallback=fallback, default=None)
+
+    async def ready(self, name: str | None, *, fallback: bool = False) -> Model:
+        return self.get(name, fallback=fallback)
+
+    async def load(self, name: str) -> Model:
+        return self.get(name)
+
+    async def unload(self, name: str) -> Model:
+        self.get(name)
+        raise APIError(400, "this server serves one model (serve --pair); run `localspec serve` without "
+                       "--pair to load and unload models by name")  # fmt: skip
+
+    def status(self) -> list[Status]:
+        return [
+            Status(m.name, "loaded", m.card, pid=os.getpid(), running=m.load()[0], waiting=m.load()[1])
+            for m in self._by_name.values()
+        ]

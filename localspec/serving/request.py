@@ -6,10 +6,11 @@ by `Settings` itself, when the model builds the request's settings (LocalModel.s
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from localspec.config.settings import Settings
+from localspec.config.settings import REQUEST, Settings
 from localspec.errors import LocalspecError
 from localspec.serving.errors import APIError, from_localspec
 
@@ -26,13 +27,37 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class Image:
+    """An image part as it was sent (encoded bytes: decoded later, within the server's limits), `at`
+    a character offset into its message's content: where it sits among the text parts."""
+
+    at: int
+    data: bytes
+
+
+@dataclass(frozen=True)
 class Message:
     role: str  # system | user | assistant | tool
-    content: str = ""  # text; image parts (#50) will ride beside it
+    content: str = ""  # text (a message's text parts joined)
+    images: tuple[Image, ...] = ()  # its image parts, each at its place in the text
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None  # a tool result: the call it answers
     name: str | None = None  # a tool result: the function's name
     reasoning: str = ""  # an assistant turn's thinking, for templates that read reasoning_content
+
+
+def joined(parts: Sequence[str | bytes]) -> tuple[str, tuple[Image, ...]]:
+    """A message's parts in order - text (str) and images (their bytes) - as its content and images."""
+    text: list[str] = []
+    images: list[Image] = []
+    at = 0
+    for p in parts:
+        if isinstance(p, bytes):
+            images.append(Image(at, p))
+        else:
+            text.append(p)
+            at += len(p)
+    return "".join(text), tuple(images)
 
 
 @dataclass(frozen=True)
@@ -59,6 +84,10 @@ class Request:
     n: int = 1
     stream: bool = False
     model: str | None = None
+    clamp_max_tokens: bool = False  # max_tokens past what the context holds means "what fits"
+    # router mode: seconds the model stays loaded after this request (Ollama's keep_alive); 0
+    # unloads it once idle, negative keeps it until evicted; None: the server's --idle-unload
+    keep_alive: float | None = None
 
     def __post_init__(self) -> None:
         if self.tool_choice not in TOOL_CHOICES:
@@ -70,9 +99,10 @@ class Request:
 
 
 def settings_for(base: Settings, req: Request) -> Settings:
-    """The request's settings: the one place its fields are checked (by Settings itself)."""
+    """The request's settings: the one place its fields are checked (by Settings itself, which
+    refuses a field outside a request's scope)."""
     try:
-        return base.replace(**req.overrides) if req.overrides else base
+        return base.override(REQUEST, **req.overrides) if req.overrides else base
     except LocalspecError as e:
         raise from_localspec(e, "messages" if req.chat else "prompt") from None
     except TypeError as e:  # a field Settings does not have: a dialect's bug, said plainly
@@ -97,3 +127,28 @@ def json_object() -> dict[str, Any]:
 def grammar(text: str) -> dict[str, Any]:
     """The answer follows a GBNF or Lark grammar."""
     return {"grammar": text}
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def keep_alive(value: Any, param: str = "keep_alive") -> float | None:
+    """Ollama's keep_alive in seconds: a number of seconds, or a Go duration ("5m", "1h30m",
+    "-1", "0"); negative: until evicted. None stays None (the server's --idle-unload)."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return value
+    text = value.strip() if isinstance(value, str) else ""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = None
+    if seconds is not None and seconds == seconds:  # not NaN
+        return seconds
+    sign, body = (-1.0, text[1:]) if text[:1] == "-" else (1.0, text.lstrip("+"))
+    parts = _DURATION.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        raise APIError(
+            400, f"{param} is seconds or a duration like 5m, 1h30m or -1; got {value!r}", param=param
+        )
+    return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)

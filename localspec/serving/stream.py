@@ -115,17 +115,21 @@ class EventStream:
             self.cancel()
 
     async def finished(self, is_disconnected: Callable[[], Awaitable[bool]]) -> list[Finished]:
-        """Run to the end (a whole response): each choice's Finished event, cancelling if the client
-        disconnects meanwhile."""
+        return await collect_finished(self, is_disconnected)
 
-        async def watch() -> None:
-            while not await is_disconnected():
-                await asyncio.sleep(0.25)
-            self.cancel()
 
-        watcher = asyncio.ensure_future(watch())
-        try:
-            done = [e async for e in self if isinstance(e, Finished)]
-        finally:
-            watcher.cancel()
-        return sorted(done, key=lambda e: e.choice)
+async def collect_finished(stream: Any, is_disconnected: Callable[[], Awaitable[bool]]) -> list[Finished]:
+    """Run a stream to the end (a whole response): each choice's Finished event, cancelling if the
+    client disconnects meanwhile."""
+
+    async def watch() -> None:
+        while not await is_disconnected():
+            await asyncio.sleep(0.25)
+        stream.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        done = [e async for e in stream if isinstance(e, Finished)]
+    finally:
+        watcher.cancel()
+    return sorted(done, key=lambda e: e.choice)

@@ -5,13 +5,14 @@ apply_chat_template does, and a template that writes the BOS itself never gets a
 from __future__ import annotations
 
 import json
+import resource
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from localspec.chat import bounded
+from localspec.chat import bounded, isolated
 from localspec.chat import template as chat
 from localspec.errors import LocalspecError
 
@@ -190,6 +191,32 @@ def test_a_template_that_loops_or_grows_is_stopped(template, why):
     with pytest.raises(LocalspecError, match=why):
         chat.render(template, CONVERSATION)
     assert time.monotonic() - t0 < bounded.RENDER_S + 3
+
+
+@pytest.mark.parametrize(
+    "template,why",
+    [
+        # one filter call builds a gigabyte in C, where no check inside the render can reach (#48)
+        ("{{ ('x'|center(1000000000))|length }}", "MiB"),
+        ("{{ '%1000000000d' % 1 }}", "MiB"),
+        # two strings below the limit each, above it together (the review's rebuilt SmolLM2)
+        (
+            "{% set a = 'x'|center(300000000) %}{% set b = 'y'|center(300000000) %}{{ a|length + b|length }}",
+            "MiB",
+        ),
+        # a filter written in Python outside the template's frames: the clock in the render misses it
+        ("{{ ('x y ' * 2000000)|wordwrap(3)|length }}", "2 s"),
+    ],
+)
+def test_no_filter_gets_around_the_hard_limits(template, why):
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+    t0 = time.monotonic()
+    with pytest.raises(LocalspecError, match=why):
+        chat.render(template, CONVERSATION)
+    assert time.monotonic() - t0 < bounded.RENDER_S + isolated.KILL_GRACE_S + 1
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10) - rss
+    assert grown < 64 << 20, f"this process grew {grown >> 20} MiB"  # the child paid, not us
+    assert chat.render("{{ messages[0].content }}", CONVERSATION) == CONVERSATION[0]["content"]
 
 
 def test_the_bounds_leave_real_templates_alone():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 
 import jsonschema
 import numpy as np
@@ -24,6 +26,7 @@ from localspec.constrain import (
     compile_constraint,
     vocabulary_for,
 )
+from localspec.errors import LocalspecError
 from localspec.llama import Model
 
 SCHEMAS = {
@@ -358,6 +361,26 @@ def test_compile_time_is_bounded(vocab):
     keys = json.dumps({"type": "object", "properties": {f"k{i}": {"type": "integer"} for i in range(2000)}})
     with pytest.raises(ConstraintError, match=r"JSON schema took over 0.01 s to compile; simplify it"):
         compile_constraint(Constraint(kind="json_schema", text=keys), vocab, timeout_s=0.01)
+
+
+def test_compiles_past_their_time_are_capped(vocab):
+    """A compile given up on runs to its end in the background; sent again and again, such schemas
+    piled up threads on every core without bound (#48). At most two run at once; the rest are told
+    to retry (the server's 503)."""
+    threads = lambda: [t for t in threading.enumerate() if t.name == "localspec-constraint-compile"]  # noqa: E731
+    outcomes = []
+    for n in range(10):  # a fresh schema each time: no cache hit
+        slow = {"type": "object", "properties": {f"k{n}_{i}": {"type": "integer"} for i in range(2000)}}
+        with pytest.raises(LocalspecError) as e:
+            compile_constraint(Constraint(kind="json_schema", text=json.dumps(slow)), vocab, timeout_s=0.05)
+        outcomes.append(str(e.value))
+        assert len(threads()) <= 2, outcomes
+    assert any("retry shortly" in o for o in outcomes) and "took over" in outcomes[0]
+    deadline = time.monotonic() + 60
+    while threads() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    small = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert compile_constraint(Constraint(kind="json_schema", text=json.dumps(small)), vocab).warnings == ()
 
 
 def test_unknown_kind():

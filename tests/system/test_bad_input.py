@@ -10,23 +10,33 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
+from localspec.convert.synthetic_mmproj import ProjectorShape, write_mmproj
+
 from ..bad_inputs import (
+    BAD_REQUESTS,
     ENTRY_POINTS,
     OPTION_COMMANDS,
     SETTINGS_COMMANDS,
     make_bad_files,
+    make_bad_images,
     numeric_option_cases,
     numeric_setting_cases,
 )
+from ..helpers import png
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"
 SMOL = str(MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf")
 GEMMA = str(MODELS / "gemma-3-270m-q4_k_m.gguf")
+MMPROJ = str(MODELS / "mmproj-smollm2-test.gguf")
+WITH_PROJECTOR = ["--target", SMOL, "--mmproj", MMPROJ]
 BAD_FILES = [
     "missing",
     "empty",
@@ -37,6 +47,8 @@ BAD_FILES = [
     "offset-past-eof",
     "zero-alignment",
     "directory",
+    "fifo",
+    "symlink-loop",
 ]
 SETTINGS_CASES = [(cmd, *case) for cmd in SETTINGS_COMMANDS for case in numeric_setting_cases(cmd)]
 OPTION_CASES = [(cmd, *case) for cmd in OPTION_COMMANDS for case in numeric_option_cases(cmd)]
@@ -78,7 +90,21 @@ MISC = [
         ("max_tokens",),
     ),
     ("run/config-is-directory", ["run", "hi", "--target", SMOL, "--config", "{out}"], None, ("cannot read",)),
-]
+    # images and projectors
+    ("run/image-without-projector", ["run", "hi", "--target", SMOL, "--image", "{out}/good.png"], None, ("--mmproj",)),
+    ("run/image-missing", ["run", "hi", *WITH_PROJECTOR, "--image", "{out}/nothing.png"], None, ("cannot read",)),
+    ("run/image-over-bytes", ["run", "hi", *WITH_PROJECTOR, "--image", "{out}/good.png", "--image-max-bytes", "100"],
+     None, ("over the limit",)),
+    ("run/image-over-pixels", ["run", "hi", *WITH_PROJECTOR, "--image", "{out}/good.png", "--image-max-pixels", "100"],
+     None, ("over the limit",)),
+    ("run/too-many-images", ["run", "hi", *WITH_PROJECTOR, "--max-images", "1", *["--image", "{out}/good.png"] * 2],
+     None, ("at most 1",)),
+    ("chat/image-not-an-image", ["chat", *WITH_PROJECTOR, "--image", "{out}/images/not-an-image.png"], "hi\n",
+     ("not an image",)),
+    ("run/mmproj-is-a-text-model", ["run", "hi", "--target", SMOL, "--mmproj", SMOL], None, ("not a projector",)),
+    ("run/mmproj-of-another-model", ["run", "hi", "--target", SMOL, "--mmproj", "{out}/wide-mmproj.gguf"], None,
+     ("another model",)),
+]  # fmt: skip
 
 
 def run_cases(cases: list[dict], timeout: int = 120) -> dict[str, dict]:
@@ -125,6 +151,9 @@ def results(tmp_path_factory):
     out.mkdir()
     (out / "nan.toml").write_text("[sampling]\ntemperature = nan\n")
     (out / "half.toml").write_text("max_tokens = 12.5\n")
+    (out / "good.png").write_bytes(png(1))
+    images = make_bad_images(out / "images", png(1))
+    write_mmproj(out / "wide-mmproj.gguf", shape=ProjectorShape(n_embd_text=640))
     groups: dict[str, list[dict]] = {}
     for ep, argv in ENTRY_POINTS.items():
         for name in BAD_FILES:
@@ -136,7 +165,7 @@ def results(tmp_path_factory):
                 }
             )
     for cmd, cid, flags, _ in SETTINGS_CASES:
-        groups.setdefault("settings", []).append(
+        groups.setdefault(f"settings/{cmd}", []).append(  # a process per command: under its timeout
             {"id": f"{cmd}/{cid}", "argv": SETTINGS_COMMANDS[cmd](SMOL) + flags}
         )
     for cmd, cid, flags, _ in OPTION_CASES:
@@ -145,10 +174,14 @@ def results(tmp_path_factory):
     for cid, argv, stdin, _ in MISC:
         argv = [a.replace("{out}", str(out)) for a in argv]
         groups.setdefault("misc", []).append({"id": cid, "argv": argv, "stdin": stdin})
+    for name, bad_image in images.items():
+        argv = ["run", "hi", *WITH_PROJECTOR, "--image", str(bad_image.path)]
+        groups.setdefault("images", []).append({"id": f"run/image-{name}", "argv": argv})
     res = {}
     for cases in groups.values():
         res.update(run_cases(cases))
     res["_bad"] = bad
+    res["_images"] = images
     res["_out"] = out
     return res
 
@@ -182,6 +215,15 @@ def test_bad_numeric_setting(results, command, case_id, needles):
 def test_bad_numeric_option(results, command, case_id, needles):
     assert_clean_failure(results[f"{command}/{case_id}"], needles)
     assert not (results["_out"] / "options" / command / case_id).exists()  # refused before any work
+
+
+IMAGES = ["empty", "not-an-image", "gguf-as-image", "tiff", "truncated", "header-only", "decompression-bomb",
+          "absurd-dimensions", "too-many-pixels", "zero-width"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_bad_image(results, name):
+    assert_clean_failure(results[f"run/image-{name}"], results["_images"][name].needles)
 
 
 @pytest.mark.parametrize("case_id, needles", [(c[0], c[3]) for c in MISC])
@@ -228,3 +270,49 @@ def test_doctor_reports_a_mismatched_pair():
     assert proc.returncode == 0 and "REFUSED by run: target and draft cannot be paired" in proc.stdout, (
         proc.stderr
     )
+
+
+# -- requests to a real server (#48): one 400 each, in the API's shape, and no traceback ---------------
+@pytest.fixture(scope="module")
+def api(smollm2_path):
+    from ..helpers import Server
+
+    srv = Server(smollm2_path, "--parallel", "2", "--n-threads", "1", "--no-log")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=lambda c: c.id)
+def test_bad_request(api, case):
+    r = httpx.post(api.url + case.path, content=case.body.encode(), headers={"content-type": "application/json"},
+                   timeout=60)  # fmt: skip
+    assert r.status_code == 400, f"{case.id}: {r.status_code} {r.text[:300]}"
+    error = r.json()["error"]  # OpenAI's shape (llama-server's routes use it too)
+    assert error["type"] == "invalid_request_error" and "\n" not in error["message"]
+    assert any(n in error["message"] for n in case.needles), f"{case.id}: {error['message']}"
+
+
+def test_big_tokenizes_leave_the_server_answering(api):
+    """A 7.9 MB body with its pieces froze every request for 18.5 s: tokenizing ran on the event
+    loop. Two of the largest texts one may tokenize now run beside it; /health answers throughout."""
+    text = "the quick brown fox jumps over the lazy dog " * 23_000  # ~1M characters, the most allowed
+    done: list = []
+
+    def tokenize() -> None:
+        done.append(httpx.post(api.url + "/tokenize", json={"content": text}, timeout=120))
+
+    clients = [threading.Thread(target=tokenize, daemon=True) for _ in range(2)]
+    for t in clients:
+        t.start()
+    worst = 0.0
+    while any(t.is_alive() for t in clients):
+        t0 = time.monotonic()
+        assert httpx.get(api.url + "/health", timeout=60).status_code == 200
+        worst = max(worst, time.monotonic() - t0)
+        time.sleep(0.02)
+    assert [r.status_code for r in done] == [200, 200] and len(done[0].json()["tokens"]) > 100_000
+    assert worst < 1.0, f"/health waited {worst:.2f} s behind a tokenize"
+
+
+def test_the_server_logged_no_traceback(api):  # after every bad request above
+    assert "Traceback" not in api.output(), api.output()[-3000:]

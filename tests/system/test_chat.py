@@ -16,6 +16,8 @@ import pytest
 
 from localspec.chat.conversation import Conversation
 
+from ..helpers import png
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = ">>>"  # prompt_toolkit draws the trailing space as a cursor move
 ANSWER_END = re.compile(r"\[\d+ tokens, [\d.]+ tok/s")  # the dim line after each answer
@@ -202,3 +204,19 @@ def test_conversation_keeps_the_generated_tokens():
     assert conv.prompt(tok, "q")[1][0] == 0
     conv.drop_oldest()
     assert [u for u, _ in conv.turns] == ["more"]
+
+
+def test_chat_piped_with_an_image(tmp_path, smollm2_path, mmproj_path):
+    """`chat --image`: the first message carries it, and the follow-up turn runs on with its rows in
+    the conversation."""
+    answers = []
+    for seed in (1, 2):
+        img = tmp_path / f"{seed}.png"
+        img.write_bytes(png(seed))
+        log = tmp_path / f"{seed}.jsonl"
+        extra = ("--mmproj", str(mmproj_path), "--image", str(img), "--max-tokens", "12", "--log", str(log))
+        proc = run_piped(tmp_path, smollm2_path, ["What is in this picture?", "And its colours?"], *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert len(log.read_text().splitlines()) == 2  # both questions answered
+        answers.append(proc.stdout)
+    assert answers[0] != answers[1], answers

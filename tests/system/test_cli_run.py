@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ..helpers import localspec
+from ..helpers import localspec, png
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -129,3 +129,14 @@ def test_help_does_not_import_heavy_modules():
 def test_every_command_has_help(cmd):
     proc = localspec(cmd, "--help")
     assert proc.returncode == 0 and "Usage" in proc.stdout, proc.stderr
+
+
+def test_run_sees_the_image_it_is_given(tmp_path, smollm2_path, mmproj_path):
+    for seed in (1, 2):
+        (tmp_path / f"{seed}.png").write_bytes(png(seed))
+    base = ["run", "What is in this picture?", "--target", str(smollm2_path), "--mmproj", str(mmproj_path),
+            "--chat", "--temperature", "0", "--max-tokens", "12", "--json"]  # fmt: skip
+    one, two = (localspec(*base, "--image", str(tmp_path / f"{s}.png")) for s in (1, 2))
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    a, b = json.loads(one.stdout), json.loads(two.stdout)
+    assert a["text"] != b["text"] and a["n_prompt_tokens"] == b["n_prompt_tokens"]  # 16 rows each

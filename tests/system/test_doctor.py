@@ -58,6 +58,19 @@ def test_real_pair_is_planned_loaded_and_verified(smollm2_path, gemma_path):
             assert abs(size["planned"] - size["seen"]) <= 0.10 * size["seen"], (m["role"], what, size)
 
 
+def test_a_projector_is_planned_and_counted(smollm2_path, mmproj_path):
+    args = ("--target", str(smollm2_path), "--no-load")
+    alone = json.loads(doctor(*args, "--json"))["plan"]
+    r = json.loads(doctor(*args, "--mmproj", str(mmproj_path), "--json"))["plan"]
+    pj = r["projector"]
+    assert pj["projector_type"] == "mlp" and pj["n_embd_text"] == 576 and pj["image_size"] == 64
+    assert 0.5 * mmproj_path.stat().st_size < pj["weights_bytes"] <= mmproj_path.stat().st_size
+    assert r["cpu_bytes"] == alone["cpu_bytes"] + pj["weights_bytes"] + pj["compute_bytes"]
+    assert "mmproj mmproj-smollm2-test.gguf (mlp, 64 px images): weights" in doctor(
+        *args, "--mmproj", str(mmproj_path)
+    )
+
+
 def test_default_pair_human_table(default_pair):
     out = doctor("--pair", str(default_pair.parent))
     for word in ("plan", "verdict", "decision", "verified", "placement: CPU only", "placement as planned"):

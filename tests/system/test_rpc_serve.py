@@ -48,7 +48,7 @@ def test_a_lost_rpc_server_fails_the_requests_in_flight_and_the_server_comes_bac
         assert next(iter(stream)).choices  # generating
         with ThreadPoolExecutor(1) as pool:
             plain = pool.submit(client.completions.create, model=model, prompt="Once upon", max_tokens=900)
-            _until(lambda: srv.health()["running"] == 2, 10, srv, "the second request did not start")
+            _until(lambda: srv.health(KEY)["running"] == 2, 10, srv, "the second request did not start")
             servers.kill(1)
             t0 = time.monotonic()
             with pytest.raises(openai.APIError, match="lost an rpc-server"):  # the stream's last event

@@ -20,7 +20,7 @@ from localspec.errors import LocalspecError
 from localspec.server import create_app
 from localspec.server.protocol import READ_TIMEOUT_S
 
-from ..helpers import Server
+from ..helpers import Server, logged, without_model_label
 
 KEY = "sk-test-0123456789abcdef"
 LOOPING = "{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}"
@@ -91,7 +91,7 @@ def test_a_post_that_is_not_json_is_415(engine):
             r = c.post("/v1/completions", content=body, headers=headers)
             assert r.status_code == 415, (ctype, r.text)
             assert r.json()["error"]["code"] == "unsupported_media_type"
-        before = c.get("/metrics").text
+        before = without_model_label(c.get("/metrics").text)
         assert 'vllm:request_success_total{finished_reason="length"} 0.0' in before  # nothing ran
         r = c.post(
             "/v1/completions", content=body, headers={"content-type": "application/json; charset=utf-8"}
@@ -159,7 +159,11 @@ def test_a_template_that_loops_is_a_400_not_a_hung_server(engine):
 def test_server_settings_never_reach_the_acceptance_log(engine, tmp_path):
     log = tmp_path / "new" / "folder" / "acc.jsonl"
     with client_for(engine, api_key=KEY, log=log, no_log=False, allowed_hosts=("box.local",)) as c:
-        r = c.post("/v1/completions", json=COMPLETION, headers={"authorization": f"Bearer {KEY}"})
+        r = c.post(
+            "/v1/completions",
+            json=COMPLETION | {"temperature": 0},
+            headers={"authorization": f"Bearer {KEY}"},
+        )
         assert r.status_code == 200, r.text
     text = log.read_text()
     assert KEY not in text
@@ -182,9 +186,8 @@ def test_api_key_on_the_command_line_is_warned_about_and_logged_nowhere(smollm2_
     try:
         out = srv.client(KEY).completions.create(model=smollm2_path.stem, prompt="Hi", max_tokens=3)
         assert out.choices
-        time.sleep(0.5)  # the log line is written as the response goes out
         log = _default_log(tmp_path)
-        assert log.exists() and KEY not in log.read_text()
+        assert logged(log, lambda r: True) and KEY not in log.read_text()  # written just after
         assert log.stat().st_mode & 0o777 == 0o600 and log.parent.stat().st_mode & 0o777 == 0o700
         assert srv.stop() == 0
     finally:
@@ -233,3 +236,44 @@ def test_the_restart_path_moves_the_key_off_the_command_line():
     argv = ["-m", "localspec", "serve", "--api-key", KEY, "--port", "8080", "--api-key=" + KEY + "2"]
     assert without_api_key(argv) == (["-m", "localspec", "serve", "--port", "8080"], KEY + "2")
     assert without_api_key(["-m", "localspec", "serve"]) == (["-m", "localspec", "serve"], None)
+
+
+# -- #48: a pair folder is downloaded from strangers -------------------------------------------------
+def test_a_pair_file_cannot_open_the_server_or_redirect_its_files(smollm2_path, tmp_path):
+    """Its pair.toml set host, allowed_hosts, cors_origins, log and rpc: any web page could drive the
+    model and append what it chose to a file the user sources. Each is ignored, with a warning."""
+    sourced = tmp_path / "sourced-by-the-user.sh"
+    pair = tmp_path / "pair"
+    pair.mkdir()
+    (pair / "pair.toml").write_text(
+        f'[pair]\ntarget = "{smollm2_path}"\ndraft = "{smollm2_path}"\n[runtime]\n'
+        f'allowed_hosts = ["*"]\ncors_origins = ["*"]\nlog = "{sourced}"\nno_log = false\n'
+        'rpc = "203.0.113.9:50052"\napi_key = "the-authors-key"\ndraft_max = "2"\n'
+    )
+    srv = Server(pair, env={"XDG_STATE_HOME": str(tmp_path / "state")})
+    try:
+        evil = {"host": "attacker.example", "origin": "http://attacker.example"}
+        r = httpx.post(
+            srv.url + "/v1/completions", json=COMPLETION | {"stop": ["$(touch /tmp/pwned)"]}, headers=evil
+        )
+        assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
+        r = httpx.post(srv.url + "/v1/completions", json=COMPLETION, timeout=60)  # no key wanted: none is set
+        assert r.status_code == 200, r.text
+        assert srv.stop() == 0
+    finally:
+        srv.stop()
+    out = srv.output()
+    for key in ("allowed_hosts", "cors_origins", "log", "no_log", "rpc", "api_key"):
+        assert f"[runtime] {key} ignored" in out, out
+    assert "the-authors-key" not in out and not sourced.exists()
+
+
+def test_health_tells_the_model_only_to_a_caller_with_the_key(engine):
+    """Anyone may ask whether the server lives; which model it runs and how busy it is are for
+    callers with the key (#48)."""
+    with client_for(engine, api_key=KEY) as c:
+        assert c.get("/health").json() == {"status": "ok"}
+        full = c.get("/health", headers={"authorization": f"Bearer {KEY}"}).json()
+        assert full["status"] == "ok" and full["model"] and {"running", "waiting"} <= set(full)
+    with client_for(engine) as c:  # no key set: nothing to keep from anyone
+        assert "model" in c.get("/health").json()

@@ -6,6 +6,7 @@ LOCALSPEC_SCREENSHOTS=1 also writes docs/ui-light.png and docs/ui-dark.png.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -16,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.helpers import Server
+from tests.helpers import Server, png
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +55,15 @@ def keyed(smollm2_path):
     srv = Server(
         smollm2_path, *THREADS, "--parallel", "1", "--max-queue", "0", env={"LOCALSPEC_API_KEY": KEY}
     )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def seeing(smollm2_path, mmproj_path):
+    """SmolLM2 with the synthetic vision projector: replies depend on the image."""
+    args = ("--mmproj", str(mmproj_path), "--max-tokens", "12", "--temperature", "0")
+    srv = Server(smollm2_path, *THREADS, *args)
     yield srv
     srv.stop()
 
@@ -143,7 +153,7 @@ STREAMING_TEXT = (
 # -- serving --------------------------------------------------------------------------------------
 def test_page_files_and_headers(keyed):
     """The page needs no key (it asks for one); /v1 still does. Only files inside ui/ are served."""
-    r = httpx.get(keyed.url + "/")
+    r = httpx.get(keyed.url + "/", headers={"Accept": "text/html"})  # a browser asks for the page
     assert r.status_code == 200 and r.headers["content-type"] == "text/html; charset=utf-8"
     csp = r.headers["content-security-policy"]
     assert "script-src 'self';" in csp and "connect-src 'self'" in csp and "unsafe-inline" not in csp
@@ -245,6 +255,37 @@ def test_markdown_is_sanitised_and_keeps_its_structure(page):
     assert html["h1"] == "Title" and html["li"] == 2
     assert html["code"] == "x = 1\n" and html["lang"] == "python"
     assert "tle" in html["drafted"] and "a" in html["drafted"] and "end" in html["drafted"]
+    assert page.page.evaluate("() => window.pwned") is None
+
+
+def test_the_sanitiser_runs_last(page):
+    """The draft marks (U+E000/U+E001) used to be stripped from attributes after DOMPurify had
+    checked them, so `java\ue000script:` in model output became a live `javascript:` link (#48)."""
+    page.open()
+    got = page.page.evaluate(
+        """async () => {
+          const { renderMarkdown } = await import('/ui/markdown.js');
+          const render = (runs) => { const d = document.createElement('div'); d.append(renderMarkdown(runs)); return d; };
+          const cases = [
+            [['<a href="java\ue000script:window.pwned=1">raw</a>', 1]],
+            [['<a href="java\ue001script:window.pwned=1">off</a>', 0]],
+            [['[md](java\ue000script:window.pwned=2)', 1]],
+            [['<a href="jav', 0], ['ascript:window.pwned=3">split</a>', 1]],
+            [['<img src=x one\ue000rror="window.pwned=4">', 1]],
+            [['[ok](https://example.com/a\ue000b) and **bold**', 1]],
+          ];
+          const out = cases.map(render);
+          out.forEach((d) => { document.body.append(d); d.querySelectorAll('a').forEach((a) => a.click()); });
+          return out.map((d) => ({ html: d.innerHTML,
+                                   hrefs: [...d.querySelectorAll('[href]')].map((a) => a.getAttribute('href')) }));
+        }"""
+    )
+    for case in got:
+        assert not any(
+            h.replace("\x00", "").strip().lower().startswith("javascript:") for h in case["hrefs"]
+        ), case
+        assert "onerror" not in case["html"] and "<img" not in case["html"], case
+    assert got[-1]["hrefs"] == ["https://example.com/ab"] and "<strong>" in got[-1]["html"]  # left working
     assert page.page.evaluate("() => window.pwned") is None
 
 
@@ -371,7 +412,7 @@ def test_key_prompt(browser, keyed):
         hold.start()
         try:
             deadline = time.monotonic() + 30
-            while keyed.health()["running"] < 1 and time.monotonic() < deadline:
+            while keyed.health(KEY)["running"] < 1 and time.monotonic() < deadline:
                 time.sleep(0.1)
             p.send("Are you busy?")
             p.wait_idle()
@@ -395,6 +436,54 @@ def _hold_slot(srv: Server) -> None:
             if i > 400:
                 break
             time.sleep(0.005)  # hold on long enough for the page to be refused
+
+
+# -- router mode: the model picker ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory, smollm2_path):
+    """A router over two names for SmolLM2 (small, and with a chat template), one loaded at a time."""
+    root = tmp_path_factory.mktemp("models")
+    for name in ("smol-a", "smol-b"):
+        (root / name).mkdir()
+        (root / name / smollm2_path.name).symlink_to(smollm2_path)
+    srv = Server(root, *THREADS, "--models-max", "1", "--max-tokens", "8", "--temperature", "0")
+    yield srv
+    srv.stop()
+
+
+def test_the_picker_shows_each_models_state_and_loads_the_one_chosen(browser, routed):
+    def shows(*options: str) -> None:
+        p.page.wait_for_function(
+            "want => [...document.querySelectorAll('#model-picker option')].map(o => o.textContent).join('|') === want",
+            arg="|".join(options),
+        )
+
+    def up(name: str) -> None:
+        p.page.wait_for_function(
+            "name => document.getElementById('server-status').dataset.state === 'up'"
+            " && document.getElementById('model-name').textContent === name",
+            arg=name,
+        )
+
+    p = Page(browser, routed.url)
+    try:
+        p.open()
+        shows("smol-a · unloaded", "smol-b · unloaded")
+        p.page.select_option("#model-picker", "smol-b")
+        up("smol-b")
+        shows("smol-a · unloaded", "smol-b · loaded")
+        p.send("Say hello.")
+        p.wait_idle()
+        assert "smol-b" in p.page.locator(".message.assistant .stats").last.inner_text()  # who answered
+        p.page.select_option("#model-picker", "smol-a")  # --models-max 1: smol-b makes room
+        up("smol-a")
+        shows("smol-a · loaded", "smol-b · unloaded")
+        p.page.reload()  # the choice is kept
+        up("smol-a")
+        assert p.page.input_value("#model-picker") == "smol-a"
+        assert p.console == []
+    finally:
+        p.close()
 
 
 # -- screenshots for the README ---------------------------------------------------------------------
@@ -421,3 +510,66 @@ def test_screenshots(browser, server):
             p.page.screenshot(path=str(ROOT / "docs" / f"ui-{theme}.png"))
     finally:
         p.close()
+
+
+# -- images ---------------------------------------------------------------------------------------
+# a file handed to the page as a paste or a drop would: a DataTransfer holding it
+HAND_OVER = """([kind, name, type, b64]) => {
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  const dt = new DataTransfer();
+  dt.items.add(new File([bytes], name, { type }));
+  if (kind === 'paste') document.querySelector('#input').dispatchEvent(new ClipboardEvent('paste', { clipboardData: dt, bubbles: true, cancelable: true }));
+  else document.querySelector('#composer').dispatchEvent(new DragEvent('drop', { dataTransfer: dt, bubbles: true, cancelable: true }));
+}"""  # noqa: E501
+
+
+def test_an_attached_image_reaches_the_model(browser, seeing, tmp_path):
+    page = Page(browser, seeing.url).open()
+    try:
+        picture = tmp_path / "picture.png"
+        picture.write_bytes(png(7))
+        page.page.set_input_files("#attach-file", str(picture))
+        page.page.wait_for_selector("#attachments img")
+        ask = "What is in this picture?"
+        page.send(ask)
+        page.wait_idle()
+        assert page.page.is_hidden("#attachments")  # sent with the message
+        url = "data:image/png;base64," + base64.b64encode(png(7)).decode()
+        user = page.page.locator(".message.user").last
+        assert user.locator(".user-images img").get_attribute("src") == url  # the conversation shows it
+        reply = page.stored()["messages"][-1]["content"]
+        assert reply.strip()
+        # the model saw that image: the API gives the same reply for it at temperature 0, another without
+        image_part = {"type": "image_url", "image_url": {"url": url}}
+        assert reply == chat(
+            seeing, [{"role": "user", "content": [image_part, {"type": "text", "text": ask}]}]
+        )
+        assert reply != chat(seeing, [{"role": "user", "content": ask}])
+        assert page.console == []
+    finally:
+        page.close()
+
+
+def test_images_paste_and_drop_and_a_bad_one_is_a_clear_error(browser, seeing):
+    page = Page(browser, seeing.url).open()
+    try:
+        b64 = base64.b64encode(png(8)).decode()
+        page.page.evaluate(HAND_OVER, ["paste", "pasted.png", "image/png", b64])
+        page.page.evaluate(HAND_OVER, ["drop", "dropped.png", "image/png", b64])
+        page.page.wait_for_function("() => document.querySelectorAll('#attachments img').length === 2")
+        page.page.locator("#attachments .link").first.click()  # removed again
+        assert page.page.locator("#attachments img").count() == 1
+        page.page.evaluate(HAND_OVER, ["drop", "notes.txt", "text/plain", base64.b64encode(b"hi").decode()])
+        page.page.wait_for_selector("#banner:not([hidden])")
+        assert "notes.txt is not an image" in page.page.inner_text("#banner-text")
+        page.page.locator("#attachments .link").first.click()
+        # a file that claims to be a PNG but is not: the server's 400, shown as the reply
+        fake = base64.b64encode(b"not a picture at all").decode()
+        page.page.evaluate(HAND_OVER, ["drop", "fake.png", "image/png", fake])
+        page.page.wait_for_selector("#attachments img")
+        page.send("And this one?")
+        page.page.wait_for_selector(".message.error")
+        assert "not an image localspec reads" in page.page.inner_text(".message.error")
+        assert seeing.proc.poll() is None
+    finally:
+        page.close()

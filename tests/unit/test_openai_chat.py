@@ -12,21 +12,10 @@ from localspec.config.settings import Settings
 from localspec.server import create_app
 from localspec.serving import APIError
 
-from ..fake_engine import FakeModel, answer
+from ..fake_engine import answer
 
 URL = "/v1/chat/completions"
 HI = [{"role": "user", "content": "Hi"}]
-
-
-@pytest.fixture()
-def fake():
-    return FakeModel()
-
-
-@pytest.fixture()
-def client(fake):
-    with TestClient(create_app(Settings(parallel=4), model=fake), base_url="http://localhost") as c:
-        yield c
 
 
 def sse(r) -> list:
@@ -48,7 +37,7 @@ def test_a_body_becomes_the_internal_request(client, fake):
         "tool_choice": {"type": "function", "function": {"name": "get"}},
         "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}, "strict": True}},
         "max_completion_tokens": 9, "stop": "END", "temperature": 0, "n": 2, "seed": 5,
-        "chat_template_kwargs": {"enable_thinking": False}, "user": "ignored",
+        "chat_template_kwargs": {"enable_thinking": False}, "user": "ignored", "keep_alive": "5m",
     }  # fmt: skip
     assert client.post(URL, json=body).status_code == 200
     req, s = fake.requests[-1], fake.settings[-1]
@@ -62,6 +51,7 @@ def test_a_body_becomes_the_internal_request(client, fake):
         "get",
     )
     assert req.template_vars == {"enable_thinking": False} and (req.n, req.model) == (2, "fake")
+    assert req.keep_alive == 300
     assert (s.max_tokens, s.stop, s.temperature, s.seed) == (9, ("END",), 0.0, 5)
     assert json.loads(s.json_schema) == {"type": "object"} and s.json_strict is True
 
@@ -122,11 +112,11 @@ def test_errors_take_openai_shape(client, fake):
     e = error(client.post(URL, json={"messages": HI, "audio": {}}), 400)
     assert e["param"] == "audio" and "not supported" in e["message"] and e["type"] == "invalid_request_error"
     e = error(
-        client.post(URL, json={"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}), 400
+        client.post(URL, json={"messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}), 400
     )
-    assert e["param"] == "messages.0.content"
-    e = error(client.post(URL, json={"messages": HI, "model": "other"}), 400)
-    assert e["code"] == "model_not_found" and "'fake'" in e["message"]
+    assert e["param"] == "messages.0.content.0" and "'input_audio'" in e["message"]
+    e = error(client.post(URL, json={"messages": HI, "model": "other"}), 404)  # as OpenAI's
+    assert e["code"] == "model_not_found" and "'other'" in e["message"] and "'fake'" in e["message"]
     e = error(client.post(URL, json={"messages": HI, "top_p": 0}), 400)
     assert "top_p" in e["message"]
     fake.refuse(APIError(503, "busy", code="server_overloaded", headers={"Retry-After": "1"}))
@@ -147,3 +137,34 @@ def test_the_api_key_is_asked_in_openai_shape(fake):
         r = c.post(URL, json={"messages": HI})
         assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert c.post(URL, json={"messages": HI}, headers={"Authorization": "Bearer k"}).status_code == 200
+
+
+def image_part(url: str) -> dict:
+    return {"type": "image_url", "image_url": {"url": url, "detail": "auto"}}
+
+
+def test_image_parts_ride_at_their_place_in_the_text(client, fake):
+    parts = [{"type": "text", "text": "Look: "}, image_part("data:image/png;base64,iVBORw0K\nGgo="),
+             {"type": "text", "text": " and "}, image_part("data:image/jpeg;base64,/9j/4A==")]  # fmt: skip
+    assert client.post(URL, json={"messages": [{"role": "user", "content": parts}]}).status_code == 200
+    (m,) = fake.requests[-1].messages
+    assert m.content == "Look:  and "
+    assert [(i.at, i.data) for i in m.images] == [(6, b"\x89PNG\r\n\x1a\n"), (11, b"\xff\xd8\xff\xe0")]
+
+
+@pytest.mark.parametrize(
+    ("url", "code", "words"),
+    [
+        ("https://example.com/cat.png", "invalid_image_url", "remote image URL is not fetched"),
+        ("file:///etc/passwd", "invalid_image_url", "data:image/png;base64"),
+        ("data:image/png,rawbytes", None, "must be base64"),
+        ("data:image/png;base64,not*base64", "invalid_image", "not valid base64"),
+    ],
+)
+def test_an_image_url_the_server_will_not_read_is_a_400(client, fake, url, code, words):
+    body = {"messages": [{"role": "user", "content": [image_part(url)]}]}
+    r = client.post(URL, json=body)
+    assert r.status_code == 400, r.text
+    e = r.json()["error"]
+    assert e["param"] == "messages.0.content.0" and words in e["message"] and e["code"] == code
+    assert not fake.requests  # refused before the model saw it

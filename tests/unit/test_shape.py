@@ -17,8 +17,16 @@ RECORD_HELPERS = 3  # a dataclass with at most this many methods of its own is a
 # getattr/hasattr with a literal name is fine on what is not a backend object: a module or library
 # (llama_cpp's version, a symbol a build may lack), an exception's errno text, a request body, the
 # server's app state and engine (a test's stand-in has no close), a settings-like object, gguf's keys,
-# a server dialect module (its optional PREFIX: server/errors.py)
+# a server dialect module (its optional PREFIX: server/errors.py), the os module (a flag a platform
+# may lack), a dialect's request blocks and response choices, the ASGI app and its state at shutdown
 NOT_BACKENDS = {
+    "os",
+    "b",
+    "block",
+    "choice",
+    "app",
+    "getattr(app, 'state', None)",
+    "app.state",
     "C",
     "lib",
     "constants",

@@ -17,6 +17,7 @@ from localspec.server.openai import schemas as s
 from localspec.serving import Delta, Finished, Stream
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
+from localspec.serving.images import from_data_url
 
 router = APIRouter(dependencies=[Depends(require_key)])
 error_response = errors.error_response
@@ -46,14 +47,16 @@ def parse(body: s.ChatRequest) -> internal.Request:
         n=body.n,
         stream=body.stream,
         model=body.model,
+        keep_alive=internal.keep_alive(body.keep_alive),
     )
 
 
 def _message(i: int, m: s.Message) -> internal.Message:
+    images: tuple[internal.Image, ...] = ()
     if isinstance(m.content, list):
-        if any(p.type != "text" for p in m.content):
-            raise APIError(400, "only text content is supported", param=f"messages.{i}.content")
-        content = "".join(p.text or "" for p in m.content)
+        content, images = internal.joined(
+            [_part(f"messages.{i}.content.{j}", p) for j, p in enumerate(m.content)]
+        )
     else:
         content = m.content or ""
     calls = tuple(
@@ -63,10 +66,22 @@ def _message(i: int, m: s.Message) -> internal.Message:
     return internal.Message(
         role="system" if m.role == "developer" else m.role,
         content=content,
+        images=images,
         tool_calls=calls,
         tool_call_id=m.tool_call_id if m.role == "tool" else None,
         name=m.name if m.role == "tool" else None,
     )
+
+
+def _part(param: str, p: s.ContentPart) -> str | bytes:
+    """A content part: its text, or an image's bytes (from a data URL)."""
+    if p.type == "text":
+        return p.text or ""
+    if p.type == "image_url":
+        if p.image_url is None:
+            raise APIError(400, "an image_url part needs image_url.url (a data URL)", param=param)
+        return from_data_url(p.image_url.url, param)
+    raise APIError(400, f"content parts are text or image_url, not {p.type!r}", param=param)
 
 
 def _arguments(a: str | dict) -> str:

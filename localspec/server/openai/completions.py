@@ -45,6 +45,7 @@ def parse(body: s.CompletionRequest) -> internal.Request:
         n=body.n,
         stream=body.stream,
         model=body.model,
+        keep_alive=internal.keep_alive(body.keep_alive),
     )
 
 

@@ -1,25 +1,46 @@
-"""OpenAI's model list, GET /v1/models: every served model's card, with vLLM's `max_model_len` and
-llama-server's `meta` (the context a request may use)."""
+"""OpenAI's model list, GET /v1/models (and llama-server's GET /models, the same list): every
+model the server serves, loaded or not, with vLLM's `max_model_len`, llama-server's `meta` and its
+router's `status` (loaded, loading, unloaded, error), and the files and memory behind the name;
+Anthropic's shape for Anthropic's clients."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Request
 
+from localspec.server.anthropic import models as anthropic
 from localspec.server.auth import require_key
 from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
+from localspec.serving.registry import Status
 
 router = APIRouter(dependencies=[Depends(require_key)])
 error_response = errors.error_response
 
 
 @router.get("/v1/models")
-async def models(request: Request) -> s.ModelList:
-    cards = [m.card for m in request.app.state.models]
-    return s.ModelList(data=[
-        s.ModelCard(
-            id=c.name, created=c.created, max_model_len=c.n_ctx,
-            meta=s.ModelMeta(n_ctx=c.n_ctx, n_ctx_train=c.n_ctx_train, n_vocab=c.n_vocab, n_params=c.n_params, size=c.size),
-        )  # fmt: skip
-        for c in cards
-    ])  # fmt: skip
+async def models(request: Request) -> Any:
+    status = request.app.state.models.status()
+    if anthropic.HEADER in request.headers:  # one path, two dialects: the header tells them apart
+        return anthropic.listing([st.card for st in status])
+    return s.ModelList(data=[card(st) for st in status])
+
+
+def card(st: Status) -> s.ModelCard:
+    c = st.card
+    return s.ModelCard(
+        id=st.name, created=c.created, max_model_len=c.n_ctx,
+        meta=s.ModelMeta(n_ctx=c.n_ctx, n_ctx_train=c.n_ctx_train, n_vocab=c.n_vocab, n_params=c.n_params, size=c.size),
+        status=s.ModelStatus(
+            value=st.state, failed=True if st.state == "error" else None, error=st.error, load_s=st.load_s,
+            loaded_at=_int(st.loaded_at), expires_at=_int(st.expires_at), pid=st.pid,
+        ),
+        localspec=s.ServedFiles(
+            kind=st.kind, path=st.path, target=c.target, draft=c.draft, parallel=c.parallel, memory=st.memory
+        ),
+    )  # fmt: skip
+
+
+def _int(t: float | None) -> int | None:
+    return None if t is None else int(t)

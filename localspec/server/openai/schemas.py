@@ -100,20 +100,11 @@ _overrides = create_model(
 )
 
 
-class RequestBase(_overrides):  # type: ignore[misc, valid-type]
-    IGNORED: ClassVar[frozenset[str]] = IGNORED_FIELDS
-    model: str | None = None
-    n: int = 1
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    localspec: LocalspecOptions | None = None
-    # constrained output: OpenAI's response_format; llama-server's grammar (GBNF or Lark) and json_schema
-    response_format: ResponseFormat | None = None
-    grammar: str | None = None
-    json_schema: dict[str, Any] | bool | None = None
+class Overrides(_overrides):  # type: ignore[misc, valid-type]
+    """The request fields generated from Settings (every OpenAI dialect reads them)."""
 
-    def overrides(self) -> dict[str, Any]:
-        """Settings overrides for Engine.submit: every generated field the client set."""
+    def setting_overrides(self) -> dict[str, Any]:
+        """Settings overrides: every generated field the client set."""
         out: dict[str, Any] = {}
         for f in _GENERATED:
             v = getattr(self, f.name, None)
@@ -124,6 +115,26 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
             elif f.name == "draft_max":
                 v = str(v)
             out[f.name] = v
+        return out
+
+
+class RequestBase(Overrides):
+    IGNORED: ClassVar[frozenset[str]] = IGNORED_FIELDS
+    model: str | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    localspec: LocalspecOptions | None = None
+    # router mode: how long the model stays loaded once idle (Ollama's keep_alive: seconds or "5m")
+    keep_alive: float | str | None = None
+    # constrained output: OpenAI's response_format; llama-server's grammar (GBNF or Lark) and json_schema
+    response_format: ResponseFormat | None = None
+    grammar: str | None = None
+    json_schema: dict[str, Any] | bool | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """Settings overrides for Engine.submit: the generated fields and the constraint."""
+        out = self.setting_overrides()
         if self.response_format is not None:
             out.update(self.response_format.constraint())
         if self.json_schema is not None:
@@ -141,9 +152,15 @@ class RequestBase(_overrides):  # type: ignore[misc, valid-type]
         return bool(self.stream and self.stream_options and self.stream_options.include_usage)
 
 
+class ImageURL(_Base):
+    url: str
+    detail: str | None = None  # auto | low | high: the projector decides the resolution here
+
+
 class ContentPart(_Base):
     type: str
     text: str | None = None
+    image_url: ImageURL | None = None  # type "image_url": a data URL (remote URLs are refused)
 
 
 class FunctionCall(_Base):
@@ -381,6 +398,37 @@ class ModelMeta(BaseModel):
     size: int
 
 
+class ModelStatus(BaseModel):
+    """llama-server's router `status` (value: loaded, loading, unloaded or error; ours also
+    unloading), with why it failed, how long its load took and when it unloads if left idle."""
+
+    value: str
+    failed: bool | None = None
+    error: str | None = None
+    load_s: float | None = None
+    loaded_at: int | None = None
+    expires_at: int | None = None
+    pid: int | None = None
+
+
+class ServedFiles(BaseModel):
+    """What is served under the name: a pair folder or one GGUF, its files and memory plan."""
+
+    kind: str  # pair | gguf
+    path: str
+    target: str
+    draft: str | None  # the draft's file, "mtp" (the target's own head), or None (lookup drafts)
+    parallel: int
+    memory: dict[str, int] | None = None  # cpu_bytes, device_bytes
+
+
+class Architecture(BaseModel):
+    """llama-server's router says what a model takes and gives (Zed and pi read it)."""
+
+    input_modalities: list[str] = ["text"]
+    output_modalities: list[str] = ["text"]
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
@@ -388,8 +436,39 @@ class ModelCard(BaseModel):
     owned_by: str = "localspec"
     max_model_len: int  # vLLM's name for the context a request may use
     meta: ModelMeta
+    status: ModelStatus
+    architecture: Architecture = Architecture()
+    localspec: ServedFiles
 
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+# -- embeddings ------------------------------------------------------------------------------------
+class EmbeddingRequest(Checked):
+    IGNORED: ClassVar[frozenset[str]] = frozenset({"user"})
+    model: str | None = None
+    # a text, texts, token ids, or lists of token ids (pydantic picks the first that fits exactly)
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = None
+
+
+class EmbeddingData(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str  # base64: the float32 values' little-endian bytes
+
+
+class EmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingData]
+    model: str
+    usage: EmbeddingUsage

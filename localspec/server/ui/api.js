@@ -1,4 +1,5 @@
-// The server's own API: /health, /v1/models and streamed /v1/chat/completions (Server-Sent Events).
+// The server's own API: /health, /v1/models (with each model's state), POST /models/load and
+// streamed /v1/chat/completions (Server-Sent Events).
 // Failures become ApiError with the server's own message; aborting the signal closes the
 // connection, which is what makes the server cancel the generation.
 
@@ -67,6 +68,11 @@ export async function health() {
 
 export async function models() {
   return (await request('/v1/models')).json();
+}
+
+// A router's model, loaded now (answers once it is, or with why not)
+export async function loadModel(model) {
+  return (await request('/models/load', { method: 'POST', body: JSON.stringify({ model }) })).json();
 }
 
 // Yields each streamed chunk object; returns at [DONE]. An error the server sends down the stream

@@ -2,7 +2,8 @@
 // reply.js, its DOM render.js (Markdown in markdown.js), the sidebar sidebar.js, the dialogs
 // dialogs.js, storage store.js.
 
-import { ApiError, forgetApiKey, health, models, streamChat } from './api.js';
+import { ApiError, forgetApiKey, health, loadModel, models, streamChat } from './api.js';
+import { attachments } from './attach.js';
 import { askKey, editSettings } from './dialogs.js';
 import { download, fileName, toMarkdown } from './export.js';
 import { plain } from './markdown.js';
@@ -17,9 +18,11 @@ const ui = {
   input: $('input'), send: $('send'), stop: $('stop'), composer: $('composer'),
   list: $('conversations'), newChat: $('new-chat'), chart: $('chart'), totals: $('totals'),
   status: $('server-status'), model: $('model-name'), banner: $('banner'), bannerText: $('banner-text'),
+  picker: $('model-picker'), pickerBox: $('model-picker-box'),
   system: $('system'), systemPreview: $('system-preview'), showDrafts: $('show-drafts'),
-  theme: $('theme-toggle'),
+  theme: $('theme-toggle'), attach: $('attach'), attachFile: $('attach-file'),
 };
+const images = attachments($('attachments'), (text) => showBanner(text));
 
 const state = {
   conv: null,
@@ -79,11 +82,59 @@ async function connect() {
   }
   showBanner('');
   try {
-    const list = await withKey(models);
-    state.model = list.data[0]?.id || 'model';
+    const list = (await withKey(models)).data;
+    const loaded = list.find((m) => m.status?.value === 'loaded');
+    const kept = list.find((m) => m.id === state.prefs.model);
+    state.model = (kept || loaded || list[0])?.id || 'model';
+    showModels(list);
     setStatus('up', state.model);
   } catch (e) {
     setStatus(e.status === 401 ? 'locked' : 'down', e.status === 401 ? 'API key needed' : e.message);
+  }
+}
+
+// -- the model picker: shown when the server serves several models (router mode) --------------------
+function showModels(list) {
+  ui.pickerBox.hidden = list.length < 2;
+  ui.picker.replaceChildren(
+    ...list.map((m) => {
+      const state = m.status?.value || 'loaded';
+      const option = new Option(`${m.id} · ${state}`, m.id);
+      option.dataset.state = state;
+      if (m.status?.error) option.title = m.status.error;
+      return option;
+    }),
+  );
+  ui.picker.value = state.model;
+}
+
+async function refreshModels() {
+  if (ui.pickerBox.hidden) return;
+  try {
+    showModels((await withKey(models)).data);
+  } catch {
+    // the next reply or choice says what is wrong
+  }
+}
+
+// Choose a model; one not loaded is loaded now, so the first reply does not wait for it
+async function pickModel(name) {
+  state.model = name;
+  state.prefs.model = name;
+  store.savePrefs(state.prefs);
+  if (ui.picker.selectedOptions[0]?.dataset.state === 'loaded') return setStatus('up', name);
+  setStatus('checking', `loading ${name}…`);
+  ui.picker.disabled = true;
+  try {
+    await withKey(() => loadModel(name));
+    setStatus('up', name);
+    showBanner('');
+  } catch (e) {
+    setStatus('down', `${name}: not loaded`);
+    showBanner(e instanceof ApiError ? errorMessage(e) : String(e));
+  } finally {
+    ui.picker.disabled = false;
+    refreshModels();
   }
 }
 
@@ -117,7 +168,7 @@ function errorMessage(e) {
 // Stream a reply to the conversation as it stands
 async function generate() {
   const conv = state.conv;
-  const body = requestBody(conv, state.settings);
+  const body = requestBody(conv, state.settings, ui.pickerBox.hidden ? null : state.model);
   const msg = newReply(body);
   conv.messages.push(msg);
   state.ctrl = new AbortController();
@@ -145,13 +196,14 @@ async function generate() {
     state.ctrl = null;
     save();
     if (state.conv === conv) renderAll();
+    refreshModels(); // a router may have loaded this model and unloaded another
   }
 }
 
-function send(text) {
+function send(text, pictures = []) {
   const conv = state.conv;
-  conv.messages.push({ role: 'user', content: text });
-  if (!conv.title) conv.title = text.split('\n')[0].slice(0, 60);
+  conv.messages.push(pictures.length ? { role: 'user', content: text, images: pictures } : { role: 'user', content: text });
+  if (!conv.title) conv.title = text.split('\n')[0].slice(0, 60) || 'Image';
   generate();
 }
 
@@ -228,10 +280,10 @@ function renderAll() {
 // -- events ----------------------------------------------------------------------------------------
 function submitInput() {
   const text = ui.input.value.trim();
-  if (!text || busy()) return;
+  if ((!text && !images.count) || busy()) return;
   ui.input.value = '';
   growInput();
-  send(text);
+  send(text, images.take());
 }
 
 function growInput() {
@@ -285,6 +337,22 @@ function wire() {
     }
   });
   ui.input.addEventListener('input', growInput);
+  ui.attach.addEventListener('click', () => ui.attachFile.click());
+  ui.attachFile.addEventListener('change', () => {
+    images.add([...ui.attachFile.files]);
+    ui.attachFile.value = ''; // the same file may be picked again
+  });
+  ui.input.addEventListener('paste', (ev) => {
+    const files = [...(ev.clipboardData?.files || [])];
+    if (!files.length) return; // text pastes as usual
+    ev.preventDefault();
+    images.add(files);
+  });
+  ui.composer.addEventListener('dragover', (ev) => ev.preventDefault());
+  ui.composer.addEventListener('drop', (ev) => {
+    ev.preventDefault();
+    images.add([...(ev.dataTransfer?.files || [])]);
+  });
   ui.stop.addEventListener('click', () => state.ctrl?.abort());
   ui.newChat.addEventListener('click', startNew);
   ui.messages.addEventListener('click', onMessageClick);
@@ -306,6 +374,8 @@ function wire() {
   });
   systemDark.addEventListener('change', applyPrefs);
   $('banner-retry').addEventListener('click', connect);
+  ui.picker.addEventListener('change', () => pickModel(ui.picker.value));
+  ui.picker.addEventListener('focus', refreshModels);
   $('open-settings').addEventListener('click', async () => {
     const settings = await editSettings(state.settings);
     if (settings) store.saveSettings((state.settings = settings));

@@ -7,7 +7,11 @@ export function toMarkdown(conv, model) {
   const out = [`# ${conv.title || 'Conversation'}`, '', `_localspec${model ? ` · ${model}` : ''} · ${new Date(conv.updated).toISOString()}_`, ''];
   if (conv.system) out.push('## System', '', conv.system, '');
   for (const m of conv.messages) {
-    if (m.role === 'user') out.push('## User', '', m.content, '');
+    if (m.role === 'user') {
+      out.push('## User', '');
+      for (const [i, url] of (m.images || []).entries()) out.push(`![image ${i + 1}](${url})`, ''); // inline: the file stands alone
+      out.push(m.content, '');
+    }
     else if (m.role === 'assistant') {
       out.push('## Assistant', '', m.content, '');
       const stats = statItems(m).map(([v, l]) => (l ? `${v} ${l}` : v));

@@ -12,8 +12,8 @@ import hljs from './vendor/highlight.min.js';
 
 const ON = '\uE000';
 const OFF = '\uE001';
-const MARKS = /[\uE000\uE001]/g;
 const HAS_MARK = /[\uE000\uE001]/;
+const ATTR_MARKS = /[\uE000\uE001]|%EE%80%8[01]/gi; // in an attribute, or percent-encoded in a link
 const BLOCK_PREFIX = /^[ \t]*(?:(?:[-*+>|#=_~`]+|\d+[.)])[ \t]*)*/;
 const FENCE = /^[ \t]*(?:`{3,}|~{3,})/;
 
@@ -98,21 +98,22 @@ function paint(root) {
     node.replaceWith(frag);
   }
   for (const el of root.querySelectorAll('*')) {
-    for (const attr of el.attributes) {
-      if (HAS_MARK.test(attr.value)) attr.value = attr.value.replace(MARKS, '');
-    }
+    for (const attr of el.attributes) attr.value = attr.value.replace(ATTR_MARKS, '');
   }
 }
 
-// A fragment holding the rendered reply
+// A fragment holding the rendered reply. The sanitiser runs last, over the finished markup: what
+// paint() and highlight() change (marks taken out of an attribute turn `java\uE000script:` into
+// `javascript:`) is checked like the rest. Until then the markup lives in a <template>, inert:
+// nothing in it loads or runs.
 export function renderMarkdown(runs) {
-  const html = marked.parse(weave(runs), { async: false });
+  const draft = document.createElement('template');
+  draft.innerHTML = marked.parse(weave(runs), { async: false });
+  paint(draft.content);
+  highlight(draft.content);
   const template = document.createElement('template');
-  template.innerHTML = DOMPurify.sanitize(html, PURIFY);
-  const root = template.content;
-  highlight(root);
-  paint(root);
-  return root;
+  template.innerHTML = DOMPurify.sanitize(draft.innerHTML, PURIFY);
+  return template.content;
 }
 
 // Plain text, for copying and export

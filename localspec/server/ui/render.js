@@ -21,7 +21,17 @@ function button(label, action, title = label) {
 
 // -- parts ----------------------------------------------------------------------------------------
 export function renderUserText(msg) {
-  return h('div', 'text user-text', msg.content); // textContent: typed HTML stays text
+  const text = h('div', 'text user-text', msg.content); // textContent: typed HTML stays text
+  if (!msg.images?.length) return text;
+  const pictures = h('div', 'user-images');
+  msg.images.forEach((url, i) => {
+    const img = h('img');
+    img.src = url; // a data URL the page read from a file: img-src allows data: only for this
+    img.alt = `image ${i + 1}`;
+    pictures.append(img);
+  });
+  text.prepend(pictures);
+  return text;
 }
 
 export function renderReasoning(msg) {

@@ -2,13 +2,21 @@
 // streamed chunk folded into the message (text runs with their draft flag, reasoning, tool calls,
 // the closing timings). No DOM here.
 
+// A message's content: its text, or its images (image_url parts, data URLs) then its text
+function content(m) {
+  if (!m.images?.length) return m.content;
+  const parts = m.images.map((url) => ({ type: 'image_url', image_url: { url } }));
+  return m.content ? [...parts, { type: 'text', text: m.content }] : parts;
+}
+
 // The chat request for a conversation as it stands; settings fields left empty are not sent, so the
 // server's own defaults apply
-export function requestBody(conv, s) {
+export function requestBody(conv, s, model = null) {
   const messages = [];
   if (conv.system.trim()) messages.push({ role: 'system', content: conv.system });
-  for (const m of conv.messages) if (m.role === 'user' || m.role === 'assistant') messages.push({ role: m.role, content: m.content });
+  for (const m of conv.messages) if (m.role === 'user' || m.role === 'assistant') messages.push({ role: m.role, content: content(m) });
   const body = { messages, stream: true, stream_options: { include_usage: true }, localspec: { mark_drafts: true } };
+  if (model) body.model = model;
   if (s.temperature !== '') body.temperature = Number(s.temperature);
   if (s.max_tokens !== '') body.max_tokens = Number(s.max_tokens);
   if (s.draft_mode === 'auto') body.draft_max = 'auto';
@@ -41,6 +49,7 @@ function addToolCalls(msg, deltas) {
 // One streamed chunk into the reply. A chunk's text is marked drafted when all its tokens were
 // accepted drafts (`localspec.all_draft`; a chunk is usually one token).
 export function applyChunk(msg, chunk) {
+  if (chunk.model) msg.model = chunk.model; // which model answered (a router serves several)
   if (chunk.timings) msg.timings = chunk.timings;
   const choice = chunk.choices?.[0];
   if (!choice) return;

@@ -38,6 +38,7 @@ export function statItems(msg) {
   const meanK = ks.length ? ks.reduce((a, b) => a + b, 0) / ks.length : 0;
   items.push([kPolicy(t, msg.asked), '', `tokens drafted per round (K): ${meanK.toFixed(1)} on average over ${ks.length} rounds`]);
   if (t.fell_back) items.push(['fell back', '', 'drafting was losing time, so the tuner switched to plain decoding']);
+  if (msg.model) items.push([msg.model, '', 'the model (pair) that answered']);
   if (msg.finish === 'length') items.push(['cut at max tokens', '', 'the reply reached max tokens (Settings)']);
   return items;
 }

@@ -2,7 +2,7 @@
 // so saving one does not rewrite them all; the request settings; the page's preferences.
 //
 // A conversation: {id, title, system, created, updated, messages: [...]}, where a message is
-//   {role: 'user', content}
+//   {role: 'user', content, images: [data URL, ...] (only when it has any)}
 //   {role: 'assistant', content, runs: [[text, drafted 0|1], ...], reasoning, tool_calls, timings,
 //    finish, stopped, asked: {draft_max, ...}}
 //   {role: 'error', content, status, retryAfter}   (shown, never sent to the model)
