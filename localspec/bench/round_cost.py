@@ -30,6 +30,7 @@ import numpy as np
 
 from localspec.decode.round import decode_round
 from localspec.decode.sampling import SamplingParams
+from localspec.decode.sources import sources_for
 from localspec.decode.state import Item, SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.fixed import FixedK
@@ -162,7 +163,8 @@ def measure(
         prompt = rng.integers(0, n_vocab, prompt_len).tolist()
         st = SeqState.start(s, prompt, sp, cfg, np.random.default_rng(seed + s), Counters(), FixedK(k))
         states.append(st)
-    decode_round(target, draft, [], filling=states)  # the prompts, unmeasured
+    sources = sources_for(draft)  # built once, as an engine's scheduler does
+    decode_round(target, draft, [], filling=states, sources=sources)  # the prompts, unmeasured
     times, cpu, emitted, decodes = [], [], [], []
     for i in range(warmup + rounds):
         before = target.decode_s + draft.decode_s
@@ -170,7 +172,7 @@ def measure(
         n0 = sum(st.n_new for st in states)
         c0 = time.thread_time()  # a system call, kept outside the wall-clock interval
         t0 = time.perf_counter()
-        decode_round(target, draft, states)
+        decode_round(target, draft, states, sources=sources)
         wall = time.perf_counter() - t0
         used = time.thread_time() - c0
         if i >= warmup:

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from localspec.decode.rows import constrained
 from localspec.decode.seqplan import SeqPlan
-from localspec.decode.sources import DraftSource
+from localspec.decode.sources import Sources
 from localspec.decode.state import SeqState
 from localspec.draft_len.batch import plan_batch
 from localspec.draft_len.controller import Facts
@@ -16,19 +16,18 @@ from localspec.evaluator import Evaluator
 
 
 def plan_round(
-    target: Evaluator, draft: Evaluator | None, sources: Sequence[DraftSource], live: Sequence[SeqState]
+    target: Evaluator, draft: Evaluator | None, sources: Sources, live: Sequence[SeqState]
 ) -> list[SeqPlan]:
     """One plan per running sequence. Every source offers in order (the grammar drafts its forced
     run: it rides in the verify batch, so every plan is priced with it in front); a sequence that
     drafts (a draft model or a lookup to draft with) gets the K controller's plan."""
     plans = [_budget(target, st) for st in live]
     for p in plans:
-        said: dict[str, int] = {}
-        for src in sources:
-            said |= src.offer(p)
+        for src in sources.offering:
+            src.offer(p)
         st = p.st
         if st.speculative and (draft is not None or st.lookup is not None):
-            p.facts = Facts(**said, left=p.left)
+            p.facts = Facts(len(p.forced), len(p.offer), p.match_len, p.behind, p.left)
     drafting = [p for p in plans if p.facts is not None]
     for p, kplan in zip(drafting, plan_batch([p.st.k_ctl for p in drafting], [p.facts for p in drafting])):
         p.kplan = kplan

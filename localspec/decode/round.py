@@ -31,7 +31,7 @@ from localspec.decode.record import record, record_prefill
 from localspec.decode.rows import constrained, top_logits_suffice
 from localspec.decode.seqplan import SeqPlan
 from localspec.decode.settle import sampled, settle
-from localspec.decode.sources import DraftSource, sources_for
+from localspec.decode.sources import Sources, sources_for
 from localspec.decode.state import SeqState
 from localspec.evaluator import Evaluator, Item
 
@@ -42,7 +42,7 @@ def decode_round(
     states: Sequence[SeqState],
     filling: Sequence[SeqState] = (),
     budget: int | None = None,
-    sources: Sequence[DraftSource] | None = None,
+    sources: Sources | None = None,
 ) -> list[bool]:
     """One round over every running sequence: new tokens go to each state's `out`, and a sequence
     that ends (EOG, max_new, a full context, a complete or stuck constraint) gets its `finish` set;
@@ -62,7 +62,7 @@ def decode_round(
     try:
         done = _round(target, draft, sources, states, filling, budget)
     finally:
-        for src in sources:
+        for src in sources.resetting:
             src.reset(states)
     if invariants.ON:
         invariants.check(target, draft, [*states, *filling])
@@ -72,7 +72,7 @@ def decode_round(
 def _round(
     target: Evaluator,
     draft: Evaluator | None,
-    sources: Sequence[DraftSource],
+    sources: Sources,
     states: Sequence[SeqState],
     filling: Sequence[SeqState],
     budget: int | None,
@@ -89,7 +89,7 @@ def _round(
         return fill.done
     plans = plan_round(target, draft, sources, live)
     clock.mark("drafting")
-    for src in sources:
+    for src in sources.all:
         src.propose(plans, clock)
     clock.mark("drafted")
     items = [_verify_item(target, p) for p in plans] + fill.items
@@ -99,7 +99,7 @@ def _round(
     clock.mark("dists")
     verdicts = []
     for p, r in zip(plans, rows):
-        verdicts.append(settle(p, r, shared, target, sources))
+        verdicts.append(settle(p, r, shared, target, sources.accepting))
         clock.seq_done()
     record(plans, verdicts, clock, sum(len(it.tokens) for it in items))
     record_prefill(filling, fill.tokens, clock.marks["verified"] - clock.marks["drafted"])

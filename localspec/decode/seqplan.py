@@ -22,6 +22,8 @@ class SeqPlan:
     p_min_from: int = 0  # ... from this draft position on (draft_p_min, draft_min)
     forced: list[int] = field(default_factory=list)  # the grammar's leading run (drafted already)
     offer: list[int] = field(default_factory=list)  # the lookup's proposal after it (not drafted yet)
+    match_len: int = 0  # ... from a match this long (its confidence)
+    behind: int = 0  # the draft's cache lags the text by this many tokens (a catch-up first)
     facts: Facts | None = None  # what the K controller saw (None: this sequence does not draft)
     kplan: Plan | None = None  # what it decided
     k: int = 0  # drafts past the forced run the round asks for (the draft model's, the lookup's first)

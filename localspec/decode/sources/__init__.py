@@ -5,6 +5,8 @@ module implementing `DraftSource` (base.py) and one line here (docs/architecture
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from localspec.decode.sources.base import DraftSource
 from localspec.decode.sources.grammar import GrammarSource
 from localspec.decode.sources.lookup import LookupSource
@@ -17,7 +19,24 @@ REGISTERED = (GrammarSource, LookupSource, ModelSource, MtpSource)
 EVIDENCE: dict[str, str | None] = {cls.spec.name: cls.spec.evidence for cls in REGISTERED}
 
 
-def sources_for(draft: Evaluator | None) -> list[DraftSource]:
+class Sources(NamedTuple):
+    """A round's sources in order, and those with each optional hook (the round calls no empty one:
+    it runs per sequence per round)."""
+
+    all: tuple[DraftSource, ...]
+    offering: tuple[DraftSource, ...]
+    accepting: tuple[DraftSource, ...]
+    resetting: tuple[DraftSource, ...]
+
+
+def sources_for(draft: Evaluator | None) -> Sources:
     """The sources a round walks over the draft context (None: the free sources only); an engine
     builds them once."""
-    return [s for cls in REGISTERED if (s := cls.for_round(draft)) is not None]
+    made = tuple(s for cls in REGISTERED if (s := cls.for_round(draft)) is not None)
+    return Sources(
+        made, *(tuple(s for s in made if _overrides(s, hook)) for hook in ("offer", "accept", "reset"))
+    )
+
+
+def _overrides(src: DraftSource, hook: str) -> bool:
+    return getattr(type(src), hook) is not getattr(DraftSource, hook)

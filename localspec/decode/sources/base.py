@@ -1,7 +1,9 @@
 """One interface for everything that drafts (llama.cpp's `common_speculative_impl`, vLLM's proposer
 per file): a source offers what it knows before K is chosen, proposes its tokens into each plan
 within the plan's budget (with their q and its name), hears the verdict, and undoes its part of a
-round that raised. The round walks the registered sources in order (sources/__init__.py)."""
+round that raised. The round walks the registered sources in order (sources/__init__.py). A source
+subclasses `DraftSource` and overrides the hooks it needs (`propose` always): the others do nothing,
+and the round does not call them."""
 
 from __future__ import annotations
 
@@ -30,10 +32,11 @@ class DraftSource(Protocol):
         """This round's instance over the draft context (None: the round has no draft context), or
         None where it does not draft in it (a decoding source checks the context's `source`)."""
 
-    def offer(self, p: SeqPlan) -> dict[str, int]:
-        """Before K is chosen: what this source can say for free, as `Facts` fields (the grammar
-        drafts its forced run here: it leads every plan; the lookup finds its proposal; a source
-        that drafts by decoding says how far its cache lags)."""
+    def offer(self, p: SeqPlan) -> None:
+        """Before K is chosen: what this source can say for free, into the plan's fields the K
+        controller's `Facts` are made of (the grammar drafts its forced run here: it leads every
+        plan; the lookup finds its proposal and its match; a source that drafts by decoding says how
+        far its cache lags)."""
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
         """Its drafts into each plan after the ones already there, within the plan's budget: tokens,

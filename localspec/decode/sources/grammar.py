@@ -11,23 +11,22 @@ from typing import Sequence
 from localspec.decode.clock import Clock
 from localspec.decode.rows import forced_run, one_point_q
 from localspec.decode.seqplan import SeqPlan
-from localspec.decode.sources.base import SourceSpec
-from localspec.decode.state import SeqState, Step
+from localspec.decode.sources.base import DraftSource, SourceSpec
+from localspec.decode.state import SeqState
 from localspec.evaluator import Evaluator
 
 MAX_RUN = 16  # forced tokens drafted in front of a round at most (AUTO_K_MAX)
 
 
-class GrammarSource:
+class GrammarSource(DraftSource):
     spec = SourceSpec("grammar", evidence=None)
 
     @classmethod
     def for_round(cls, draft: Evaluator | None) -> "GrammarSource":
         return cls()
 
-    def offer(self, p: SeqPlan) -> dict[str, int]:
+    def offer(self, p: SeqPlan) -> None:
         p.forced = forced_run(p.st, min(p.cap, MAX_RUN))
-        return {"n_forced": len(p.forced)}
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
         for p in plans:
@@ -40,8 +39,7 @@ class GrammarSource:
         p.add(run, [one_point_q(p.st, x) for x in run], self.spec.name)
         return run
 
-    def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
-        pass  # the matcher settles with the sequence (settle.py): every source's drafts are in it
+    # no accept: the matcher settles with the sequence (settle.py), every source's drafts are in it
 
     def reset(self, states: Sequence[SeqState]) -> None:
         for st in states:

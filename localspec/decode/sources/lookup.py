@@ -10,7 +10,7 @@ from typing import Sequence
 from localspec.decode.clock import Clock
 from localspec.decode.rows import grammar_aware, one_point_q, unbanned
 from localspec.decode.seqplan import SeqPlan
-from localspec.decode.sources.base import SourceSpec
+from localspec.decode.sources.base import DraftSource, SourceSpec
 from localspec.decode.state import SeqState, Step
 from localspec.draft_len.evidence import LOOKUP
 from localspec.evaluator import Evaluator
@@ -18,23 +18,23 @@ from localspec.evaluator import Evaluator
 MAX_PROPOSAL = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
 
 
-class LookupSource:
+class LookupSource(DraftSource):
     spec = SourceSpec("lookup", evidence=LOOKUP)
 
     @classmethod
     def for_round(cls, draft: Evaluator | None) -> "LookupSource":
         return cls()
 
-    def offer(self, p: SeqPlan) -> dict[str, int]:
-        """Its proposal past the grammar's forced run (only if it agrees with it)."""
+    def offer(self, p: SeqPlan) -> None:
+        """Its proposal past the grammar's forced run (only if it agrees with it), and the match's
+        length."""
         if p.st.lookup is None:
-            return {}
-        tokens, match_len = p.st.lookup.propose(MAX_PROPOSAL)
+            return
+        tokens, p.match_len = p.st.lookup.propose(MAX_PROPOSAL)
         if p.forced:
             n = len(p.forced)
             tokens = tokens[n:] if tokens[:n] == p.forced else []
         p.offer = tokens
-        return {"n_lookup": len(tokens), "match_len": match_len}
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
         for p in plans:
@@ -43,11 +43,8 @@ class LookupSource:
                 p.add(looked, [one_point_q(p.st, x) for x in looked], self.spec.name)
 
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
-        if p.st.lookup is not None:
+        if p.st.lookup is not None:  # the index learns the emitted tokens only: nothing to reset
             p.st.lookup.extend([s.token for s in new])
-
-    def reset(self, states: Sequence[SeqState]) -> None:
-        pass  # the index only learns the emitted tokens (accept)
 
 
 def _allowed(st: SeqState, tokens: list[int]) -> list[int]:

@@ -22,7 +22,7 @@ from localspec.decode.rows import (
 )
 from localspec.decode.sampling import Dist
 from localspec.decode.seqplan import SeqPlan
-from localspec.decode.sources.base import SourceSpec
+from localspec.decode.sources.base import DraftSource, SourceSpec
 from localspec.decode.sources.grammar import GrammarSource
 from localspec.decode.sources.lookup import MAX_PROPOSAL
 from localspec.decode.state import SeqState, Step
@@ -30,7 +30,7 @@ from localspec.draft_len.evidence import MODEL
 from localspec.evaluator import Evaluator, Item
 
 
-class ModelSource:
+class ModelSource(DraftSource):
     spec = SourceSpec("draft", evidence=MODEL)
 
     def __init__(self, ctx: Evaluator) -> None:
@@ -42,10 +42,11 @@ class ModelSource:
         """This source drafts where the draft context says its drafts are this source's."""
         return cls(draft) if draft is not None and draft.source == cls.spec.name else None
 
-    def offer(self, p: SeqPlan) -> dict[str, int]:
+    def offer(self, p: SeqPlan) -> None:
         """How far the draft's cache lags the text: a catch-up to pay before it drafts."""
         st = p.st
-        return {"behind": len(st.tokens) - 1 - self.ctx.past(st.seq) if st.draft_model else 0}
+        if st.draft_model:
+            p.behind = len(st.tokens) - 1 - self.ctx.past(st.seq)
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
         active = [p for p in plans if p.model and p.total > len(p.drafts) and not self._ended(p)]
@@ -65,8 +66,7 @@ class ModelSource:
         if st.speculative and st.k_ctl.has_model:
             ctx.truncate(min(ctx.past(st.seq), keep), st.seq)
 
-    def reset(self, states: Sequence[SeqState]) -> None:
-        pass  # its cache: the caller cuts every cache back after a round that raised
+    # no reset: the caller cuts every cache back after a round that raised
 
     # -- drafting --------------------------------------------------------------------------------
     def _ended(self, p: SeqPlan) -> bool:
