@@ -93,7 +93,7 @@ class Evidence:
             _learn(self.acc, self.tried, n_drafted - n_lookup, n_accepted - n_lookup, self.decay)
 
     def learn_lookup(self, bucket: int, n_checked: int, n_kept: int) -> None:
-        """A lookup proposal judged without being verified (see AutoK.observe_unused_offer)."""
+        """A lookup proposal judged without being verified (Outcome.offer_checked, in AutoK.observe)."""
         _learn(self.lk_acc[bucket], self.lk_tried[bucket], n_checked, n_kept, self.decay)
 
 
