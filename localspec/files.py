@@ -128,6 +128,20 @@ def write_text_atomic(dst: Path, text: str, *, private: bool = False) -> None:
             tmp.write_text(text)
 
 
+def copy_atomic(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """`src` as `dst`, atomically: a hard link where both are on one filesystem (no second copy of
+    a large file), else a copy. A `dst` that already is `src` is left alone."""
+    src, dst = Path(src).resolve(), Path(dst)  # the file a symlink names: a link to a link can dangle
+    if dst.exists() and os.path.samefile(src, dst):
+        return dst
+    with atomic_output(dst) as tmp:
+        try:
+            os.link(src, tmp)
+        except OSError:  # another filesystem, or one without hard links
+            shutil.copyfile(src, tmp)
+    return dst
+
+
 def private_dir(folder: str | os.PathLike) -> None:
     """Create each missing part of `folder` 0700 (what is already there is left as it is: a --log
     in /tmp must not change /tmp)."""

@@ -99,8 +99,10 @@ ENTRY_POINTS: dict[str, EntryPoint] = {
     ],
     "doctor": lambda m, good, out: ["doctor", "--target", m],
     "check-pair": lambda m, good, out: ["check-pair", good, m],
+    "check-pair-mmproj": lambda m, good, out: ["check-pair", good, good, "--mmproj", m],
     "quantize": lambda m, good, out: ["quantize", m, f"{out}/q.gguf", "--type", "q8_0"],
     "pair": lambda m, good, out: ["pair", good, m, "--out-dir", f"{out}/pair"],
+    "pair-mmproj": lambda m, good, out: ["pair", good, good, "--out-dir", f"{out}/pair", "--mmproj", m],
     "convert": lambda m, good, out: ["convert", m, "--out", f"{out}/c.gguf"],
     "chat": lambda m, good, out: ["chat", "--target", m, "--max-tokens", "4"],  # piped: "hello" on stdin
     "serve": lambda m, good, out: ["serve", "--target", m, "--port", "0"],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -325,17 +324,8 @@ class Server:
         return httpx.get(self.url + "/health", headers=headers, timeout=5).json()
 
     def metrics(self, headers: dict | None = None, model: str | None = None) -> dict[str, float]:
-        """/metrics' samples by name and labels, of one model (its `model` label left out of the
-        keys): `model`, or the one model a `serve --pair` has."""
-        text = httpx.get(self.url + "/metrics", headers=headers, timeout=5).text
-        samples = [s for fam in text_string_to_metric_families(text) for s in fam.samples]
-        names = {s.labels.get("model") for s in samples}
-        assert model in names if model else len(names) == 1, names
-        return {
-            s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()) if k != "model"): s.value
-            for s in samples
-            if model is None or s.labels.get("model") == model
-        }
+        """/metrics' samples of one model (metric_samples)."""
+        return metric_samples(httpx.get(self.url + "/metrics", headers=headers, timeout=5).text, model)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -403,8 +393,14 @@ def sse_frames(text: str) -> list[tuple[str, dict]]:
     return out
 
 
-def without_model_label(metrics_text: str) -> str:
-    """/metrics' text with the `model` label taken out, for tests of a one-model server that read
-    samples as text ("name 2.0", 'name{reason="length"} 0.0')."""
-    text = re.sub(r',?model="[^"]*"', "", metrics_text)
-    return text.replace("{,", "{").replace("{}", "")
+def metric_samples(metrics_text: str, model: str | None = None) -> dict[str, float]:
+    """/metrics' samples by name and labels, of one model (its `model` label left out of the keys):
+    `model`, or the one model a one-model server has: 'name{reason=length}' -> 2.0."""
+    samples = [s for fam in text_string_to_metric_families(metrics_text) for s in fam.samples]
+    names = {s.labels.get("model") for s in samples}
+    assert model in names if model else len(names) == 1, names
+    return {
+        s.name + "".join(f"{{{k}={v}}}" for k, v in sorted(s.labels.items()) if k != "model"): s.value
+        for s in samples
+        if model is None or s.labels.get("model") == model
+    }

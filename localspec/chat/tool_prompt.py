@@ -71,11 +71,12 @@ def _describe(tools: list[dict], family: Family, choice: str | None, parallel: b
     """What the model is told about tools its template cannot describe, and how to call them."""
     listing = json.dumps([t["function"] for t in tools], ensure_ascii=False, indent=1)
     if family.name == "generic":
-        call = '{"tool_call": {"name": "<tool name>", "arguments": {<its arguments>}}}'
+        ways = ['{"tool_call": {"name": "<tool name>", "arguments": {<its arguments>}}} to call a tool']
         if parallel:
-            call += ', or {"tool_calls": [<several such calls>]} to call several'
-        answer = "" if choice else ', or {"response": "<your reply>"} to reply to the user'
-        how = f"Respond in JSON format, one object: {call} to call a tool{answer}."
+            ways.append('{"tool_calls": [<several such calls>]} to call several')
+        if not choice:
+            ways.append('{"response": "<your reply>"} to reply to the user')
+        how = f"Respond in JSON format, one object: {', or '.join(ways)}."
     else:
         example = family.write_calls([ToolCall("call_example01", "<tool name>", '{"<argument>": "<value>"}')])
         how = f"To call a tool, write: {example}"

@@ -20,7 +20,8 @@ def list_pairs() -> None:
         ctx = " / ".join(str(p.n_ctx.get(f"gpu_{gb}gb") or "-") for gb in (12, 16, 24))
         size = f"{p.size_gb:5.1f} GB" if p.size_gb else "   ? GB"
         here = "  [pulled]" if is_pulled(p.name) else ""
-        click.echo(f"  {p.name:<20} {size}  n_ctx {ctx:<20} {p.description}{here}")
+        sees = " (+ vision projector)" if p.target.mmproj else ""
+        click.echo(f"  {p.name:<20} {size}  n_ctx {ctx:<20} {p.description}{sees}{here}")
     pairs = local_pairs()
     click.echo("local pairs (use with --pair NAME or --pair models/NAME):")
     if not pairs:

@@ -9,6 +9,8 @@ import click
 
 from localspec.cli.progress import StageBars
 
+MMPROJ_HELP = "The target's vision projector (an mmproj-*.gguf from the target's repo)."
+
 
 @click.command()
 @click.argument("target_src", required=False)
@@ -36,6 +38,11 @@ from localspec.cli.progress import StageBars
 @click.option(
     "--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True, help="Stand-in: noise seed."
 )
+@click.option(
+    "--mmproj",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=MMPROJ_HELP + " Checked against the target, linked (or copied) into the pair folder.",
+)
 def pair(
     target_src: str | None,
     draft_src: str | None,
@@ -46,14 +53,17 @@ def pair(
     r: int | None,
     sigma: float | None,
     seed: int,
+    mmproj: Path | None,
 ) -> None:
     """Build a pair from TARGET_SRC and DRAFT_SRC (Hugging Face folders, repo ids or GGUF files):
     the target is quantized to Q4_K_M, the draft to Q8_0, their vocabularies are checked and
-    pair.toml is written."""
+    pair.toml is written (naming the target's vision projector, --mmproj, if given)."""
     from localspec.errors import LocalspecError  # noqa: PLC0415
 
     with StageBars() as bars:
         if stand_in:
+            if mmproj is not None:
+                raise LocalspecError("--mmproj goes with TARGET_SRC and DRAFT_SRC, not --stand-in")
             from localspec.convert import standin  # noqa: PLC0415
             from localspec.convert.embedded import smollm2_path  # noqa: PLC0415
 
@@ -80,22 +90,34 @@ def pair(
             draft_type=draft_type,
             log=bars.write,
             progress=bars.update,
+            mmproj=mmproj,
         )
 
 
 @click.command("check-pair")
 @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("draft", type=click.Path(dir_okay=False, path_type=Path))
-def check_pair(target: Path, draft: Path) -> None:
-    """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules). Exit 0 if so, 1 if not."""
+@click.option("--mmproj", type=click.Path(dir_okay=False, path_type=Path), help=MMPROJ_HELP)
+def check_pair(target: Path, draft: Path, mmproj: Path | None) -> None:
+    """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules), and that TARGET's vision
+    projector (--mmproj) is one, whole, and made for TARGET. Exit 0 if so, 1 if not."""
     from localspec.gguf.compat import check_pair as check  # noqa: PLC0415
     from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
+    from localspec.gguf.projector import projector_for  # noqa: PLC0415
 
+    facts = projector_for(mmproj, target) if mmproj is not None else None  # a bad one: one line
     report = check(target, draft)
     if report.ok:
         click.echo(report.message)
         for role, path in (("target", target), ("draft", draft)):
             click.echo(f"{role}: {memory_facts(path).describe()}")
+        if facts is not None:
+            fits = (
+                f"makes {facts.n_embd_text}-wide embeddings, as the target takes"
+                if facts.n_embd_text
+                else "does not state its output width (mtmd checks it at load)"
+            )
+            click.echo(f"mmproj: {mmproj} ({facts.projector_type}, {facts.image_size} px images): {fits}")
         return
     click.echo(f"incompatible: {draft} cannot draft for {target}")
     for p in report.problems:

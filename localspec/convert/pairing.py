@@ -9,8 +9,10 @@ from localspec.config.pair_toml import write_pair_toml
 from localspec.convert.hf import Progress, convert_hf
 from localspec.convert.quant import quantize_file
 from localspec.errors import LocalspecError
+from localspec.files import copy_atomic
 from localspec.gguf.compat import check_pair, pair_facts
 from localspec.gguf.file import GGUF_MAGIC
+from localspec.gguf.projector import projector_facts, projector_for
 
 RUNTIME = {"draft_max": "auto"}  # recommended settings stored with every pair
 
@@ -45,9 +47,16 @@ def build_pair(
     draft_type: str = "q8_0",
     log: Callable[[str], None] = print,
     progress: Progress | None = None,
+    mmproj: Path | None = None,
 ) -> Path:
+    """The pair in out_dir; `mmproj`, the target's vision projector, is checked against the target
+    and linked (or copied) beside it."""
     out_dir = Path(out_dir)
-    if is_gguf(target_src) and is_gguf(draft_src):  # refuse before spending minutes converting
+    if mmproj is not None and is_gguf(target_src):  # a bad projector is refused before converting
+        projector_for(mmproj, target_src)
+    elif mmproj is not None:  # a checkpoint's width is known once converted; the file's kind now
+        projector_facts(mmproj)
+    if is_gguf(target_src) and is_gguf(draft_src):
         report = check_pair(target_src, draft_src)
         if not report.ok:
             raise LocalspecError(report.message)
@@ -63,11 +72,19 @@ def build_pair(
         log=log,
         progress=progress,
     )
-    report = check_pair(target, draft)
-    if not report.ok:
+    try:
+        report = check_pair(target, draft)
+        if not report.ok:
+            raise LocalspecError(report.message)
+        if mmproj is not None:  # a converted target's width is known only now
+            projector_for(mmproj, target)
+    except LocalspecError:
         for f in (target, draft):
             f.unlink(missing_ok=True)
-        raise LocalspecError(report.message)
+        raise
+    if mmproj is not None:
+        log(f"mmproj   {mmproj} -> {Path(mmproj).name}")
+        mmproj = copy_atomic(mmproj, out_dir / Path(mmproj).name)
     info = {
         "stand_in": False,
         "target_quant": target_type,
@@ -76,7 +93,7 @@ def build_pair(
         "draft_source": str(draft_src),
     }
     toml = write_pair_toml(
-        out_dir, target, draft, info={**pair_facts(target, draft), **info}, runtime=RUNTIME
+        out_dir, target, draft, info={**pair_facts(target, draft), **info}, runtime=RUNTIME, mmproj=mmproj
     )
     log(f"done     {toml} ({report.message})")
     return toml

@@ -152,6 +152,8 @@ def _prefill(target: Evaluator, states: Sequence[SeqState], budget: int | None) 
             target.truncate(upto, st.seq)  # a recurrent memory may land below upto: re-evaluate the rest
         have = target.past(st.seq)
         end = upto if budget is None else min(upto, have + budget)
+        while 0 < end < upto and st.tokens[end] < 0 and st.tokens[end - 1] < 0:
+            end += 1  # an image's rows go in one decode (a projector may attend across all of them)
         fill.tokens[i] = max(end - have, 0) + (end == upto)
         if have < upto:
             fill.items.append(Item(st.seq, st.tokens[have:end], have, 1))

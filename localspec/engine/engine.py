@@ -67,7 +67,9 @@ class Engine:
         self.tuners, self.calibration = TunerPool.for_pair(
             self.settings, pair.target_ctx, pair.draft_ctx, memory_key=memory_key(pair), log=self._log
         )
-        self._sched = Scheduler(pair.target_ctx, pair.draft_ctx, self.settings.parallel)
+        self._sched = Scheduler(
+            pair.target_ctx, pair.draft_ctx, self.settings.parallel, prefill_alone=self.settings.n_batch
+        )
         return self._sched
 
     # the loaded pair, as callers and tools know it

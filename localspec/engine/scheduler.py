@@ -7,7 +7,8 @@ copied into the new slot instead of evaluated again (a KV cache only: sharing.py
 prompt is prefilled in chunks that ride in the rounds' verify decodes (a
 long prompt never freezes the streams already running, and costs them no extra pass over the
 weights), and then it joins the rounds. A job leaves when it ends, when it wants no more tokens (a
-stop string) or when it is cancelled - at the latest one round later. A stage that raises (admit,
+stop string) or when it is cancelled - at the latest one round later (a prompt alone is prefilled
+a batch a round, so that is never a whole long prefill). A stage that raises (admit,
 prefill, round, deliver, end) fails only the job it raised for, which gives its slot back.
 """
 
@@ -67,11 +68,20 @@ class Schedulable:
 
 class Scheduler:
     def __init__(
-        self, target: Evaluator, draft: Evaluator | None, n_slots: int, *, prefill_chunk: int = 128
+        self,
+        target: Evaluator,
+        draft: Evaluator | None,
+        n_slots: int,
+        *,
+        prefill_chunk: int = 128,
+        prefill_alone: int = 512,
     ) -> None:
         self.target, self.draft = target, draft
         self.sources = sources_for(draft)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
+        # and with no stream running: a whole n_batch decode (what a long prompt is split into anyway),
+        # so a cancel or a newcomer is seen between batches, not once a 10k-token prefill is done
+        self.prefill_alone = prefill_alone
         self.cached: list[list[int]] = [[] for _ in range(n_slots)]  # what each slot's caches hold
         self.free: list[int] = list(range(n_slots))
         self.waiting: deque[Schedulable] = deque()
@@ -206,12 +216,12 @@ class Scheduler:
         filling = {st for _, st, pre in self.running if pre}
         decoding = [st for _, st in runs if st not in filling]
         states = [st for _, st in runs if st in filling]
-        # alone, whole prompts at once; beside running streams, a chunk per round in their decode
-        budget = self.prefill_chunk if decoding else None
+        # beside running streams, a chunk per round in their decode; alone, a batch a round
+        budget = self.prefill_chunk if decoding else self.prefill_alone
         for st in states:  # stop where a checkpoint goes (every filling sequence: one budget)
             past = self.target.past(st.seq)
             gap = next((m - past for m in self.marks.get(st.seq, ()) if m > past), None)
-            budget = gap if budget is None or (gap is not None and gap < budget) else budget
+            budget = gap if gap is not None and gap < budget else budget
         done = decode_round(self.target, self.draft, decoding, states, budget, self.sources)
         for st in states:
             if self.target.past(st.seq) in self.marks.get(st.seq, ()):

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.errors import LocalspecError
-from localspec.gguf.file import validate_gguf
+from localspec.gguf.file import read_header, validate_gguf
 
 F32 = 4
 
@@ -96,3 +96,14 @@ def check_fits_text(facts: ProjectorFacts, n_embd_text: int) -> None:
             f"{facts.path} makes {facts.n_embd_text}-wide embeddings, but the target is {n_embd_text} "
             "wide: it is the projector of another model (use the mmproj file from the target's repo)"
         )
+
+
+def projector_for(mmproj: str | Path, target: str | Path) -> ProjectorFacts:
+    """The projector's facts, checked against the target it is to feed (headers only): what
+    `check-pair --mmproj`, `pair --mmproj` and `pull` refuse before anything loads."""
+    facts = projector_facts(mmproj)
+    h = read_header(target)
+    n_embd = h.get(f"{h.arch}.embedding_length")
+    if isinstance(n_embd, int) and not isinstance(n_embd, bool):
+        check_fits_text(facts, n_embd)
+    return facts

@@ -5,6 +5,7 @@ for every way that can fail."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -255,12 +256,15 @@ def remote_header(f: RemoteFile, scratch: Path) -> Path | None:
         if data is None:
             return None
         dst.write_bytes(data)
+        if f.size and f.size > len(data):  # sparse up to the remote size: the readers' length check
+            os.truncate(dst, f.size)  # passes, and no disk is used for the bytes not fetched
         try:
-            read_header(dst)
-            return dst
+            if read_header(dst).data_offset <= len(data):  # parsed from fetched bytes, not the zeros
+                return dst
         except LocalspecError:
-            if len(data) < n:  # the whole file, and still no header: not ours to judge here
-                return None
+            pass
+        if len(data) < n:  # the whole file, and still no header: not ours to judge here
+            return None
         n *= 2
     return None
 

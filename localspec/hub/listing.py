@@ -21,7 +21,7 @@ class LocalPair:
     folder: Path
     target: Path
     draft: Path
-    size_bytes: int | None  # both files; None when one is missing
+    size_bytes: int | None  # both files (and the projector); None when one is missing
     preset: str | None
     acceptance: float | None  # stats.acceptance_rate of the last logged generation with this pair
     problem: str | None = None
@@ -37,7 +37,7 @@ def local_pairs(folder: Path | None = None, log_path: Path | None = None) -> lis
         except LocalspecError as e:
             out.append(LocalPair(toml.parent.name, toml.parent, Path(), Path(), None, None, None, str(e)))
             continue
-        files = (p.target, p.draft)
+        files = (p.target, p.draft, *([p.mmproj] if p.mmproj else []))
         size = sum(f.stat().st_size for f in files) if all(f.exists() for f in files) else None
         out.append(
             LocalPair(

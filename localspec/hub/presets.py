@@ -12,6 +12,8 @@ sha256 = "..."           # the LFS sha256 (the Hub's X-Linked-Etag) where the Hu
 verified = ["repo", "file", "size_gb"]   # fields checked against a Hub page (see sources)
 expected = ["sha256"]                     # fields believed but not checked
 sources = ["https://huggingface.co/..."]
+mmproj = "mmproj-F16.gguf"  # target only, optional: its vision projector, a file in the same repo
+mmproj_size_gb = 0.86       # (verified/expected name these two as "mmproj" and "mmproj_size_gb")
 [target.arch]            # config.json facts the n_ctx table is computed from (localspec.hub.sizing)
 [n_ctx]                  # recommended n_ctx per card, computed from the memory plan; 0 = does not fit
 """
@@ -45,10 +47,18 @@ class ModelRef:
     arch: dict[str, Any] = field(default_factory=dict)
     verified: tuple[str, ...] = ()
     expected: tuple[str, ...] = ()
+    mmproj: str | None = None  # the model's vision projector: a file in the same repo
+    mmproj_size_gb: float | None = None
 
     @property
     def label(self) -> str:
         return f"{self.repo}:{self.file}" if self.file else self.repo
+
+    def projector(self) -> ModelRef | None:
+        """The vision projector as a model of its own (same repo and revision), if there is one."""
+        if not self.mmproj:
+            return None
+        return ModelRef(self.repo, self.mmproj, "f16", self.revision, self.mmproj_size_gb)
 
 
 @dataclass(frozen=True)
@@ -65,12 +75,21 @@ class Preset:
     @property
     def size_gb(self) -> float | None:
         sizes = [m.size_gb for m in (self.target, self.draft)]
+        if self.target.mmproj:
+            sizes.append(self.target.mmproj_size_gb)
         return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
 
 
 def _ref(d: dict[str, Any], where: Path, role: str) -> ModelRef:
     if "repo" not in d:
         raise LocalspecError(f'{where}: [{role}] needs repo = "owner/name"')
+    mmproj = d.get("mmproj")
+    if mmproj is not None and (
+        role != "target" or not isinstance(mmproj, str) or not mmproj.endswith(".gguf")
+    ):
+        raise LocalspecError(
+            f'{where}: [{role}] mmproj: only [target] may name one, as a GGUF file in its repo ("mmproj-F16.gguf")'
+        )
     return ModelRef(
         repo=str(d["repo"]),
         file=d.get("file"),
@@ -81,6 +100,8 @@ def _ref(d: dict[str, Any], where: Path, role: str) -> ModelRef:
         arch=dict(d.get("arch", {})),
         verified=tuple(d.get("verified", ())),
         expected=tuple(d.get("expected", ())),
+        mmproj=mmproj,
+        mmproj_size_gb=d.get("mmproj_size_gb"),
     )
 
 

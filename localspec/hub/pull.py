@@ -3,7 +3,8 @@ pair.toml in models/NAME and a memory verdict for this machine.
 
 GGUF repos are downloaded as they are (the file matching the quant); a repo with only safetensors is
 fetched and converted by our converter (Q4_K_M target, Q8_0 draft). Sizes come from the Hub before
-anything is downloaded, so a full disk is refused up front.
+anything is downloaded, so a full disk is refused up front. A target that names its vision projector
+(a preset's `mmproj`, or --mmproj) brings that file too, checked against the target like the pair.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from localspec.errors import LocalspecError
 from localspec.gguf.compat import check_pair, pair_facts
 from localspec.gguf.memory_fit import verdict
 from localspec.gguf.memory_plan import Runtime, fmt_bytes, plan_pair, read_spec
+from localspec.gguf.projector import ProjectorFacts, projector_for
 from localspec.hub import fetch
 from localspec.hub.presets import ModelRef, Preset
 from localspec.hub.sizing import CTX_CAP, largest_fitting_ctx
@@ -41,6 +43,7 @@ class Planned:
     hf_bytes: int = 0  # safetensors repo: bytes to download before converting
     weights: tuple[str, ...] = ()  # safetensors repo: the weight files the converter reads
     weights_bytes: int = 0  # ... and their size, cached or not
+    projectors: tuple[str, ...] = ()  # vision projectors the repo holds (a listed GGUF repo)
 
     @property
     def download_bytes(self) -> int:
@@ -72,6 +75,7 @@ class PullResult:
     compat: str
     verdict: str
     n_ctx: int | None
+    mmproj: Path | None = None
 
 
 def plan_model(ref: ModelRef, role: str) -> Planned:
@@ -80,7 +84,9 @@ def plan_model(ref: ModelRef, role: str) -> Planned:
     files = fetch.repo_files(ref)
     name = fetch.pick_gguf(files, ref)
     if name is not None:
-        return Planned(role, dataclasses.replace(ref, file=name), gguf=fetch.stat_file(ref, name))
+        mmprojs = tuple(sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" in f.lower()))
+        ref = dataclasses.replace(ref, file=name)
+        return Planned(role, ref, gguf=fetch.stat_file(ref, name), projectors=mmprojs)
     if not any(f.endswith(".safetensors") for f in files) or "config.json" not in files:
         raise LocalspecError(f"{ref.repo} holds neither a GGUF nor a safetensors checkpoint (config.json)")
     weights = fetch.weight_files(ref, files)
@@ -109,6 +115,14 @@ def pull_pair(
 ) -> PullResult:
     out_dir = Path(out_dir) if out_dir else paths.models_dir() / name
     plans = [plan_model(target, "target"), plan_model(draft, "draft")]
+    projector = target.projector()
+    if projector is not None:
+        plans.append(_plan_projector(projector))
+    elif plans[0].projectors:
+        log(
+            f"note     {target.repo} also holds a vision projector ({', '.join(plans[0].projectors)}); "
+            "pull with --mmproj FILE to take it, for images"
+        )
     for p in plans:
         _note_checksum(p, log)
     todo = sum(p.download_bytes for p in plans)
@@ -119,13 +133,14 @@ def pull_pair(
     log(f"pull     {name}: {fmt_bytes(todo)} to download" if todo else f"pull     {name}: all files cached")
     early = _check_before_download(plans, name, preset, log)
     files = {p.role: _materialize(p, out_dir, log, progress) for p in plans}
+    kept = "the files stay in the Hugging Face cache, no pair.toml was written"
     report = check_pair(files["target"], files["draft"])
     if not report.ok:
         raise LocalspecError(
-            f"{name}: the downloaded files cannot be paired ({'; '.join(report.problems)}); "
-            "the files stay in the Hugging Face cache, no pair.toml was written"
+            f"{name}: the downloaded files cannot be paired ({'; '.join(report.problems)}); {kept}"
         )
-    verdict, n_ctx = early or local_verdict(files["target"], files["draft"], preset)
+    facts = _check_projector(plans, files, name, kept)
+    verdict, n_ctx = early or local_verdict(files["target"], files["draft"], preset, facts)
     runtime: dict[str, Any] = {"draft_max": "auto", **(preset.runtime if preset else {})}
     if n_ctx:
         runtime["n_ctx"] = n_ctx
@@ -136,6 +151,7 @@ def pull_pair(
         "target_file": plans[0].ref.file or "(converted)",
         "draft_repo": plans[1].ref.repo,
         "draft_file": plans[1].ref.file or "(converted)",
+        **({"mmproj_file": projector.file} if projector else {}),
     }
 
     toml = write_pair_toml(
@@ -144,32 +160,65 @@ def pull_pair(
         files["draft"],
         info={**pair_facts(files["target"], files["draft"]), **info},
         runtime=runtime,
+        mmproj=files.get("mmproj"),
     )
     log(f"check    {report.message}")
     if early is None or not todo:
         log(f"memory   {verdict}")
     log(f"done     {toml}")
-    return PullResult(out_dir, toml, files["target"], files["draft"], report.message, verdict, n_ctx)
+    return PullResult(
+        out_dir, toml, files["target"], files["draft"], report.message, verdict, n_ctx, files.get("mmproj")
+    )
+
+
+def _plan_projector(ref: ModelRef) -> Planned:
+    try:
+        return Planned("mmproj", ref, gguf=fetch.stat_file(ref, str(ref.file)))
+    except LocalspecError as e:
+        raise LocalspecError(f"{e} (--no-mmproj pulls the pair without its projector)") from None
+
+
+def _check_projector(
+    plans: list[Planned], files: Mapping[str, Path | None], name: str, then: str
+) -> ProjectorFacts | None:
+    """The projector against the target it is to feed (a header: `files` may be Range-read copies):
+    one line naming its Hub file, what became of the pull (`then`) and how to skip it."""
+    plan = next((p for p in plans if p.role == "mmproj"), None)
+    mmproj, target = files.get("mmproj"), files["target"]
+    if plan is None or mmproj is None or target is None:
+        return None
+    try:
+        return projector_for(mmproj, target)
+    except LocalspecError as e:
+        why = str(e).replace(str(mmproj), plan.ref.label)
+        raise LocalspecError(
+            f"{name}: {why}; {then} (--no-mmproj pulls the pair without its projector)"
+        ) from None
 
 
 def _check_before_download(
     plans: list[Planned], name: str, preset: Preset | None, log: Log
 ) -> tuple[str, int | None] | None:
     """From the GGUF headers alone (a Range request for the first MBs of each file), before
-    gigabytes move: refuse a pair whose vocabularies differ, and tell what this machine's GPU will
-    hold. None when a header cannot be had (a converted model, a server without ranges)."""
+    gigabytes move: refuse a pair whose vocabularies differ or a projector made for another model,
+    and tell what this machine's GPU will hold. None when a header cannot be had (a converted model,
+    a server without ranges, a file cut short: each is judged once downloaded)."""
     if any(p.gguf is None for p in plans):
         return None
     with tempfile.TemporaryDirectory(prefix="localspec-hdr-") as scratch:
-        heads = [fetch.remote_header(p.gguf, Path(scratch)) for p in plans if p.gguf]
-        if None in heads:
+        heads = {p.role: fetch.remote_header(p.gguf, Path(scratch)) for p in plans if p.gguf}
+        target, draft = heads["target"], heads["draft"]
+        if target is None or draft is None:
             return None
-        report = check_pair(heads[0], heads[1])  # type: ignore[arg-type]
+        report = check_pair(target, draft)
         if not report.ok:
             raise LocalspecError(
                 f"{name}: these files cannot be paired ({'; '.join(report.problems)}); nothing was downloaded"
             )
-        verdict = local_verdict(heads[0], heads[1], preset)  # type: ignore[arg-type]
+        facts = _check_projector(plans, heads, name, "nothing was downloaded")
+        if facts is None and "mmproj" in heads:
+            return None
+        verdict = local_verdict(target, draft, preset, facts)
     if any(p.download_bytes for p in plans):
         log(f"memory   {verdict[0]}")
     return verdict
@@ -198,9 +247,12 @@ def _materialize(p: Planned, out_dir: Path, log: Log, progress: Progress | None)
     return convert_hf(folder, dst, out_type=p.ref.quant, log=log, progress=progress)
 
 
-def local_verdict(target: Path, draft: Path, preset: Preset | None) -> tuple[str, int | None]:
-    """What this machine can do with the pair (doctor's plan), and the n_ctx to store for it: the
-    largest that fits the GPU fully (None on a CPU-only machine, or when not even 1024 fits)."""
+def local_verdict(
+    target: Path, draft: Path, preset: Preset | None, projector: ProjectorFacts | None = None
+) -> tuple[str, int | None]:
+    """What this machine can do with the pair (doctor's plan, the projector counted), and the n_ctx
+    to store for it: the largest that fits the GPU fully (None on a CPU-only machine, or when not
+    even 1024 fits)."""
     from localspec import llama  # noqa: PLC0415 - llama.cpp only for the device list
 
     t, d = read_spec(target), read_spec(draft)
@@ -208,7 +260,7 @@ def local_verdict(target: Path, draft: Path, preset: Preset | None) -> tuple[str
     acc = [x for x in devices if x.kind == "gpu"] or [x for x in devices if x.kind == "igpu"]
     if not acc:
         cpu = next((x for x in devices if x.kind == "cpu"), None)
-        need = plan_pair(t, d, Runtime()).cpu_bytes
+        need = plan_pair(t, d, Runtime(), projector).cpu_bytes
         free = f", {fmt_bytes(cpu.free_bytes)} free" if cpu and cpu.free_bytes else ""
         return (
             f"no GPU offload in this build: CPU run needs {fmt_bytes(need)} of RAM at n_ctx 4096{free}",
@@ -216,19 +268,27 @@ def local_verdict(target: Path, draft: Path, preset: Preset | None) -> tuple[str
         )
     best = max(acc, key=lambda x: x.free_bytes)
     max_ctx = min(CTX_CAP, int((preset.target.arch if preset else {}).get("n_ctx_train", CTX_CAP)))
-    n_ctx = largest_fitting_ctx(t, d, best.free_bytes, max_ctx=max_ctx) or None
+    n_ctx = largest_fitting_ctx(t, d, best.free_bytes, max_ctx=max_ctx, projector=projector) or None
     v = verdict(
-        plan_pair(t, d, Runtime(n_ctx=n_ctx or 4096)), best.free_bytes, f"{best.name} ({best.description})"
+        plan_pair(t, d, Runtime(n_ctx=n_ctx or 4096), projector),
+        best.free_bytes,
+        f"{best.name} ({best.description})",
     )
     head = f"n_ctx {n_ctx} stored in pair.toml; " if n_ctx else ""
     return head + v.message(), n_ctx
 
 
 def pull_preset(
-    preset: Preset, *, out_dir: Path | None = None, log: Log = print, progress: Progress | None = None
+    preset: Preset,
+    *,
+    out_dir: Path | None = None,
+    log: Log = print,
+    progress: Progress | None = None,
+    mmproj: bool = True,
 ) -> PullResult:
+    """`mmproj=False`: without the vision projector the preset names."""
     return pull_pair(
-        preset.target,
+        preset.target if mmproj else dataclasses.replace(preset.target, mmproj=None),
         preset.draft,
         name=preset.name,
         out_dir=out_dir,

@@ -44,7 +44,7 @@ def _files_present(folder: Path) -> bool:
         p = read_pair(folder)
     except LocalspecError:
         return False
-    return p.target.exists() and p.draft.exists()
+    return p.target.exists() and p.draft.exists() and (p.mmproj is None or p.mmproj.exists())
 
 
 def _confirm(question: str) -> bool:

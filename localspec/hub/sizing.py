@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.gguf.memory_plan import SWA_PERIOD, GiB, MiB, ModelSpec, Runtime, plan_pair
+from localspec.gguf.projector import ProjectorFacts
 from localspec.hub.presets import CARDS_GB
 
 # what a desktop's display server and driver already hold on the card before we start
@@ -60,13 +61,21 @@ def spec_from_arch(arch: dict[str, Any], file_bytes: int, quant: str, name: str 
 
 
 def largest_fitting_ctx(
-    target: ModelSpec, draft: ModelSpec, free_bytes: int, *, max_ctx: int = CTX_CAP, kv_type: str = "f16"
+    target: ModelSpec,
+    draft: ModelSpec,
+    free_bytes: int,
+    *,
+    max_ctx: int = CTX_CAP,
+    kv_type: str = "f16",
+    projector: ProjectorFacts | None = None,
 ) -> int:
-    """The largest n_ctx (a multiple of 1024, at most max_ctx) at which both models fit fully in
-    `free_bytes` of device memory; 0 when not even 1024 tokens fit (partial offload then)."""
+    """The largest n_ctx (a multiple of 1024, at most max_ctx) at which both models (and the
+    target's projector) fit fully in `free_bytes` of device memory; 0 when not even 1024 tokens fit
+    (partial offload then)."""
     best = 0
     for n_ctx in range(CTX_STEP, max_ctx + 1, CTX_STEP):
-        if plan_pair(target, draft, Runtime(n_ctx=n_ctx, kv_type=kv_type)).device_bytes > free_bytes:
+        rt = Runtime(n_ctx=n_ctx, kv_type=kv_type)
+        if plan_pair(target, draft, rt, projector).device_bytes > free_bytes:
             break
         best = n_ctx
     return best

@@ -17,7 +17,7 @@ from localspec.engine.request import Request
 from localspec.errors import GenerationFailed, LocalspecError
 from localspec.server import create_app
 
-from ..helpers import teacher_forced_gaps, without_model_label
+from ..helpers import metric_samples, teacher_forced_gaps
 
 STORY = "Tell me a long story about a lighthouse keeper and his cat."
 QUESTION = "What is the capital of France?"
@@ -195,8 +195,8 @@ def test_a_failed_generation_is_a_500_server_error_and_counted(smollm2_path):
             assert '"server_error"' in last and "llama_decode failed" in last
         finally:
             undo()
-        metrics = without_model_label(client.get("/metrics").text)
-        assert "localspec:requests_failed_total 2.0" in metrics
-        assert "localspec:requests_cancelled_total 0.0" in metrics
+        metrics = metric_samples(client.get("/metrics").text)
+        assert metrics["localspec:requests_failed_total"] == 2.0
+        assert metrics["localspec:requests_cancelled_total"] == 0.0
         r = client.post("/v1/completions", json={"prompt": "Once upon a time", "max_tokens": 4})
         assert r.status_code == 200

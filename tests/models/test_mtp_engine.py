@@ -40,7 +40,9 @@ def lossless(eng, plain, spec) -> None:  # noqa: ANN001
 
 
 def test_mtp_drafts_are_verified_losslessly_with_stats_per_source(mtp_models):
-    with mtp_engine(mtp_models["good"], lookup="off") as eng:
+    # cost_bound 0: on a busy machine the bound may cut a request's drafts (the text stays the same);
+    # what is tested here is that they are drafted, verified and counted
+    with mtp_engine(mtp_models["good"], lookup="off", cost_bound=0) as eng:
         assert eng.draft is None and eng.draft_ctx.source == "mtp"  # no draft GGUF was loaded
         plain = eng.generate(PROMPT, temperature=0, max_tokens=40, spec=False)
         for k in ("1", "3", "6", "auto"):
@@ -72,7 +74,7 @@ def test_the_tuner_drops_a_head_that_does_not_pay(mtp_models, stall):
 
 def test_lookup_chains_with_the_mtp_head(mtp_models):
     repeat = "one two three four five six seven eight. " * 4
-    with mtp_engine(mtp_models["good"], lookup="on") as eng:
+    with mtp_engine(mtp_models["good"], lookup="on", cost_bound=0) as eng:  # as above
         plain = eng.generate(repeat, temperature=0, max_tokens=40, spec=False)
         spec = eng.generate(repeat, temperature=0, max_tokens=40)
         lossless(eng, plain, spec)

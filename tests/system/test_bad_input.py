@@ -104,6 +104,16 @@ MISC = [
     ("run/mmproj-is-a-text-model", ["run", "hi", "--target", SMOL, "--mmproj", SMOL], None, ("not a projector",)),
     ("run/mmproj-of-another-model", ["run", "hi", "--target", SMOL, "--mmproj", "{out}/wide-mmproj.gguf"], None,
      ("another model",)),
+    ("check-pair/mmproj-of-another-model", ["check-pair", SMOL, SMOL, "--mmproj", "{out}/wide-mmproj.gguf"], None,
+     ("wide-mmproj.gguf makes 640-wide embeddings, but the target is 576 wide",)),
+    ("check-pair/mmproj-is-a-text-model", ["check-pair", SMOL, SMOL, "--mmproj", GEMMA], None, ("not a projector",)),
+    ("pair/mmproj-of-another-model", ["pair", SMOL, SMOL, "--out-dir", "{out}/p-wide", "--mmproj",
+                                      "{out}/wide-mmproj.gguf"], None, ("another model",)),
+    # a pair folder is untrusted: its pair.toml's mmproj is checked as a projector wherever it points
+    ("run/pair-mmproj-missing", ["run", "hi", "--pair", "{out}/pair-missing"], None, ("no such file",)),
+    ("run/pair-mmproj-escapes", ["run", "hi", "--pair", "{out}/pair-escapes"], None, ("not a GGUF file",)),
+    ("run/pair-mmproj-not-gguf", ["run", "hi", "--pair", "{out}/pair-text"], None, ("not a GGUF file",)),
+    ("run/pair-mmproj-not-a-name", ["run", "hi", "--pair", "{out}/pair-number"], None, ("mmproj must be a file",)),
 ]  # fmt: skip
 
 
@@ -154,6 +164,12 @@ def results(tmp_path_factory):
     (out / "good.png").write_bytes(png(1))
     images = make_bad_images(out / "images", png(1))
     write_mmproj(out / "wide-mmproj.gguf", shape=ProjectorShape(n_embd_text=640))
+    for folder, mmproj in (("missing", '"mmproj-gone.gguf"'), ("escapes", '"../good.png"'),
+                           ("text", '"notes.txt"'), ("number", "7")):  # fmt: skip
+        (out / f"pair-{folder}").mkdir()
+        (out / f"pair-{folder}" / "notes.txt").write_text("not a model\n")
+        pair = f'[pair]\ntarget = "{SMOL}"\ndraft = "{SMOL}"\nmmproj = {mmproj}\n'
+        (out / f"pair-{folder}" / "pair.toml").write_text(pair)
     groups: dict[str, list[dict]] = {}
     for ep, argv in ENTRY_POINTS.items():
         for name in BAD_FILES:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from localspec.errors import LocalspecError
-from localspec.files import PARTIAL_SUFFIX, atomic_output, output_error, write_text_atomic
+from localspec.files import PARTIAL_SUFFIX, atomic_output, copy_atomic, output_error, write_text_atomic
 from localspec.gguf.file import validate_gguf
 
 from ..helpers import localspec
@@ -113,6 +113,32 @@ def test_text_output_to_a_full_disk(full_disk):
     with pytest.raises(LocalspecError, match="no space left"):
         write_text_atomic(full_disk / "pair.toml", "x" * 100_000)
     assert [p.name for p in full_disk.iterdir()] == ["filler"]
+
+
+def test_a_copy_to_a_full_disk(full_disk, tmp_path):
+    # another filesystem: no hard link, a copy (pair --mmproj into a pair folder elsewhere)
+    src = tmp_path / "mmproj.gguf"
+    src.write_bytes(os.urandom(2 << 20))
+    with pytest.raises(LocalspecError, match="no space left on the device"):
+        copy_atomic(src, full_disk / "mmproj.gguf")
+    assert list(full_disk.iterdir()) == []
+
+
+def test_copy_atomic_links_where_it_can_else_copies(tmp_path, monkeypatch):
+    src = tmp_path / "mmproj.gguf"
+    src.write_bytes(b"projector")
+    (tmp_path / "alias.gguf").symlink_to(src.name)  # a link to the file, not to the symlink
+    linked = copy_atomic(tmp_path / "alias.gguf", tmp_path / "pair" / "mmproj.gguf")
+    assert not linked.is_symlink() and os.path.samefile(linked, src)
+    assert copy_atomic(linked, linked) == linked and linked.read_bytes() == b"projector"  # already there
+
+    def cross_device(*_a, **_k):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(os, "link", cross_device)
+    copied = copy_atomic(src, tmp_path / "elsewhere" / "mmproj.gguf")
+    assert copied.read_bytes() == b"projector" and not os.path.samefile(copied, src)
+    assert not list(tmp_path.rglob(f"*{PARTIAL_SUFFIX}"))
 
 
 def test_injected_enospc(tmp_path):

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from localspec.convert.synthetic_mmproj import ProjectorShape, write_mmproj
 from localspec.errors import LocalspecError
 
 from ..fake_hub import FakeHub
 from ..fixtures_hf import tiny_hf
+from ..helpers import png
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ("acme/tiny-GGUF", "tiny-a-Q4_K_M.gguf")
@@ -33,6 +35,20 @@ sha256 = "{sha}"
 repo = "{draft}"
 quant = "q8_0"
 size_gb = 0.0001
+"""
+# the target of a vision model: its repo holds projectors too (tiny's 64 wide, one for SmolLM2's 576
+# as models/mmproj-smollm2-test.gguf, one cut short)
+VISION = ("acme/tiny-vision-GGUF", "mmproj-tiny-F16.gguf")
+VISION_PRESET = """
+name = "{name}"
+description = "test pair with a projector"
+[target]
+repo = "acme/tiny-vision-GGUF"
+file = "tiny-a-Q4_K_M.gguf"
+mmproj = "{mmproj}"
+[draft]
+repo = "acme/tiny-draft-GGUF"
+quant = "q8_0"
 """
 
 
@@ -52,8 +68,20 @@ def hub(tmp_path_factory):
     presets.mkdir()
     (presets / "tiny.toml").write_text(PRESET.format(name="tiny", draft=DRAFT[0], sha="0" * 64))
     (presets / "bad.toml").write_text(PRESET.format(name="bad", draft="acme/spm-GGUF", sha=""))
+    named = {
+        "vision": VISION[1],
+        "wide": "mmproj-smollm2.gguf",
+        "cut": "mmproj-cut.gguf",
+        "gone": "mmproj-x.gguf",
+    }
+    for preset, mmproj in named.items():
+        (presets / f"{preset}.toml").write_text(VISION_PRESET.format(name=preset, mmproj=mmproj))
+    fits = write_mmproj(d / "mmproj-tiny.gguf", shape=ProjectorShape(n_embd_text=64)).read_bytes()
+    wide = write_mmproj(d / "mmproj-smollm2.gguf").read_bytes()  # seeded: models/mmproj-smollm2-test.gguf
     with FakeHub() as h:
         h.add(TARGET[0], {TARGET[1]: ga.read_bytes(), "README.md": b"tiny"})
+        h.add(VISION[0], {TARGET[1]: ga.read_bytes(), VISION[1]: fits, "mmproj-smollm2.gguf": wide,
+                          "mmproj-cut.gguf": fits[: len(fits) // 2]})  # fmt: skip
         h.add(DRAFT[0], {DRAFT[1]: gb.read_bytes(), "tiny-b-Q4_K_M.gguf": ga.read_bytes()})
         h.add("acme/spm-GGUF", {"spm-Q8_0.gguf": gs.read_bytes()})
         h.add("acme/tiny-hf", {f.name: f.read_bytes() for f in a.iterdir()})
@@ -262,7 +290,7 @@ def test_preset_whose_files_do_not_pair(env, tmp_path):
 
 
 # -- the presets themselves ---------------------------------------------------------------------------
-FIELDS = {"repo", "file", "size_gb", "sha256", "arch"}
+FIELDS = {"repo", "file", "size_gb", "sha256", "arch", "mmproj", "mmproj_size_gb"}
 
 
 def test_presets_are_complete_and_their_n_ctx_is_the_plans():
@@ -278,8 +306,12 @@ def test_presets_are_complete_and_their_n_ctx_is_the_plans():
             marked = set(m.verified) | set(m.expected)
             assert marked <= FIELDS and not set(m.verified) & set(m.expected), p.name
             assert {"repo", "file", "size_gb", "arch"} <= marked, p.name
+            if m.mmproj:  # the projector's name and size are marked like the model's
+                assert {"mmproj", "mmproj_size_gb"} <= marked and m.mmproj.endswith(".gguf"), p.name
         assert p.n_ctx == preset_n_ctx(p), f"{p.name}: rerun the n_ctx computation"
         assert p.n_ctx["gpu_12gb"] <= p.n_ctx["gpu_16gb"] <= p.n_ctx["gpu_24gb"] > 0
+    # docs/images.md names the presets that bring a projector
+    assert {p.name for p in presets.values() if p.target.mmproj} == {"gemma3-27b"}
 
 
 def test_sizing_from_arch_facts_matches_the_gguf_header(gemma_path):
@@ -336,6 +368,27 @@ def test_local_verdict_stores_the_n_ctx_that_fits_the_gpu(gemma_path, monkeypatc
     assert n_ctx is None and "does not fit" in text and "CUDA0" in text
 
 
+def test_local_verdict_counts_the_projector(gemma_path, mmproj_path, monkeypatch):
+    """The n_ctx stored for a pair with a projector leaves room for its weights and vision graph."""
+    import dataclasses
+
+    from localspec import llama
+    from localspec.gguf.memory_plan import GiB, MiB, Runtime, plan_pair, read_spec
+    from localspec.gguf.projector import projector_facts
+    from localspec.hub.pull import local_verdict
+
+    spec = read_spec(gemma_path)
+    free = plan_pair(spec, spec, Runtime(n_ctx=8192)).device_bytes + (1 << 20)
+    monkeypatch.setattr(
+        llama, "devices", lambda: [llama.Device("CUDA0", "Fake", "gpu", 12 * GiB, free, "CUDA")]
+    )
+    big = dataclasses.replace(projector_facts(mmproj_path), weights_bytes=64 * MiB)  # a real one's scale
+    assert local_verdict(gemma_path, gemma_path, None)[1] == 8192
+    text, n_ctx = local_verdict(gemma_path, gemma_path, None, big)
+    assert n_ctx is not None and n_ctx < 8192 and text.startswith(f"n_ctx {n_ctx} stored")
+    assert plan_pair(spec, spec, Runtime(n_ctx=n_ctx), big).device_bytes <= free
+
+
 def test_pull_one_repo_picks_by_quant_or_names_the_choices(hub, env):
     p = cli(env, "pull", "acme/spm-GGUF")  # one repo: just the file, Q4_K_M by default
     assert p.returncode == 1
@@ -345,3 +398,106 @@ def test_pull_one_repo_picks_by_quant_or_names_the_choices(hub, env):
     p = cli(env, "pull", "acme/spm-GGUF:spm-Q8_0.gguf")
     assert p.returncode == 0, p.stderr
     assert Path(p.stdout.split()[-1]).read_bytes() == hub.repos["acme/spm-GGUF"]["spm-Q8_0.gguf"]
+
+
+def test_headers_are_judged_from_the_first_bytes_of_a_file_larger_than_the_probe(hub, env, tmp_path):
+    """A real GGUF is gigabytes, its header a few MB: the pair is judged from a Range read of the
+    header, not from the whole file (the probe is shrunk below the tiny files' size to see it)."""
+    n = len(hub.requests)
+    p = cli(env, "pull", "bad", pre="import localspec.hub.fetch as f; f.HEADER_PROBE = 16384")
+    assert p.returncode == 1
+    assert "vocabulary types differ" in p.stderr and "nothing was downloaded" in p.stderr, p.stderr
+    size = len(hub.repos[TARGET[0]][TARGET[1]])
+    got = [r for m, path, r in hub.requests[n:] if m == "GET" and path.endswith(TARGET[1])]
+    assert got and all(r and int(r.rsplit("-", 1)[1]) < size // 2 for r in got), got
+    assert not blobs(env)
+
+
+# -- a target with a vision projector (#50) -------------------------------------------------------------
+def test_pull_brings_the_projector_a_preset_names_and_skips_it_on_request(hub, env, tmp_path):
+    from localspec.config.pair_toml import read_pair
+
+    p = cli(env, "pull", "vision")
+    assert p.returncode == 0, p.stderr
+    pair = read_pair(tmp_path / "models" / "vision")
+    assert pair.mmproj is not None and pair.mmproj.read_bytes() == hub.repos[VISION[0]][VISION[1]]
+    assert pair.info["mmproj_file"] == VISION[1] and f"mmproj   {VISION[0]}:{VISION[1]}" in p.stdout
+    # what was pulled passes check-pair with its projector
+    check = cli(env, "check-pair", str(pair.target), str(pair.draft), "--mmproj", str(pair.mmproj))
+    assert check.returncode == 0 and "makes 64-wide embeddings, as the target takes" in check.stdout, (
+        check.stderr
+    )
+
+    # the projector gone from the cache: --pair NAME pulls the pair again, and the run sees through it
+    pair.mmproj.unlink()
+    (tmp_path / "a.png").write_bytes(png(1))
+    args = (
+        "run",
+        "--pair",
+        "vision",
+        "--yes",
+        "--max-tokens",
+        "2",
+        "--n-ctx",
+        "128",
+        "--image",
+        str(tmp_path / "a.png"),
+    )
+    p = cli(env, *args, "hi")
+    assert p.returncode == 0 and "pull     vision" in p.stderr and pair.mmproj.exists(), p.stderr
+
+    n = len(hub.requests)
+    p = cli(env | {"LOCALSPEC_MODELS": str(tmp_path / "m2")}, "pull", "vision", "--no-mmproj")
+    assert p.returncode == 0, p.stderr
+    assert read_pair(tmp_path / "m2" / "vision").mmproj is None
+    assert not [path for _m, path, _r in hub.requests[n:] if "mmproj" in path]  # not even its size
+
+
+def test_pull_of_two_repos_takes_the_projector_named_and_notes_one_not_asked_for(hub, env, tmp_path):
+    from localspec.config.pair_toml import read_pair
+
+    p = cli(env, "pull", VISION[0], DRAFT[0], "--name", "plain")
+    assert p.returncode == 0, p.stderr
+    assert f"{VISION[0]} also holds a vision projector" in p.stdout and "--mmproj FILE" in p.stdout
+    assert read_pair(tmp_path / "models" / "plain").mmproj is None
+    p = cli(env, "pull", VISION[0], DRAFT[0], "--name", "seeing", "--mmproj", VISION[1])
+    assert p.returncode == 0, p.stderr
+    assert read_pair(tmp_path / "models" / "seeing").mmproj.read_bytes() == hub.repos[VISION[0]][VISION[1]]
+
+
+@pytest.mark.parametrize(
+    "preset, needles, downloaded",
+    [
+        # judged from the headers: nothing moves
+        ("wide", (f"{VISION[0]}:mmproj-smollm2.gguf makes 576-wide embeddings, but the target is 64 wide",
+                  "nothing was downloaded"), False),
+        # not in the repo (any more): its size is asked for before anything else
+        ("gone", (f"{VISION[0]}:mmproj-x.gguf: no such file in the repo",), False),
+        # a header that cannot be read is judged once the file is here
+        ("cut", (f"{VISION[0]}:mmproj-cut.gguf is truncated", "no pair.toml was written"), True),
+    ],
+)  # fmt: skip
+def test_pull_refuses_a_projector_of_another_model_or_cut_short(
+    hub, env, tmp_path, preset, needles, downloaded
+):
+    p = cli(env, "pull", preset)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert all(n in line for n in needles) and "--no-mmproj" in line, line
+    assert bool(blobs(env)) == downloaded
+    assert not (tmp_path / "models" / preset / "pair.toml").exists()
+
+
+@pytest.mark.parametrize(
+    "table, value",
+    [("draft", '"mmproj-F16.gguf"'), ("target", "3"), ("target", '"mmproj-F16.bin"')],
+)
+def test_a_preset_names_a_projector_for_its_target_as_a_gguf_file(tmp_path, table, value):
+    from localspec.hub.presets import read_preset
+
+    text = PRESET.format(name="p", draft=DRAFT[0], sha="").replace(
+        f"[{table}]\n", f"[{table}]\nmmproj = {value}\n"
+    )
+    (tmp_path / "p.toml").write_text(text)
+    with pytest.raises(LocalspecError, match=rf"\[{table}\] mmproj: only \[target\] may name one, as a GGUF"):
+        read_preset(tmp_path / "p.toml")

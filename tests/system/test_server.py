@@ -163,6 +163,31 @@ def test_client_closing_stream_frees_server(server, model_id):
     assert server.metrics()["localspec:requests_cancelled_total"] == before + 1
 
 
+def test_a_client_leaving_during_a_long_prefill_frees_the_server_at_once(smollm2_path):
+    """An agent's 10k-token prompt alone was prefilled in one step: a client that gave up meanwhile
+    held the engine until the whole prefill was done. It is prefilled a batch (--n-batch) a round,
+    and a stream closed before its first token is cancelled between two batches."""
+    srv = Server(smollm2_path, "--n-ctx", "4096", "--n-batch", "64", "--n-threads", "1", "--parallel", "1")
+    try:
+        words = " ".join(f"item{i}" for i in range(900))  # ~3.5k tokens: seconds on one thread
+        body = {"messages": [{"role": "user", "content": words}], "max_tokens": 8, "stream": True}
+        with pytest.raises(httpx.ReadTimeout):
+            with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, timeout=1.0) as r:
+                assert r.status_code == 200
+                for _ in r.iter_lines():
+                    pass
+        t0 = time.monotonic()
+        while srv.health()["running"] and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        freed_after = time.monotonic() - t0
+        assert srv.metrics()["localspec:requests_cancelled_total"] == 1
+        assert freed_after < 1.5, (
+            f"the engine went on prefilling for {freed_after:.1f} s after the client left"
+        )
+    finally:
+        srv.stop()
+
+
 def test_bad_requests_get_openai_errors(server, model_id):
     client = server.client()
     with pytest.raises(openai.BadRequestError) as e:

@@ -20,7 +20,7 @@ from localspec.errors import LocalspecError
 from localspec.server import create_app
 from localspec.server.protocol import READ_TIMEOUT_S
 
-from ..helpers import Server, logged, without_model_label
+from ..helpers import Server, logged, metric_samples
 
 KEY = "sk-test-0123456789abcdef"
 LOOPING = "{% set r = range(100000) %}{% for a in r %}{% for b in r %}{% endfor %}{% endfor %}"
@@ -91,8 +91,8 @@ def test_a_post_that_is_not_json_is_415(engine):
             r = c.post("/v1/completions", content=body, headers=headers)
             assert r.status_code == 415, (ctype, r.text)
             assert r.json()["error"]["code"] == "unsupported_media_type"
-        before = without_model_label(c.get("/metrics").text)
-        assert 'vllm:request_success_total{finished_reason="length"} 0.0' in before  # nothing ran
+        before = metric_samples(c.get("/metrics").text)
+        assert before["vllm:request_success_total{finished_reason=length}"] == 0.0  # nothing ran
         r = c.post(
             "/v1/completions", content=body, headers={"content-type": "application/json; charset=utf-8"}
         )

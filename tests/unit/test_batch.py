@@ -213,6 +213,45 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_others_stream():
     assert running.got == serial(t, d, [1], k=2, n=60)
 
 
+def test_a_long_prompt_alone_is_prefilled_a_batch_a_round_so_a_cancel_is_seen_between_batches():
+    t, d = markov_tables(v=16, noise=1.0, seed=12)
+    target, draft = FakeContext(t, n_seq=2, n_ctx=1024), FakeContext(d, n_seq=2, n_ctx=1024)
+    sched = Scheduler(target, draft, 2, prefill_alone=64)
+    long_prompt = [int(x) for x in np.random.default_rng(1).integers(0, 16, 300)]
+    left = FakeJob(long_prompt, n=5)
+    sched.add(left)
+    sched.step()
+    assert target.past(0) == 64  # one batch, not the whole prompt
+    left.cancel = True  # the client went away during the prefill
+    sched.step()
+    assert left.reason == "cancelled" and target.past(0) == 64 and sorted(sched.free) == [0, 1]
+    again = FakeJob(long_prompt, n=5)  # the same prompt alone runs to the same answer, batch by batch
+    sched.add(again)
+    drain(sched)
+    assert again.got == serial(t, d, long_prompt, k=3, n=5)
+    assert max(len(toks) for seq, kind, toks, pos in target.seq_calls if kind == "eval") <= 64
+
+
+def test_a_prefill_chunk_never_ends_inside_an_image():
+    """An image's rows (negative ids) go in one decode: a projector may attend across all of them."""
+
+    class WithImages(FakeContext):  # takes an image's ids (as a context with a projector does)
+        def eval_batch(self, items):  # noqa: ANN001
+            out = super().eval_batch([(s, [max(x, 0) for x in toks], p, n) for s, toks, p, n in items])
+            for s, toks, p, _ in items:
+                self.caches[s][p : p + len(toks)] = toks  # the cache holds the ids it was given
+            return out
+
+    t, _ = markov_tables(v=16, noise=1.0, seed=13)
+    target = WithImages(t, n_seq=1, n_ctx=1024)
+    sched = Scheduler(target, None, 1, prefill_alone=64)
+    prompt = [1] * 50 + [-7] * 40 + [2] * 100  # the image spans the first batch's end (64)
+    sched.add(FakeJob(prompt, n=2, k=0))
+    drain(sched)
+    starts = sorted(pos for seq, kind, toks, pos in target.seq_calls if kind == "eval")
+    assert 64 not in starts and 90 in starts  # the first batch ran on to the image's end
+
+
 def test_the_draft_prefills_only_for_a_sequence_that_drafts():
     t, d = markov_tables(v=16, noise=1.0, seed=12)
     target, draft = FakeContext(t, n_seq=2), FakeContext(d, n_seq=2)
