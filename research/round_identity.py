@@ -53,7 +53,14 @@ def _run(eng: Engine, prompts, k: str, n: int, batch: int) -> dict:  # noqa: ANN
 
 
 def record(
-    pair: Path, n: int, prompt_tokens: int, batch: int, per_kind: int | None, out: Path | None, bound: float
+    pair: Path,
+    n: int,
+    prompt_tokens: int,
+    batch: int,
+    per_kind: int | None,
+    out: Path | None,
+    bound: float,
+    configs: tuple[str, ...] = CONFIGS,
 ) -> dict:
     """Every configuration, the shared rounds first; written to `out` after each (a partial run on a
     loaded machine still compares)."""
@@ -62,7 +69,7 @@ def record(
     with Engine(s) as eng:
         prompts = fit_prompts(select(load_prompts(None), per_kind), eng.target, prompt_tokens)
         for b in (batch, 1):
-            for k in CONFIGS:
+            for k in configs:
                 t0 = time.perf_counter()
                 got[f"x{b} K={k}"] = _run(eng, prompts, k, n, b)
                 print(f"K={k} x{b}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
@@ -99,14 +106,16 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=3, help="prompts per round in the shared runs")
     ap.add_argument("--per-kind", type=int, help="the first N prompts of each kind (default: all)")
     ap.add_argument("--cost-bound", type=float, default=0.0, help="the request cost bound (0: off)")
+    ap.add_argument("--configs", nargs="+", default=CONFIGS, help="the Ks to run (default: 1 3 auto)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"))
     args = ap.parse_args()
     if args.compare:
         return compare(*(json.loads(p.read_text()) for p in args.compare))
     got = record(
-        args.pair, args.tokens, args.prompt_tokens, args.batch, args.per_kind, args.out, args.cost_bound
-    )
+        args.pair, args.tokens, args.prompt_tokens, args.batch, args.per_kind, args.out, args.cost_bound,
+        tuple(args.configs),
+    )  # fmt: skip
     if not args.out:
         print(json.dumps(got))
     return 0
