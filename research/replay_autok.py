@@ -43,6 +43,7 @@ from localspec.bench.prompts import fit_prompts, load_prompts, select
 from localspec.config.settings import Settings
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.calibrate import BASE_SIZES, FLAT
+from localspec.draft_len.controller import Facts, Outcome
 from localspec.draft_len.fixed import FixedK
 from localspec.engine import Engine
 from localspec.paths import default_pair
@@ -110,14 +111,16 @@ def replay_request(ctl, m: list[int], n: int, verify: dict, draft: float, rng: r
     tuner, ctl = ctl, (ctl.fork() if ctl.costs is not None else ctl)
     t, secs = 0, 0.0
     while t < n:
-        k = min(ctl.choose(), K_MAX, n - t - 1)
+        k = min(ctl.plan(Facts()).k, K_MAX, n - t - 1)
         run = 0
         while t + run < len(m) and run < k and m[t + run]:
             run += 1
         v = _noisy(verify[k + 1], rng)
         d = _noisy(draft * k, rng) if k else 0.0
         r = v + d + OVERHEAD_S
-        ctl.observe(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=d, verify_s=v, round_s=r)
+        ctl.observe(
+            Outcome(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=d, verify_s=v, round_s=r)
+        )
         t, secs = t + run + 1, secs + r
     if ctl is not tuner:
         tuner.absorb(ctl)

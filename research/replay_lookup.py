@@ -37,6 +37,7 @@ from localspec.bench.prompts import fit_prompts, load_prompts
 from localspec.config.settings import Settings
 from localspec.decode.lookup import Lookup
 from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import Facts, Outcome
 from localspec.engine import Engine
 from localspec.paths import default_pair
 
@@ -125,22 +126,23 @@ def replay(tr: dict, n: int, make, verify: dict, draft: float, rng: random.Rando
     ctl = ctl.fork()  # a request's own controller, as the engine's pool gives it
     t, secs = 0, 0.0
     while t < n:
-        if lookup:
-            ctl.offer(tr["avail"][t], tr["len"][t])
-        k = min(ctl.choose(), K_MAX, n - t - 1)
-        lf = ctl.lookup_first
+        facts = Facts(n_lookup=tr["avail"][t], match_len=tr["len"][t]) if lookup else Facts()
+        plan = ctl.plan(facts)
+        k, lf = min(plan.k, K_MAX, n - t - 1), plan.lookup_first
         if not ctl.has_model:
             k = min(k, tr["avail"][t])
         acc, n_look = outcome(tr, t, k, lf)
         v = _noisy(verify[k + 1], rng)
         d = _noisy(draft * (k - n_look), rng) if k > n_look else 0.0
         r = v + d + OVERHEAD_S
-        ctl.observe(
-            k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1, draft_s=d, verify_s=v, round_s=r, n_lookup=n_look
-        )  # fmt: skip
+        checked = kept = 0
         if lookup and not n_look and tr["avail"][t]:  # as the engine does: an unused offer is still evidence
             checked = min(tr["avail"][t], acc + 1)
-            ctl.observe_unused_offer(checked, min(tr["run"][t], checked))
+            kept = min(tr["run"][t], checked)
+        ctl.observe(
+            Outcome(k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1, draft_s=d, verify_s=v, round_s=r,
+                    n_lookup=n_look, offer_checked=checked, offer_kept=kept, match_len=facts.match_len)
+        )  # fmt: skip
         t, secs = t + acc + 1, secs + r
     return t / secs
 

@@ -31,7 +31,7 @@ from localspec.decode.sampling import SamplingParams  # noqa: E402
 from localspec.decode.state import SeqState, SpecConfig  # noqa: E402
 from localspec.decode.stats import Counters  # noqa: E402
 from localspec.draft_len.fixed import FixedK  # noqa: E402
-from localspec.engine.scheduler import Job, Scheduler  # noqa: E402
+from localspec.engine.scheduler import Schedulable, Scheduler  # noqa: E402
 from localspec.errors import LocalspecError  # noqa: E402
 from tests.fake_backend import AttentionContext, FakeContext, markov_tables  # noqa: E402
 from tests.toy_json import EOG, GRAMMAR, PIECES, TOY  # noqa: E402
@@ -40,7 +40,7 @@ GREEDY = SamplingParams(temperature=0.0)
 V = len(PIECES)
 
 
-class ToyJob(Job):
+class ToyJob(Schedulable):
     """One greedy request; `constrained`: under the toy schema."""
 
     def __init__(self, prompt, k, *, constrained=True, n=40):  # noqa: ANN001

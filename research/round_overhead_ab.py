@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,8 @@ def _one(repo: str, vocab: int, rounds: int, out: str) -> None:
     Path(out).write_text(json.dumps(rc.to_dicts(rows)))
 
 
-def _table(runs: dict[str, list[list[dict]]], vocab: int, figure: str, backend: str) -> list[str]:
+def _best(runs: dict[str, list[list[dict]]], figure: str, backend: str) -> dict[str, dict]:
+    """Per side, per (seqs, K, mode) cell: the lower of the runs' medians."""
     best: dict[str, dict] = {}
     for side, side_runs in runs.items():
         cells: dict = {}
@@ -49,6 +51,20 @@ def _table(runs: dict[str, list[list[dict]]], vocab: int, figure: str, backend: 
                 key = (r["n_seq"], r["k"], r["mode"])
                 cells[key] = min(cells.get(key, float("inf")), r[figure])
         best[side] = cells
+    return best
+
+
+def ratio(runs: dict[str, list[list[dict]]], figure: str) -> tuple[float, float, float]:
+    """B / A over every cell of every backend: the geometric mean, the lowest and the highest."""
+    logs = []
+    for backend in dict.fromkeys(r["backend"] for r in runs["a"][0]):
+        best = _best(runs, figure, backend)
+        logs += [math.log(best["b"][k] / best["a"][k]) for k in best["a"]]
+    return math.exp(sum(logs) / len(logs)), math.exp(min(logs)), math.exp(max(logs))
+
+
+def _table(runs: dict[str, list[list[dict]]], vocab: int, figure: str, backend: str) -> list[str]:
+    best = _best(runs, figure, backend)
     a, b = best["a"], best["b"]
     what = "wall" if figure == "ms_per_round" else "CPU"
     lines = [f"**{backend}, vocabulary {vocab}** ({what} ms per round outside the decodes, A → B)", ""]
@@ -97,6 +113,11 @@ def main() -> None:
             figure = "ms_per_round" if args.wall else "cpu_ms_per_round"
             for backend in dict.fromkeys(r["backend"] for r in runs["a"][0]):
                 lines += _table(runs, vocab, figure, backend)
+            mean, lo, hi = ratio(runs, figure)
+            lines += [
+                f"vocabulary {vocab}: B / A {mean:.3f} (geometric mean over cells; {lo:.2f}-{hi:.2f})",
+                "",
+            ]
     text = "\n".join(lines)
     print(text)
     if args.markdown:

@@ -1,5 +1,5 @@
 """How often a synthetic draft agrees with its noisy target, by sigma (how SIGMA in
-localspec/convert/synthetic.py was chosen; docs/gpu.md has the table).
+tools/synthetic/pair.py was chosen; docs/gpu.md has the table).
 
 The target's widening does not change its function, so the draft is compared with a same-width
 noisy copy: both evaluate one English paragraph in a batch (f16, no quantization); reported are the
@@ -11,15 +11,18 @@ argmax agreement (greedy acceptance) and sum(min(p, q)) (speculative sampling's 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 from gguf import GGUFReader
 
-from localspec import llama
-from localspec.convert.gguf_stream import copy_metadata, write_gguf
-from localspec.convert.synthetic import RECIPES, Recipe, _DraftWeights, _metadata
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the checkout: tools.synthetic
+
+from localspec import llama  # noqa: E402
+from localspec.convert.gguf_stream import copy_metadata, write_gguf  # noqa: E402
+from tools.synthetic.pair import RECIPES, Recipe, _DraftWeights, _metadata  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

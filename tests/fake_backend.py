@@ -15,6 +15,14 @@ from localspec.top_logits import TopLogits
 
 
 class FakeContext:
+    # the Evaluator protocol's fields: a KV cache, as llama.Context over an attention model
+    rollback = "truncate"
+    max_draft = None
+    source = "draft"
+    prefix_copy = True
+    checkpoints = False
+    memory_kind = "attention"
+
     def __init__(
         self,
         table: np.ndarray,
@@ -76,6 +84,9 @@ class FakeContext:
         if self.hook:
             self.hook(self)
         return out
+
+    def eval_views(self, items) -> list[np.ndarray]:  # noqa: ANN001 - copies (eval_batch, maybe patched)
+        return self.eval_batch(items)
 
     def _rows(self, seq: int, first: int, n: int) -> np.ndarray:
         """The logits rows of positions first.. (cached already): the next token's, from the token there."""

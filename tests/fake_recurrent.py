@@ -78,9 +78,11 @@ class FakeRecurrentContext:
         self.n_ctx, self.n_seq, self.n_vocab, self.eog = n_ctx, n_seq, self.table.shape[1], eog
         self.mem = FakeRecurrentMemory(n_seq, n_rs)
         self._rb = RecurrentRollback(self.mem, n_seq)
+        # the Evaluator protocol's fields: a recurrent memory, as llama.Context over one
         self.rollback = self._rb.kind
         self.max_draft = n_rs if self.rollback == "rs" else None
         self.memory_kind = "recurrent"
+        self.source, self.top_k, self.prefix_copy, self.checkpoints = "draft", 0, False, True
         self._past = [0] * n_seq
         self.decodes: list[list[int]] = []
 
@@ -110,6 +112,12 @@ class FakeRecurrentContext:
             out.append(np.stack(rows[len(rows) - n_logits :]))
         self.decodes.append([s for s, *_ in items])
         return out
+
+    def eval_views(self, items) -> list[np.ndarray]:  # noqa: ANN001
+        return self.eval_batch(items)
+
+    def use_top_logits(self, seq: int, on: bool) -> bool:
+        return False  # whole rows
 
     @staticmethod
     def _cls(history: list[int]) -> int:

@@ -27,9 +27,9 @@ from localspec.decode.sampling import SamplingParams
 from localspec.decode.state import Evaluator, SeqState, SpecConfig, Step
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
-from localspec.draft_len.controller import KController
+from localspec.draft_len.controller import Facts, KController, Outcome
 from localspec.draft_len.fixed import FixedK
-from localspec.engine.scheduler import Job
+from localspec.engine.scheduler import Schedulable
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = SamplingParams(temperature=0.0)
@@ -88,7 +88,7 @@ def speculative_steps(
             return
 
 
-class FakeJob(Job):
+class FakeJob(Schedulable):
     """A scheduler job over the fake backend that records what it got."""
 
     def __init__(self, prompt, *, n=20, k=3, sp=GREEDY, seed=0, stop_token=None, mode="pq", ctl=None):
@@ -168,19 +168,23 @@ def plain(table, prompt, sp=GREEDY, n=20, seed=0) -> list[int]:  # noqa: ANN001
     return [s.token for s in plain_steps(FakeContext(table), prompt, sp, np.random.default_rng(seed), c, n)]
 
 
+def drafted(k: int, kept: int, t_draft: float, verify_s: float, **more) -> Outcome:  # noqa: ANN003
+    """A round of k draft-model tokens, `kept` of them accepted: the Outcome the record phase reports."""
+    d = k * t_draft
+    return Outcome(k=k, n_drafted=k, n_accepted=kept, n_emitted=kept + 1, draft_s=d, verify_s=verify_s,
+                   round_s=d + verify_s, **more)  # fmt: skip
+
+
 def feed(ctl: AutoK, accept_p: float, t_draft: float, verify, rounds=200, seed=0, stalls=0.0) -> AutoK:  # noqa: ANN001
     """Rounds of a simulated pair: each draft kept with probability accept_p, verify(n) seconds."""
     rng = np.random.default_rng(seed)
     for _ in range(rounds):
-        k = ctl.choose()
+        k = ctl.plan(Facts()).k
         acc = 0
         while acc < k and rng.random() < accept_p:
             acc += 1
         v = verify(k + 1) * (1 + (rng.exponential(0.5) if rng.random() < stalls else 0.0))
-        ctl.observe(
-            k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1,
-            draft_s=k * t_draft, verify_s=v, round_s=k * t_draft + v,
-        )  # fmt: skip
+        ctl.observe(drafted(k, acc, t_draft, v))
     return ctl
 
 
@@ -189,12 +193,11 @@ def follow_text(ctl: AutoK, hits: Sequence[int], t_draft: float, verify, tokens:
     t), until `tokens` are emitted; verify(n) is an n-token batch's seconds. Returns each round's K."""
     t, ks = 0, []
     while t < tokens:
-        k = ctl.choose()
+        k = ctl.plan(Facts()).k
         run = next((i for i in range(k) if not hits[t + i]), k)
         ks.append(k)
         v = verify(k + 1)
-        ctl.observe(k=k, n_drafted=k, n_accepted=run, n_emitted=run + 1, draft_s=t_draft * k,
-                    verify_s=v, round_s=t_draft * k + v)  # fmt: skip
+        ctl.observe(drafted(k, run, t_draft, v))
         t += run + 1
     return ks
 

@@ -94,7 +94,7 @@ def main() -> None:
     vocab = out / "smollm2-vocab.gguf"
     if not vocab.exists():
         sys.path.insert(0, str(ROOT))
-        from localspec.convert.synthetic import write_vocab_only  # noqa: PLC0415
+        from tools.synthetic.pair import write_vocab_only  # noqa: PLC0415
 
         write_vocab_only(args.smollm2, vocab)
     manifest = write_manifest(out)

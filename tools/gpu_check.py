@@ -1,7 +1,7 @@
 """The GPU proof run (tools/gpu_check.sh calls this once llama.cpp is importable).
 
 Steps, each timed and recorded even when one fails: the machine; a synthetic pair generated here
-(localspec/convert/synthetic.py: ~7.4B Q4_K_M target, ~0.47B Q8_0 draft; tiny with --mode cpu);
+(tools/synthetic/pair.py: ~7.4B Q4_K_M target, ~0.47B Q8_0 draft; tiny with --mode cpu);
 `doctor` with placement verified from llama.cpp's log; the pair tests (tests/models/test_gpu_pair.py);
 `bench` at K = 0..8 and auto, T = 0 and 0.8; the target's verify cost by batch size; the
 concurrency run when `bench --concurrency` exists. Writes OUT/report.md and OUT/gpu_check.json.
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's localspec and tools.synthetic, whatever PYTHONPATH says
 
 # how much each mode measures; gpu fits the device's 9 minutes (docs/gpu.md has the budget)
 SIZES = {
@@ -138,7 +139,7 @@ def machine() -> dict:
 
 
 def make_pair(vocab: Path, work: Path, pair_dir: Path, mode: str, seed: int, f16_only: bool = False) -> dict:
-    from localspec.convert.synthetic import (  # noqa: PLC0415
+    from tools.synthetic.pair import (  # noqa: PLC0415
         RECIPES,
         is_built,
         quantize_pair,

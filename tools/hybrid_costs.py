@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from localspec.convert.synthetic_arch import MambaShape, Qwen35Shape, write_mamba, write_qwen35  # noqa: E402
 from localspec.llama import Context, Model  # noqa: E402
 from localspec.llama.mtp import MtpDrafter  # noqa: E402
+from tools.synthetic.arch import MambaShape, Qwen35Shape, write_mamba, write_qwen35  # noqa: E402
 
 SMOL = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROMPT = "The history of the lighthouse begins in the ancient world, where fires were lit on hilltops"

@@ -30,6 +30,7 @@ import numpy as np
 
 from localspec.decode.round import decode_round
 from localspec.decode.sampling import SamplingParams
+from localspec.decode.sources import sources_for
 from localspec.decode.state import Item, SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.fixed import FixedK
@@ -53,6 +54,13 @@ class ZeroCostDecoder:
     `decode_s` is the writing. With `top_k`, a sequence `use_top_logits` turned on gets its rows as
     their top_k largest logits, picked from the pool once (a backend top-k at no cost)."""
 
+    # the Evaluator protocol's fields: a KV cache that shares nothing between sequences
+    rollback = "truncate"
+    max_draft = None
+    source = "draft"
+    prefix_copy = checkpoints = False
+    memory_kind = "attention"
+
     def __init__(
         self, pool: np.ndarray, *, n_ctx: int, n_seq: int, n_batch: int = 512, top_k: int = 0
     ) -> None:
@@ -61,6 +69,7 @@ class ZeroCostDecoder:
         self._top = TopLogits.of_rows(pool, top_k) if top_k else None
         self._top_on = [False] * n_seq
         self._past = [0] * n_seq
+        self._held = np.zeros((n_seq, n_ctx), np.int64)  # the token at each cached position
         self._buf = np.empty((n_batch, self.n_vocab), np.float32)
         self.decode_s = self.decode_cpu_s = 0.0
 
@@ -69,6 +78,9 @@ class ZeroCostDecoder:
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         self._past[seq] = min(self._past[seq], pos)
+
+    def cached_tokens(self, seq: int = 0) -> np.ndarray:
+        return self._held[seq, : self._past[seq]]
 
     def is_eog(self, token: int) -> bool:
         return False
@@ -87,6 +99,7 @@ class ZeroCostDecoder:
             assert pos == self._past[seq], "the round evaluated at a position it does not hold"
             end = pos + len(tokens)
             self._past[seq] = end
+            self._held[seq, pos:end] = tokens
             first = len(rows)
             rows.extend(self._row(seq, p) for p in range(end - n_logits, end))
             spans.append((first, len(rows)))
@@ -150,7 +163,8 @@ def measure(
         prompt = rng.integers(0, n_vocab, prompt_len).tolist()
         st = SeqState.start(s, prompt, sp, cfg, np.random.default_rng(seed + s), Counters(), FixedK(k))
         states.append(st)
-    decode_round(target, draft, [], filling=states)  # the prompts, unmeasured
+    sources = sources_for(draft)  # built once, as an engine's scheduler does
+    decode_round(target, draft, [], filling=states, sources=sources)  # the prompts, unmeasured
     times, cpu, emitted, decodes = [], [], [], []
     for i in range(warmup + rounds):
         before = target.decode_s + draft.decode_s
@@ -158,7 +172,7 @@ def measure(
         n0 = sum(st.n_new for st in states)
         c0 = time.thread_time()  # a system call, kept outside the wall-clock interval
         t0 = time.perf_counter()
-        decode_round(target, draft, states)
+        decode_round(target, draft, states, sources=sources)
         wall = time.perf_counter() - t0
         used = time.thread_time() - c0
         if i >= warmup:

@@ -22,8 +22,10 @@ def _click_type(f: Any) -> Any:
     base = args[0]
     if "choices" in f.metadata:
         return click.Choice(f.metadata["choices"])
-    if base is Path:
-        return click.Path(path_type=Path)
+    if any(typing.get_origin(a) is typing.Literal for a in args):  # a number or a word: Settings parses it
+        return str
+    if base is Path:  # as typed: Settings makes the Path, and reads `--draft mtp` as the word
+        return click.Path()
     if typing.get_origin(base) is tuple:
         return str
     return base

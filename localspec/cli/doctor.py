@@ -58,7 +58,7 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         return out
     decision = planned.decision
     out["decision"] = decision.to_dict()
-    if settings.draft is not None:
+    if settings.draft is not None or settings.draft_mtp:
         out["tuner_memory"] = _remembered(settings, decision)
     if not load:
         return out
@@ -123,7 +123,7 @@ def _measured_rollback(memory: dict[str, Any], loaded: Any) -> None:
     from localspec.draft_len.calibrate import rollback_cost  # noqa: PLC0415
 
     for role, ctx in (("target", loaded.target_ctx), ("draft", loaded.draft_ctx)):
-        if role in memory and getattr(ctx, "memory_kind", "attention") != "attention":
+        if role in memory and ctx is not None and ctx.memory_kind != "attention":
             prefix = ctx.model.tokenize("The quick brown fox jumps over the lazy dog.", add_special=True)
             memory[role] |= {"loaded_kind": ctx.memory_kind} | rollback_cost(ctx, prefix)
 
@@ -183,6 +183,25 @@ def _network_cost(vplan: Any, devices: Any, s: Any, rpc_times: dict) -> dict:
 
 # ---------------------------------------------------------------------------------------------------
 def render(r: dict[str, Any]) -> str:
+    """The report as a table, one section after another (each a function of the report's part)."""
+    rows = _build_rows(r)
+    if r.get("plan") is None:
+        rows.append(("models", "none given (pass --pair DIR or --target/--draft to plan and verify)"))
+        return _table(rows)
+    rows += _memory_rows(r) + _plan_rows(r["plan"])
+    if "refused" in r:
+        rows.append(("verdict", "REFUSED: " + r["refused"]))
+        return _table(rows)
+    rows += _decision_rows(r) + _tuner_rows(r.get("tuner_memory"))
+    rows += _verified_rows(r.get("verified")) + _network_rows(r.get("network"))
+    return _table(rows)
+
+
+Rows = list[tuple[str, str]]
+
+
+def _build_rows(r: dict[str, Any]) -> Rows:
+    """This llama.cpp build, its kernels and the devices it sees."""
     from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
 
     rows = [
@@ -209,10 +228,14 @@ def render(r: dict[str, Any]) -> str:
                 + ("  (rpc-server)" if d.get("remote") else ""),
             )
         )
-    plan = r.get("plan")
-    if plan is None:
-        rows.append(("models", "none given (pass --pair DIR or --target/--draft to plan and verify)"))
-        return _table(rows)
+    return rows
+
+
+def _memory_rows(r: dict[str, Any]) -> Rows:
+    """The pair check, and each model's memory kind (and what its rollback cost, measured)."""
+    from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
+
+    rows = []
     if "pair" in r:
         rows.append(("pair", ("" if r["pair"]["ok"] else "REFUSED by run: ") + r["pair"]["message"]))
     for i, (role, m) in enumerate(r.get("memory", {}).items()):
@@ -222,13 +245,20 @@ def render(r: dict[str, Any]) -> str:
             if "snapshot_ms" in m:
                 cost += f", snapshot {m['snapshot_ms']:.2f} ms of {fmt_bytes(m['state_bytes'])}"
             rows.append(("", f"       {cost} (a verify of 4 drafts, 2 kept)"))
-    rows.append(
+    return rows
+
+
+def _plan_rows(plan: dict[str, Any]) -> Rows:
+    """The memory plan: the contexts, each model's weights, KV, compute and recurrent state."""
+    from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
+
+    rows = [
         (
             "plan",
             f"n_ctx {plan['n_ctx']} x {plan.get('n_seq', 1)} slot(s), KV {plan['kv_type']}, flash-attn {plan['flash_attn']}, "
             f"n_ubatch {plan['n_ubatch']}",
         )
-    )
+    ]
     for m in plan["models"]:
         swa = f", SWA cache {m['swa_cells']} cells" if m["swa_cells"] else ""
         rows.append(("", f"{m['role']:<6} {m['name']} ({m['arch']}, {m['n_layer']} layers{swa})"))
@@ -277,9 +307,14 @@ def render(r: dict[str, Any]) -> str:
             f"{fmt_bytes(plan['headroom_bytes'])}); CPU-only needs {fmt_bytes(plan['cpu_bytes'])}",
         )
     )
-    if "refused" in r:
-        rows.append(("verdict", "REFUSED: " + r["refused"]))
-        return _table(rows)
+    return rows
+
+
+def _decision_rows(r: dict[str, Any]) -> Rows:
+    """Whether it fits, and where placement puts each model."""
+    from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
+
+    rows = []
     dec = r["decision"]
     v = dec["verdict"]
     if v is None:
@@ -311,71 +346,73 @@ def render(r: dict[str, Any]) -> str:
     rows.append(("decision", line))
     for line in ([dec["banner"]] if dec["banner"] else []) + [f"warning: {w}" for w in dec["warnings"]]:
         rows.append(("", line))
-    tm = r.get("tuner_memory")
-    if tm is not None:
-        if not tm["enabled"]:
-            rows.append(("auto-K", "memory off (--no-tuner-cache): costs are measured at every load"))
-        elif "verify_ms" not in tm:
-            rows.append(("auto-K", f"nothing remembered yet ({tm['path']}): costs are measured at load"))
-        else:
-            import datetime  # noqa: PLC0415
+    return rows
 
-            when = datetime.datetime.fromtimestamp(tm["saved_at"]).strftime("%Y-%m-%d %H:%M")
-            rows.append(("auto-K", f"remembered {when} in {tm['path']}"))
-            rows.append(
-                ("", "verify ms by batch: " + ", ".join(f"{n}: {t}" for n, t in tm["verify_ms"].items()))
-            )
-            catch = tm["catch_up_ms_per_token"]
-            rows.append(
-                (
-                    "",
-                    f"draft ms/token: {tm['draft_ms_per_token']}"
-                    + (f", catching up {catch}" if catch else ""),
-                )
-            )
-            if tm["acceptance_by_pos"]:
-                acc = ", ".join(f"{a:.0%}" for a in tm["acceptance_by_pos"])
-                rows.append(("", f"acceptance by position: {acc} (~{tm['evidence_rounds']:.0f} rounds)"))
-        rows += [("", n) for n in tm["notes"]]
-    ver = r.get("verified")
-    if ver:
-        rows.append(("verified", f"loaded with n_ctx {ver['n_ctx']}; llama.cpp's log vs the plan:"))
-        rows += [("", line) for line in ver["summary"].splitlines()]
-        for role, acc in ver["accuracy"].items():
-            rows.append(("", f"{role:<6} plan error: " + ", ".join(f"{k} {v}" for k, v in acc.items())))
-        if not ver["problems"]:
-            rows.append(("", "placement as planned"))
-        top_k = ver.get("backend_top_k", 0)
+
+def _tuner_rows(tm: dict[str, Any] | None) -> Rows:
+    """What auto-K remembers of this pair on this build and device."""
+    if tm is None:
+        return []
+    rows = []
+    if not tm["enabled"]:
+        rows.append(("auto-K", "memory off (--no-tuner-cache): costs are measured at every load"))
+    elif "verify_ms" not in tm:
+        rows.append(("auto-K", f"nothing remembered yet ({tm['path']}): costs are measured at load"))
+    else:
+        import datetime  # noqa: PLC0415
+
+        when = datetime.datetime.fromtimestamp(tm["saved_at"]).strftime("%Y-%m-%d %H:%M")
+        rows.append(("auto-K", f"remembered {when} in {tm['path']}"))
+        rows.append(("", "verify ms by batch: " + ", ".join(f"{n}: {t}" for n, t in tm["verify_ms"].items())))
+        catch = tm["catch_up_ms_per_token"]
         rows.append(
-            ("rows", f"sampled rows leave llama_decode as their {top_k} largest logits (backend top-k)")
-            if top_k
-            else ("rows", "whole logits rows (--backend-top-k: auto is off on a CPU)")
+            ("", f"draft ms/token: {tm['draft_ms_per_token']}" + (f", catching up {catch}" if catch else ""))
         )
-    net = r.get("network")
-    if net:
-        if "per_batch" in net:
-            rows.append(
-                ("network", f"verify time per batch: split over RPC vs all-local ({net['local_placement']})")
-            )
-            for c in net["per_batch"]:
-                rows.append(
-                    (
-                        "",
-                        f"{c['batch']:>3} tokens: {c['rpc_ms']:8.1f} ms vs {c['local_ms']:8.1f} ms; network "
-                        f"{c['network_ms']:7.1f} ms ({c['share']:.0%} of the verify)",
-                    )
-                )
-        else:
-            rows.append(("network", net["skipped"]))
-            rows.append(
-                (
-                    "",
-                    "verify ms per batch over RPC: "
-                    + ", ".join(f"{n}: {t}" for n, t in net["rpc_ms"].items()),
-                )
-            )
-    return _table(rows)
+        if tm["acceptance_by_pos"]:
+            acc = ", ".join(f"{a:.0%}" for a in tm["acceptance_by_pos"])
+            rows.append(("", f"acceptance by position: {acc} (~{tm['evidence_rounds']:.0f} rounds)"))
+    return rows + [("", n) for n in tm["notes"]]
 
 
-def _table(rows: list[tuple[str, str]]) -> str:
+def _verified_rows(ver: dict[str, Any] | None) -> Rows:
+    """The models loaded at a small n_ctx: llama.cpp's log against the plan, and the rows' form."""
+    if not ver:
+        return []
+    rows = [("verified", f"loaded with n_ctx {ver['n_ctx']}; llama.cpp's log vs the plan:")]
+    rows += [("", line) for line in ver["summary"].splitlines()]
+    for role, acc in ver["accuracy"].items():
+        rows.append(("", f"{role:<6} plan error: " + ", ".join(f"{k} {v}" for k, v in acc.items())))
+    if not ver["problems"]:
+        rows.append(("", "placement as planned"))
+    top_k = ver.get("backend_top_k", 0)
+    rows.append(
+        ("rows", f"sampled rows leave llama_decode as their {top_k} largest logits (backend top-k)")
+        if top_k
+        else ("rows", "whole logits rows (--backend-top-k: auto is off on a CPU)")
+    )
+    return rows
+
+
+def _network_rows(net: dict[str, Any] | None) -> Rows:
+    """A target split over rpc-servers: what the network adds to a verify, per batch size."""
+    if not net:
+        return []
+    if "per_batch" not in net:
+        return [
+            ("network", net["skipped"]),
+            ("", "verify ms per batch over RPC: " + ", ".join(f"{n}: {t}" for n, t in net["rpc_ms"].items())),
+        ]
+    rows = [("network", f"verify time per batch: split over RPC vs all-local ({net['local_placement']})")]
+    for c in net["per_batch"]:
+        rows.append(
+            (
+                "",
+                f"{c['batch']:>3} tokens: {c['rpc_ms']:8.1f} ms vs {c['local_ms']:8.1f} ms; network "
+                f"{c['network_ms']:7.1f} ms ({c['share']:.0%} of the verify)",
+            )
+        )
+    return rows
+
+
+def _table(rows: Rows) -> str:
     return "\n".join(f"{k:<10} {v}".rstrip() for k, v in rows)

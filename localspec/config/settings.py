@@ -21,7 +21,7 @@ import typing
 import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from localspec import paths
 from localspec.config.endpoints import parse_endpoints
@@ -41,6 +41,7 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 # speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
 LOOKUP_MODES = ("on", "off", "only")
+DRAFT_SOURCES = ("model", "mtp")
 SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
 AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
@@ -77,9 +78,15 @@ class Settings:
     target: Path | None = _f(None, "Target model GGUF (the big model whose output you get).", group="model")
     draft: Path | None = _f(
         None,
-        "Draft model GGUF (small, same vocabulary), or `mtp`: the target drafts for itself with its MTP "
-        "(nextn) layers, no draft GGUF (a file named mtp: ./mtp).",
+        "Draft model GGUF (small, same vocabulary). `--draft mtp` is --draft-source mtp.",
         group="model",
+    )
+    draft_source: str = _f(
+        "model",
+        "What drafts with the lookup: model (the --draft GGUF) or mtp (the target's own MTP (nextn) "
+        "layers; no draft GGUF is loaded).",
+        group="model",
+        choices=DRAFT_SOURCES,
     )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
@@ -259,7 +266,13 @@ class Settings:
     )
     # -- speculation ---------------------------------------------------------------------------
     spec: bool = _f(True, "Use speculative decoding when a draft is given.", group="spec")
-    draft_max: str = _f("auto", "Tokens drafted per round: a number, or auto (tuned online).", group="spec")
+    draft_max: int | Literal["auto"] = _f(
+        "auto",
+        "Tokens drafted per round: a number, or auto (tuned online).",
+        group="spec",
+        ge=1,
+        le=MAX_DRAFT,
+    )
     draft_min: int = _f(
         0, "Never draft fewer than this many tokens per round.", group="spec", ge=0, le=MAX_DRAFT
     )
@@ -379,9 +392,12 @@ class Settings:
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         # every source (flags, TOML, pair presets, request fields, replace()) passes through here
+        if isinstance(self.draft, str) and self.draft == "mtp":  # the old spelling of --draft-source mtp
+            object.__setattr__(self, "draft", None)
+            object.__setattr__(self, "draft_source", "mtp")
         for f in fields(self):
             object.__setattr__(self, f.name, check_value(f, self._hints()[f.name], getattr(self, f.name)))
-        k = self.draft_k  # validates
+        k = self.draft_k
         if k is not None and k + 1 > self.n_batch:
             raise LocalspecError(
                 f"--draft-max {k} needs a verify batch of {k + 1} tokens but --n-batch is {self.n_batch}; "
@@ -417,15 +433,7 @@ class Settings:
     @property
     def draft_k(self) -> int | None:
         """The fixed draft length, or None for auto."""
-        if str(self.draft_max).lower() == "auto":
-            return None
-        try:
-            k = int(self.draft_max)
-        except ValueError:
-            raise LocalspecError(f"--draft-max must be a number or 'auto' (got {self.draft_max!r})") from None
-        if not 1 <= k <= MAX_DRAFT:
-            raise LocalspecError(f"--draft-max must be between 1 and {MAX_DRAFT} (got {k})")
-        return k
+        return None if self.draft_max == "auto" else self.draft_max
 
     def replace(self, **changes: Any) -> "Settings":
         return dataclasses.replace(self, **changes)
@@ -463,8 +471,8 @@ class Settings:
 
     @property
     def draft_mtp(self) -> bool:
-        """`--draft mtp`: the target's own MTP head is the draft model."""
-        return self.draft is not None and str(self.draft) == "mtp"
+        """`--draft-source mtp`: the target's own MTP head drafts (any --draft GGUF is not loaded)."""
+        return self.draft_source == "mtp"
 
     @property
     def mtp_drafts(self) -> bool:
@@ -567,6 +575,9 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
     Whole-number floats are accepted for integer settings (`max_tokens = 256.0` in TOML, 256.0 in
     JSON); anything else of the wrong type is refused with the setting's name."""
     name, meta = f.name, f.metadata
+    words = [w for a in typing.get_args(hint) if typing.get_origin(a) is Literal for w in typing.get_args(a)]
+    if words:  # a number or a word: draft_max = 4, "4" or "auto"
+        return _number_or_word(name, meta, v, words)
     base = hint
     if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
         if v is None:
@@ -607,13 +618,28 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
                 )
             require_text(s, f"the {name} string {s[:40]!r}")
         return tuple(items)
-    if name == "draft_max" and isinstance(v, int) and not isinstance(v, bool):
-        v = str(v)  # `draft_max = 4` in TOML
     if not isinstance(v, str):
         raise LocalspecError(f"{name} must be a string (got {v!r})")
     choices = meta.get("choices")
     if choices and v not in choices:
         raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
+    return v
+
+
+def _number_or_word(name: str, meta: Any, v: Any, words: list[str]) -> Any:
+    """A whole number in the field's range (given as one, as a whole float or as digits) or one of
+    `words` (any case)."""
+    flag = "--" + name.replace("_", "-")
+    if isinstance(v, str) and v.strip().lower() in words:
+        return v.strip().lower()
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise LocalspecError(f"{flag} must be a number or {' or '.join(map(repr, words))} (got {v!r})")
+    if not meta["ge"] <= v <= meta["le"]:
+        raise LocalspecError(f"{flag} must be between {meta['ge']} and {meta['le']} (got {v})")
     return v
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from gguf import GGUFValueType, LlamaFileType
 
 from localspec.convert.gguf_stream import KV, write_gguf
-from localspec.convert.synthetic_arch import F32, _Weights
+from localspec.convert.seeded import F32, SeededWeights
 from localspec.files import atomic_output
 
 FILE_NAME = "mmproj-smollm2-test.gguf"  # what `localspec models` (`make models`) writes into models/
@@ -63,7 +63,7 @@ def _kvs(s: ProjectorShape) -> list[KV]:
     ]
 
 
-def _tensors(w: _Weights, s: ProjectorShape) -> None:
+def _tensors(w: SeededWeights, s: ProjectorShape) -> None:
     d, n_pos = s.n_embd, (s.image_size // s.patch_size) ** 2
     w.add("v.patch_embd.weight", (d, 3, s.patch_size, s.patch_size), 1 / np.sqrt(3 * s.patch_size**2))
     w.add("v.patch_embd.bias", (d,), 0.02, F32)
@@ -92,7 +92,7 @@ def _tensors(w: _Weights, s: ProjectorShape) -> None:
 
 def write_mmproj(dst: Path, *, shape: ProjectorShape = ProjectorShape(), seed: int = 0) -> Path:
     """A random LLaVA-style projector GGUF at dst (f16 matrices, f32 vectors), written atomically."""
-    w = _Weights(seed, perturb=0.0)
+    w = SeededWeights(seed, perturb=0.0)
     _tensors(w, shape)
     with atomic_output(Path(dst)) as tmp:
         write_gguf(tmp, "clip", _kvs(shape), w.plan)

@@ -18,7 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
-from localspec.decode.state import Evaluator, SeqState
+from localspec.decode.state import SeqState
+from localspec.evaluator import Evaluator
 
 ON = os.environ.get("LOCALSPEC_CHECK_INVARIANTS", "") not in ("", "0")
 
@@ -37,11 +38,8 @@ def check(target: Evaluator, draft: Evaluator | None, states: Sequence[SeqState]
 
 
 def _cache(name: str, ctx: Evaluator, st: SeqState, most: int) -> None:
-    read = getattr(ctx, "cached_tokens", None)
-    if read is None:
-        return
     past = ctx.past(st.seq)
-    held = np.asarray(read(st.seq)[:past], dtype=np.int64)
+    held = np.asarray(ctx.cached_tokens(st.seq)[:past], dtype=np.int64)
     if past > max(most, 0) or not np.array_equal(held, np.asarray(st.tokens[:past], dtype=np.int64)):
         at = next((i for i, (a, b) in enumerate(zip(held.tolist(), st.tokens)) if a != b), min(past, most))
         raise InvariantBroken(

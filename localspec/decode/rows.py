@@ -119,24 +119,33 @@ def needs_q(st: SeqState, i: int) -> bool:
     return st.cfg.mode != "match" or (st.cfg.draft_p_min > 0 and i >= st.cfg.draft_min)
 
 
+def draft_q(row: np.ndarray, st: SeqState, i: int, q: Dist | None = None) -> Dist | None:
+    """The draft's distribution at draft position i where something needs it (`needs_q`): `q` when
+    already processed from `row`."""
+    if st.sp.greedy or q is not None or not needs_q(st, i):
+        return q
+    return process(row, st.sp)
+
+
+def top_prob(row: np.ndarray, q: Dist | None, greedy: bool) -> float:
+    """The draft's most likely token's probability (the plan's draft_p_min stop): from its q, or,
+    greedy, from the row's softmax."""
+    if not greedy:
+        return q.top_prob()
+    e = np.exp(row - row.max())
+    return 1.0 / e.sum()
+
+
 def draft_token(
     row: np.ndarray, st: SeqState, i: int, q: Dist | None = None, y: int | None = None
-) -> tuple[int | None, Dist | None]:
-    """The draft's token at draft position i, or None to stop drafting (draft_p_min); the rule's q
-    (`q`: already processed from `row`; `y`: the coupled rule's choice from it). Draft position i
-    is sequence position len(tokens) + i (the coupled rule's noise key)."""
+) -> tuple[int, Dist | None]:
+    """The draft's token at draft position i and the rule's q (`q`: already processed from `row`;
+    `y`: the coupled rule's choice from it). Draft position i is sequence position len(tokens) + i
+    (the coupled rule's noise key)."""
     sp, cfg = st.sp, st.cfg
-    check = cfg.draft_p_min > 0 and i >= cfg.draft_min
     if sp.greedy:
-        if check:
-            e = np.exp(row - row.max())
-            if 1.0 / e.sum() < cfg.draft_p_min:
-                return None, None
         return argmax(row), None
-    if q is None and needs_q(st, i):
-        q = process(row, sp)
-    if check and q.top_prob() < cfg.draft_p_min:
-        return None, None
+    q = draft_q(row, st, i, q)
     if cfg.mode == "match":  # sample-and-match drafts greedily, as llama.cpp does
         return argmax(row), None
     if st.noise is not None:

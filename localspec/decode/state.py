@@ -1,4 +1,4 @@
-"""One sequence being decoded, and the narrow backend protocol the round decodes through.
+"""One sequence being decoded (the backend protocol the round decodes through is localspec/evaluator.py).
 
 Each sequence (`SeqState`) lives in its own backend sequence id and carries its own tokens, random
 streams, draft-length controller, sampling parameters and counters, so its output never depends on
@@ -8,7 +8,7 @@ who else shares the round.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -20,33 +20,7 @@ from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.stats import Counters
 from localspec.draft_len.controller import KController
 from localspec.draft_len.cost_bound import CostBound
-
-Item = tuple[int, Sequence[int], int, int]  # (sequence id, tokens, first position, logits rows wanted)
-
-
-class Evaluator(Protocol):
-    """What the round needs from a model context (llama.Context implements it; tests/fake_backend.py too).
-
-    `truncate` settles the positions before it; on a recurrent memory it may leave `past` below the
-    position asked (a restored snapshot): the round re-evaluates the difference. Optional attributes:
-    `rollback` ("truncate" | "rs" | "snapshot", llama/recurrent.py), `max_draft` (the most drafts
-    one verify may roll back: n_rs_seq on an rs context) and `source` (the stats' name for a draft
-    context's tokens: "draft" for a draft model, "mtp" for the target's own MTP head), and
-    `eval_views(items)`: eval_batch's rows as views valid until its next decode, no copy
-    (llama.Context has it); the round uses it when present; `use_top_logits(seq, on)` with `top_k`:
-    the rows of sequence seq come back as their top_k largest logits (`TopLogits`, llama.cpp's
-    backend top-k) while on - the round turns it on where a sequence reads no more of a row."""
-
-    n_ctx: int  # per sequence
-    n_vocab: int  # token ids 0..n_vocab-1; llama.cpp refuses a whole batch for one id beyond
-
-    def past(self, seq: int = 0) -> int: ...
-
-    def eval_batch(self, items: Sequence[Item]) -> list[np.ndarray]: ...
-
-    def truncate(self, pos: int, seq: int = 0) -> None: ...
-
-    def is_eog(self, token: int) -> bool: ...
+from localspec.evaluator import Evaluator, Item  # noqa: F401 - re-exported: the round's protocol
 
 
 @dataclass(frozen=True)
@@ -54,9 +28,7 @@ class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
     draft_pos: int = -1  # its position in the round's draft when from_draft (for the counters)
-    source: str = (
-        ""  # who drafted it when from_draft: "draft" (the draft model), "mtp", "lookup" or "grammar"
-    )
+    source: str = ""  # who drafted it when from_draft: a draft source's name (decode/sources)
     # when asked: the target's log-probability of the token where it was emitted (decode/rows.py,
     # with_logprobs), and the most likely tokens there as (token, log-probability), best first
     logprob: float | None = None

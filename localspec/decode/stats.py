@@ -3,12 +3,9 @@ The CLI, logs, server and benchmarks only format these."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
-
-# who drafts: the draft model, the target's MTP head, the n-gram lookup (lookup.py), the grammar's
-# forced tokens (constrain/)
-SOURCES = ("draft", "mtp", "lookup", "grammar")
 
 
 @dataclass
@@ -44,7 +41,9 @@ class Counters:
     n_prefilled: int = 0  # prompt tokens the target evaluated; the rest came from the cached prefix
     n_draft_prefilled: int = 0  # ... and those the draft model evaluated (its own cached prefix is shorter)
     rounds_trace: list[dict] | None = None  # one record per round, kept only when tracing (--trace)
-    sources: dict[str, SourceCounts] = field(default_factory=lambda: {s: SourceCounts() for s in SOURCES})
+    # per draft source, by its name (decode/sources: the draft model, the target's MTP head, the
+    # lookup, the grammar's forced tokens); a source that drafted nothing reads as zeros
+    sources: dict[str, SourceCounts] = field(default_factory=lambda: defaultdict(SourceCounts))
 
     def trace_round(self, **record: float) -> None:
         if self.rounds_trace is not None:
@@ -59,26 +58,13 @@ class Counters:
                 self.accepted_by_pos[step.draft_pos] -= 1
                 self.sources[step.source].accepted -= 1
 
-    def record_round(
-        self,
-        k: int,
-        n_drafted: int,
-        n_accepted: int,
-        n_lookup: int = 0,
-        *,
-        sources: Sequence[str] | None = None,
-        model_source: str = "draft",
-    ) -> None:
-        """One round; `sources` names who drafted each position ("grammar", "lookup", "draft", "mtp"; by
-        default the first n_lookup came from the lookup, the rest from the draft context:
-        `model_source`, a draft model or the target's MTP head)."""
+    def record_round(self, k: int, n_drafted: int, n_accepted: int, *, sources: Sequence[str]) -> None:
+        """One round; `sources` names who drafted each position (a draft source's name)."""
         self.k_history.append(k)
         if n_drafted == 0:
             self.plain_steps += 1
             return
-        if sources is None:
-            sources = ["lookup"] * n_lookup + [model_source] * (n_drafted - n_lookup)
-        for name in set(sources):
+        for name in dict.fromkeys(sources):  # in the order they drafted (a stable order for the stats)
             self.sources[name].rounds += 1
         for i, name in enumerate(sources):
             self.sources[name].drafted += 1

@@ -15,10 +15,18 @@ cannot drop a whole decode - the first token stays, and each try runs one positi
 from __future__ import annotations
 
 import time
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+from localspec.evaluator import Rollback
+
+if TYPE_CHECKING:
+    from localspec.llama.recurrent import RollbackStats
 
 
 class Evaluator(Protocol):  # what timing needs of a context (llama.Context; the fake backend)
+    rollback: Rollback
+    max_draft: int | None
+
     def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1, seq: int = 0) -> object: ...
 
     def truncate(self, pos: int, seq: int = 0) -> None: ...
@@ -36,7 +44,7 @@ def floor_time(ctx: Evaluator, tokens: Sequence[int], pos: int, tries: int) -> f
     `tries` positions later, see above)."""
     best = float("inf")
     # rs reaches back n_rs_seq tokens of the last decode, never all of them: keep the rest
-    n_rs = getattr(ctx, "max_draft", None) if getattr(ctx, "rollback", "truncate") == "rs" else None
+    n_rs = ctx.max_draft if ctx.rollback == "rs" else None
     for _ in range(tries):
         t0 = time.perf_counter()
         ctx.eval(list(tokens), pos, len(tokens))
@@ -107,7 +115,11 @@ def catch_up_time(draft: Evaluator, prefix: Sequence[int], tries: int = 2) -> fl
     return best / len(prefix)
 
 
-def rollback_cost(ctx, prefix: Sequence[int], k: int = 4, tries: int = 5) -> dict:  # noqa: ANN001
+class Rollable(Evaluator, Protocol):  # a context whose rollback keeps statistics (llama.Context)
+    rollback_stats: "RollbackStats"
+
+
+def rollback_cost(ctx: Rollable, prefix: Sequence[int], k: int = 4, tries: int = 5) -> dict:
     """What rolling back a verify of k drafts costs on this context (half of them kept), per round:
     the rollback itself, and the replay a restored snapshot needs (recurrent memories only). The
     cache is left empty."""
@@ -127,14 +139,14 @@ def rollback_cost(ctx, prefix: Sequence[int], k: int = 4, tries: int = 5) -> dic
         rollback.append(t1 - t0)
         replay.append(time.perf_counter() - t1)
         pos = keep
-    stats = getattr(ctx, "rollback_stats", None)
+    stats = ctx.rollback_stats
     ctx.truncate(0)
     out = {
-        "rollback": getattr(ctx, "rollback", "truncate"),
+        "rollback": ctx.rollback,
         "rollback_ms": min(rollback) * 1e3,
         "replay_ms": min(replay) * 1e3,
     }
-    if stats is not None and stats.snapshots:
+    if stats.snapshots:
         out |= {
             "state_bytes": stats.snapshot_bytes,
             "snapshot_ms": stats.snapshot_s / stats.snapshots * 1e3,

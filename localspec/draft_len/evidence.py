@@ -9,6 +9,10 @@ from typing import Sequence
 
 import numpy as np
 
+# the evidence keys a draft source feeds (decode/sources declares each source's): acceptance by draft
+# position (a draft model, an MTP head), or by match length (the lookup); drafts kept for certain
+# (the grammar's forced tokens) feed none
+MODEL, LOOKUP = "model", "lookup"
 # lookup matches are judged by their length: 2, 3, 4-7, 8-15 and 16+ matched tokens
 LOOKUP_BUCKETS = (2, 3, 4, 8, 16)
 # a match's next token is kept this often, per bucket, over the bench prompts of every kind
@@ -89,7 +93,7 @@ class Evidence:
             _learn(self.acc, self.tried, n_drafted - n_lookup, n_accepted - n_lookup, self.decay)
 
     def learn_lookup(self, bucket: int, n_checked: int, n_kept: int) -> None:
-        """A lookup proposal judged without being verified (see AutoK.observe_unused_offer)."""
+        """A lookup proposal judged without being verified (Outcome.offer_checked, in AutoK.observe)."""
         _learn(self.lk_acc[bucket], self.lk_tried[bucket], n_checked, n_kept, self.decay)
 
 

@@ -51,7 +51,7 @@ class TunerPool:
         process on this pair, build and device, measured now (a second or two on a CPU,
         milliseconds on a GPU), or none (a fixed K, or nothing to draft with)."""
         s = settings
-        replay = getattr(target_ctx, "rollback", "truncate") == "snapshot"  # its rejections cost a replay
+        replay = target_ctx.rollback == "snapshot"  # its rejections cost a replay
         pool = lambda known, mem: cls(  # noqa: E731
             n_batch=target_ctx.n_batch,
             has_draft=draft_ctx is not None,
@@ -140,17 +140,17 @@ class TunerPool:
 
 def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
     cap = min(target_ctx.n_batch, target_ctx.n_ctx // 2)
-    max_draft = getattr(target_ctx, "max_draft", None)  # an rs target: no more drafts than it rolls back
+    max_draft = target_ctx.max_draft  # an rs target: no more drafts than it rolls back
     max_batch = min(AUTO_K_MAX + 1, cap, max_draft + 1 if max_draft is not None else cap)
     # a full round of slots: every sequence plain, and every one drafting one token
     also = [n for n in (s.parallel, 2 * s.parallel) if s.parallel > 1 and n <= cap]
     # the prefix and the largest verify batch must fit one slot, however small --n-ctx is
     prefix = target_ctx.model.tokenize(CALIBRATION_TEXT, add_special=True)
-    creep = 64 if getattr(target_ctx, "rollback", "") == "rs" else 0  # rs timings run a position on each
+    creep = 64 if target_ctx.rollback == "rs" else 0  # rs timings run a position on each
     prefix = prefix[: target_ctx.n_ctx - max([max_batch, *also]) - creep]
     verify, draft_s = calibrate.measure(target_ctx, draft_ctx, prefix, max_batch=max_batch, also=also)
     # the target's MTP head follows the target's cache: it never catches up
-    own_cache = draft_s is not None and getattr(draft_ctx, "source", "draft") == "draft"
+    own_cache = draft_s is not None and draft_ctx.source == "draft"
     catch_s = calibrate.catch_up_time(draft_ctx, prefix) if own_cache else None
     return TunerRecord(verify, draft_s, catch_s=catch_s)
 

@@ -277,7 +277,7 @@ class Engine:
         """A request's fixed K no larger than the engine's own (auto's most, or its fixed K): a
         request asks, the person who started the engine decides (drafts change speed, not text)."""
         ceiling = max(AUTO_K_MAX, self.settings.draft_k or 0)
-        return s.replace(draft_max=str(ceiling)) if s.draft_k is not None and s.draft_k > ceiling else s
+        return s.replace(draft_max=ceiling) if s.draft_k is not None and s.draft_k > ceiling else s
 
     def stream(
         self, prompt: str | Sequence[int] | list[dict], *, chat: bool = False, **overrides: Any

@@ -106,8 +106,8 @@ def enforce(plan: PairPlan, devices: Sequence[Any], settings: Any) -> Decision:
     them (and the local GPUs) while the draft stays local, where its many small steps pay no network
     round trips."""
     wanted = set(settings.rpc_endpoints)
-    local = [d for d in devices if not getattr(d, "remote", False)]
-    remote = [d for d in devices if getattr(d, "remote", False) and d.description in wanted]
+    local = [d for d in devices if not d.remote]
+    remote = [d for d in devices if d.remote and d.description in wanted]
     if remote:
         return _enforce_rpc(plan, local, remote, settings)
     decision = _enforce_local(plan, local, settings)

@@ -1,4 +1,4 @@
-"""One request inside the engine (a scheduler `Job`) and the `Handle` its caller holds."""
+"""One request inside the engine (the scheduler's `Schedulable`) and the `Handle` its caller holds."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from localspec.decode.stats import Counters, Stats
 from localspec.decode.text_stream import TextStream
 from localspec.draft_len.pool import TunerPool
 from localspec.engine.loader import LoadedPair
-from localspec.engine.scheduler import Job
+from localspec.engine.scheduler import Schedulable
 from localspec.engine.types import Chunk, Response
 from localspec.errors import GenerationFailed
 
 
-class Request(Job):
+class Request(Schedulable):
     """A submitted request: builds its sequence state, turns its steps into chunks on a queue."""
 
     def __init__(

@@ -1,7 +1,7 @@
 """Continuous batching: which sequences run in the next round. No logits in here.
 
-Requests (`Job`s) wait for a free slot (a backend sequence id in both models' contexts). A new job
-lands on the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
+Requests (`Schedulable` jobs) wait for a free slot (a backend sequence id in both models' contexts). A
+new job lands on the free slot whose cached tokens share the longest prefix with its prompt (a chat's next
 turn finds its history); where another slot, free or running, holds a longer prefix, that prefix is
 copied into the new slot instead of evaluated again (a KV cache only: sharing.py). The rest of its
 prompt is prefilled in chunks that ride in the rounds' verify decodes (a
@@ -19,9 +19,11 @@ from collections import deque
 from typing import Sequence
 
 from localspec.decode.round import decode_round
-from localspec.decode.state import Evaluator, SeqState
+from localspec.decode.sources import sources_for
+from localspec.decode.state import SeqState
 from localspec.engine.sharing import Sharing, common_prefix
 from localspec.errors import LocalspecError
+from localspec.evaluator import Evaluator
 
 # a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
 # where it ends): a later prompt sharing a long prefix (a system prompt) reuses at least half of it
@@ -38,8 +40,9 @@ def checkpoint_marks(n_prompt: int, have: int) -> list[int]:
     return marks
 
 
-class Job:
-    """One request as the scheduler sees it; the engine fills in what the steps mean."""
+class Schedulable:
+    """One request as the scheduler sees it (a job; the engine's `Request` is one); the engine fills
+    in what the steps mean."""
 
     prompt: Sequence[int]
 
@@ -74,25 +77,24 @@ class Scheduler:
         prefill_alone: int = 512,
     ) -> None:
         self.target, self.draft = target, draft
+        self.sources = sources_for(draft)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
         # and with no stream running: a whole n_batch decode (what a long prompt is split into anyway),
         # so a cancel or a newcomer is seen between batches, not once a 10k-token prefill is done
         self.prefill_alone = prefill_alone
         self.cached: list[list[int]] = [[] for _ in range(n_slots)]  # what each slot's caches hold
         self.free: list[int] = list(range(n_slots))
-        self.waiting: deque[Job] = deque()
-        self.running: list[tuple[Job, SeqState, bool]] = []  # (job, state, still prefilling)
+        self.waiting: deque[Schedulable] = deque()
+        self.running: list[tuple[Schedulable, SeqState, bool]] = []  # (job, state, still prefilling)
         self.marks: dict[int, list[int]] = {}  # slot -> checkpoint positions its prefill stops at
-        self._recurrent = getattr(target, "rollback", "truncate") != "truncate" and hasattr(
-            target, "checkpoint"
-        )
+        self._recurrent = target.checkpoints  # a recurrent target: prompt checkpoints
         self.sharing = Sharing(target, draft)
 
     @property
     def busy(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def add(self, job: Job) -> None:
+    def add(self, job: Schedulable) -> None:
         self.waiting.append(job)
 
     def clear(self) -> None:
@@ -162,7 +164,7 @@ class Scheduler:
             self.waiting.remove(job)
             self._admit(job)
 
-    def _admit(self, job: Job) -> None:
+    def _admit(self, job: Schedulable) -> None:
         src, n_src = self.sharing.source(self._held(), job.prompt)
         own = max(common_prefix(self.cached[s], job.prompt) for s in self.free)
         if n_src > own:  # the prefix comes from elsewhere: take the slot whose own cache loses least
@@ -209,7 +211,7 @@ class Scheduler:
                 ctx.truncate(0, slot)
         self.cached[slot] = list(prompt[:n])
 
-    def _round(self, runs: list[tuple[Job, SeqState]]) -> None:
+    def _round(self, runs: list[tuple[Schedulable, SeqState]]) -> None:
         """One decode_round over `runs` (each either decoding or still prefilling)."""
         filling = {st for _, st, pre in self.running if pre}
         decoding = [st for _, st in runs if st not in filling]
@@ -220,18 +222,18 @@ class Scheduler:
             past = self.target.past(st.seq)
             gap = next((m - past for m in self.marks.get(st.seq, ()) if m > past), None)
             budget = gap if gap is not None and gap < budget else budget
-        done = decode_round(self.target, self.draft, decoding, states, budget)
+        done = decode_round(self.target, self.draft, decoding, states, budget, self.sources)
         for st in states:
             if self.target.past(st.seq) in self.marks.get(st.seq, ()):
-                self.target.checkpoint(st.seq)  # type: ignore[attr-defined] - a recurrent llama.Context
+                self.target.checkpoint(st.seq)
         filled = {st for st, d in zip(states, done) if d}
         for st in filled:  # a recurrent memory keeps the prompt's state for the next request; a
             for ctx in self._contexts():  # draft still catching up, once it gets there
-                if hasattr(ctx, "checkpoint"):  # (fake backends have none)
+                if ctx.checkpoints:
                     ctx.checkpoint(st.seq, at=len(st.tokens) - 1)
         self.running = [(j, st, pre and st not in filled) for j, st, pre in self.running]
 
-    def _isolate(self, runs: list[tuple[Job, SeqState]], error: Exception) -> None:
+    def _isolate(self, runs: list[tuple[Schedulable, SeqState]], error: Exception) -> None:
         """A round raised. llama.cpp refuses a whole batch for one bad row, so: the round again
         without the newcomers (their prompt chunks are what changed), and if that passes, each
         newcomer alone; else every sequence alone. Only a sequence that fails alone is failed."""
@@ -251,7 +253,7 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001
                 self._leave(*run, "error", error=e)
 
-    def _passes(self, runs: list[tuple[Job, SeqState]]) -> bool:
+    def _passes(self, runs: list[tuple[Schedulable, SeqState]]) -> bool:
         try:
             self._round(runs)
             return True
@@ -259,7 +261,7 @@ class Scheduler:
             self._resync(runs)
             return False
 
-    def _resync(self, runs: list[tuple[Job, SeqState]]) -> None:
+    def _resync(self, runs: list[tuple[Schedulable, SeqState]]) -> None:
         """After a failed decode, back to the round's invariant: the target holds tokens[:-1] (a
         prompt being filled holds less, and llama.Context dropped the failed decode's entries), the
         draft a prefix of that."""
@@ -269,7 +271,7 @@ class Scheduler:
                 if ctx.past(st.seq) > upto:
                     ctx.truncate(upto, st.seq)
 
-    def _leave(self, job: Job, st: SeqState, reason: str, error: BaseException | None = None) -> None:
+    def _leave(self, job: Schedulable, st: SeqState, reason: str, error: BaseException | None = None) -> None:
         self.running = [r for r in self.running if r[0] is not job]
         if error is not None:  # what its caches hold is not known to be right: forget it
             self._forget(st.seq)
@@ -281,7 +283,7 @@ class Scheduler:
         else:
             self._end(job, st, reason)
 
-    def _end(self, job: Job, st: SeqState | None, reason: str) -> None:
+    def _end(self, job: Schedulable, st: SeqState | None, reason: str) -> None:
         try:
             job.end(st, reason)
         except Exception as e:  # noqa: BLE001 - its response could not be built: it fails alone

@@ -5,8 +5,9 @@ with a running one starts from that one's cache.
 A copy is `copy_prefix(src, dst, n)` on a context: in llama.cpp's unified KV cache the cells gain
 dst's sequence id (no data moves), and a later truncate of either sequence takes only its own id off
 them, so each slot rolls back and reuses on its own. Only memories cut at any position share: a
-recurrent or hybrid memory (llama/recurrent.py) holds one state per sequence, and a draft without
-`copy_prefix` (the MTP head, whose cache mirrors the target's decodes) keeps today's per-slot reuse.
+recurrent or hybrid memory (llama/recurrent.py) holds one state per sequence, and a draft that
+declares no `prefix_copy` (the MTP head, whose cache mirrors the target's decodes) keeps today's
+per-slot reuse.
 
 What each slot's target holds: a free slot its `cached` prefix, a running one `tokens[:past]`; its
 draft holds a prefix of that (`draft.past`), caught up lazily at its first drafting round - which is
@@ -17,7 +18,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from localspec.decode.state import Evaluator, SeqState
+from localspec.decode.state import SeqState
+from localspec.evaluator import Evaluator
 
 CATCH_UP_RIDES = 2  # a draft this close behind catches up in its first draft step (round.py)
 Held = dict[int, Sequence[int]]  # slot -> the tokens its target cache holds
@@ -41,11 +43,9 @@ class Sharing:
     def __init__(self, target: Evaluator, draft: Evaluator | None) -> None:
         self.target, self.draft = target, draft
         ctxs = [c for c in (target, draft) if c is not None]
-        # a KV cache only (rollback "truncate"): a recurrent or hybrid memory's state is one per
-        # sequence and cannot be shared part-way, so those keep reusing their own slot's prefix
-        self.on = all(
-            getattr(c, "rollback", "truncate") == "truncate" and hasattr(c, "copy_prefix") for c in ctxs
-        )
+        # a KV cache only: a recurrent or hybrid memory's state is one per sequence and cannot be
+        # shared part-way, so those keep reusing their own slot's prefix
+        self.on = all(c.prefix_copy for c in ctxs)
 
     def source(self, held: Held, prompt: Sequence[int]) -> tuple[int | None, int]:
         """The slot whose target holds the longest prefix of `prompt`, and its length."""

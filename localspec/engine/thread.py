@@ -9,7 +9,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable
 
-from localspec.engine.scheduler import Job, Scheduler
+from localspec.engine.scheduler import Schedulable, Scheduler
 from localspec.errors import LocalspecError
 
 GATHER_S = 0.02  # against prompt passes of 0.1-10 s; a lone request's first token waits this much more
@@ -39,11 +39,11 @@ def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:
         items = [inbox.get()] if not sched.busy else []
         # Requests sent together reach this thread a few ms apart; waiting that long for company lets
         # their prompts share one pass over the weights instead of the first one's taking seconds alone.
-        gather_until = time.monotonic() + GATHER_S if items and isinstance(items[0], Job) else 0.0
+        gather_until = time.monotonic() + GATHER_S if items and isinstance(items[0], Schedulable) else 0.0
         while True:
             try:
                 wait = gather_until - time.monotonic()
-                if wait > 0 and len(sched.free) > 1 + sum(isinstance(i, Job) for i in items):
+                if wait > 0 and len(sched.free) > 1 + sum(isinstance(i, Schedulable) for i in items):
                     items.append(inbox.get(timeout=wait))
                 else:
                     items.append(inbox.get_nowait())
@@ -52,7 +52,7 @@ def _serve(sched: Scheduler, inbox: queue.SimpleQueue) -> None:
         for item in items:
             if item is None:
                 stop = True
-            elif isinstance(item, Job):
+            elif isinstance(item, Schedulable):
                 sched.add(item)
             else:
                 item()  # a command (clear_cache)

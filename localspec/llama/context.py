@@ -16,6 +16,7 @@ import llama_cpp as C
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.evaluator import Item
 from localspec.llama import image_rows, recurrent
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
@@ -75,6 +76,11 @@ class Context(Owner):
     `eval_views()` (several sequences in one decode) return logits rows as numpy *views* into
     llama.cpp's buffer, valid until the next decode of this context; `eval_batch()` returns copies.
     """
+
+    _ptr = None  # until llama.cpp made the context (close() may run on a half-made one)
+    _chains: Sequence = ()
+    _retired: Sequence = ()
+    source = "draft"  # as a draft context: a draft model's (the Evaluator protocol's fields)
 
     def __init__(
         self,
@@ -152,7 +158,9 @@ class Context(Owner):
         self.memory_kind = recurrent.memory_kind(model.ptr)
         self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq)
         self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
-        self.max_draft = getattr(self._rollback, "n_rs", None) if self.rollback == "rs" else None
+        self.max_draft = self._rollback.n_rs if self.rollback == recurrent.RS else None
+        self.prefix_copy = self.rollback == recurrent.TRUNCATE  # a recurrent state is one per sequence
+        self.checkpoints = self.rollback != recurrent.TRUNCATE  # a KV cache keeps every prefix anyway
         self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
         self._top_on = [self.top_k > 0] * n_seq  # whose rows come back as their top_k largest
         self._retired: list = []  # chains detached since the last decode
@@ -163,17 +171,17 @@ class Context(Owner):
         self._embd: _Batch | None = None  # made at the first image
 
     def close(self) -> None:
-        if getattr(self, "_ptr", None):
+        if self._ptr:
             C.llama_free(self._ptr)
             self._ptr = None
-        for chain in [*getattr(self, "_chains", ()), *getattr(self, "_retired", ())]:  # after the context
+        for chain in [*self._chains, *self._retired]:  # after the context
             if chain is not None:
                 C.llama_sampler_free(chain)
         self._chains, self._retired = [], []
 
     @property
     def ptr(self):  # noqa: ANN201 - a ctypes pointer
-        if not getattr(self, "_ptr", None):
+        if not self._ptr:
             raise LocalspecError("this context is closed")
         return self._ptr
 
@@ -196,7 +204,7 @@ class Context(Owner):
         chunks; only the final chunk asks for logits."""
         self._check(seq, tokens, pos, n_logits)
         self.use_top_logits(seq, False)
-        return self._decode([(seq, tokens, pos, n_logits)], copy=False)[0]
+        return self._decode([Item(seq, tokens, pos, n_logits)], copy=False)[0]
 
     def use_top_logits(self, seq: int, on: bool) -> bool:
         """Whether `eval_views` gives seq's rows as their `top_k` largest logits (`TopLogits`, made
@@ -217,7 +225,7 @@ class Context(Owner):
         self._top_on[seq] = on
         return on
 
-    def eval_batch(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
+    def eval_batch(self, items: Sequence[Item]) -> list[np.ndarray]:
         """Several sequences at once: items are (seq, tokens, pos, n_logits); returns one
         (n_logits, n_vocab) array per item (copies). Everything goes into as few decodes as n_batch
         allows - one, whenever the tokens fit. Whole rows always."""
@@ -225,7 +233,7 @@ class Context(Owner):
             self.use_top_logits(seq, False)
         return self._decode(items, copy=True)
 
-    def eval_views(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
+    def eval_views(self, items: Sequence[Item]) -> list[np.ndarray]:
         """`eval_batch` without the copy: the rows are views into llama.cpp's buffer, valid until the
         next decode of this context (copies only where the call itself needed several decodes).
         The round uses it: it is done with a decode's rows before it asks for the next one. A

@@ -47,6 +47,8 @@ def pooling_of(model: Model) -> str:
 class Embedder(Owner):
     """Pooled embeddings of token sequences, one decode per call. Owns its context."""
 
+    _ptr = None  # until llama.cpp made the context (close() may run on a half-made one)
+
     def __init__(
         self,
         model: Model,
@@ -83,7 +85,7 @@ class Embedder(Owner):
         self.init_log = log_since(mark)
 
     def close(self) -> None:
-        if getattr(self, "_ptr", None):
+        if self._ptr:
             C.llama_free(self._ptr)
             self._ptr = None
 
@@ -95,7 +97,7 @@ class Embedder(Owner):
             raise LocalspecError(
                 f"an embeddings pass takes 1-{EMBED_SEQS} non-empty inputs of {self.n_ctx} tokens in all (got {lens})"
             )
-        if not getattr(self, "_ptr", None):
+        if not self._ptr:
             raise LocalspecError("the embeddings context is closed")
         tok = np.fromiter((t for x in inputs for t in x), np.int32, sum(lens))
         pos = np.concatenate([np.arange(n, dtype=np.int32) for n in lens])

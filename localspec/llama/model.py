@@ -35,6 +35,8 @@ class VocabFacts:
 class Model(Owner):
     """A loaded GGUF model (weights and vocabulary). Owns the `llama_model *`."""
 
+    _ptr = None  # until llama.cpp loaded it (close() may run on a half-made model)
+
     def __init__(
         self,
         path: str | os.PathLike,
@@ -77,7 +79,7 @@ class Model(Owner):
 
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
-        if getattr(self, "_ptr", None):
+        if self._ptr:
             C.llama_model_free(self._ptr)
             self._ptr = None
 
@@ -177,7 +179,7 @@ class Model(Owner):
         return buf.raw[:n]
 
     def _live_vocab(self):  # noqa: ANN202 - a ctypes pointer
-        if not getattr(self, "_ptr", None):
+        if not self._ptr:
             raise LocalspecError("model already closed")
         return self._vocab
 

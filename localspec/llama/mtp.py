@@ -24,6 +24,7 @@ import llama_cpp as C
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.evaluator import Item
 from localspec.llama.context import set_rope
 
 TESTED = ("0.3.36",)  # llama-cpp-python versions whose libllama exports these symbols as bound here
@@ -86,9 +87,16 @@ class MtpDrafter:
     Its cache mirrors the target's: every target decode is fed to it (hence `past` follows the
     target without a catch-up), and the round truncates it as it does a draft model's."""
 
-    source = "mtp"  # what the stats call its drafts
-    rollback = "truncate"  # the MTP block is attention only: a plain KV cache
+    # the Evaluator protocol's fields: what the stats call its drafts; the MTP block is attention
+    # only, a plain KV cache, but fed by the target's decodes: no prefix copy or checkpoint of its own
+    source = "mtp"
+    rollback = "truncate"
     memory_kind = "attention"
+    max_draft = None
+    top_k = 0  # whole rows
+    prefix_copy = False
+    checkpoints = False
+    _ptr = None  # until llama.cpp made the context
 
     def __init__(self, target, *, n_threads: int | None = None) -> None:  # noqa: ANN001 - a llama.Context
         model = target.model
@@ -96,7 +104,7 @@ class MtpDrafter:
             raise LocalspecError(
                 f"{model.path.name} has no MTP layers (nextn_predict_layers): --draft mtp needs them"
             )
-        if not getattr(model, "load_mtp", False):
+        if not model.load_mtp:
             raise LocalspecError(
                 "the target was loaded without its MTP layers (load_mtp): reload it for --draft mtp"
             )
@@ -135,8 +143,8 @@ class MtpDrafter:
 
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
-        if getattr(self, "_ptr", None):
-            if getattr(self.target, "on_decode", None) == self._feed:
+        if self._ptr:
+            if self.target.on_decode == self._feed:
                 self.target.on_decode = None
             C.llama_batch_ext_free(self._batch)
             C.llama_free(self._ptr)
@@ -171,9 +179,15 @@ class MtpDrafter:
         self._own = [None] * self.n_seq
 
     def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1, seq: int = 0) -> np.ndarray:
-        return self.eval_batch([(seq, tokens, pos, n_logits)])[0]
+        return self.eval_batch([Item(seq, tokens, pos, n_logits)])[0]
 
-    def eval_batch(self, items: Sequence[tuple[int, Sequence[int], int, int]]) -> list[np.ndarray]:
+    def use_top_logits(self, seq: int, on: bool) -> bool:
+        return False  # the head gives whole rows
+
+    def eval_views(self, items: Sequence[Item]) -> list[np.ndarray]:
+        return self.eval_batch(items)  # its rows are copies already
+
+    def eval_batch(self, items: Sequence[Item]) -> list[np.ndarray]:
         """Draft steps: (seq, tokens, pos, 1) -> the head's logits for each item's last token. The
         first token of an item pairs with the head's own row when the item continues its last step,
         else with the target's row of the position before; later tokens of a multi-token item (a

@@ -68,6 +68,7 @@ class KvTruncate:
     """A KV cache (any attention memory): `seq_rm` forgets any suffix."""
 
     kind = TRUNCATE
+    n_rs = 0  # no n_rs_seq snapshots: seq_rm cuts anywhere
 
     def __init__(self, mem) -> None:  # noqa: ANN001 - a llama_memory_t
         self._mem = mem

@@ -67,6 +67,8 @@ class Projector(Owner):
     _ctx = None
 
     def __init__(self, path: str | Path, model: Model, *, n_threads: int | None = None, use_gpu: bool = True):
+        self._lock = threading.RLock()  # first: close() may run on a half-made projector
+        self._chunks: weakref.WeakValueDictionary[int, _Chunk] = weakref.WeakValueDictionary()
         self.path = Path(path)
         self.facts = projector_facts(self.path)
         M = _mtmd()
@@ -95,14 +97,12 @@ class Projector(Owner):
         self.non_causal = bool(M.mtmd_decode_use_non_causal(ctx, None))  # Gemma 3: images see both ways
         self.n_embd = int(C.llama_model_n_embd_inp(model.ptr))
         self._marker = M.mtmd_default_marker()
-        self._lock = threading.RLock()
         self._index: dict[tuple[str, int], int] = {}  # (image hash, chunk ordinal) -> index
-        self._chunks: weakref.WeakValueDictionary[int, _Chunk] = weakref.WeakValueDictionary()
         self._recent: collections.OrderedDict[str, tuple] = collections.OrderedDict()  # hash -> pieces
 
     def close(self) -> None:
-        with getattr(self, "_lock", threading.Lock()):
-            for chunk in list(getattr(self, "_chunks", {}).values()):
+        with self._lock:
+            for chunk in list(self._chunks.values()):
                 chunk.close()
             if self._ctx:
                 _mtmd().mtmd_free(self._ctx)

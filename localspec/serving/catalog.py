@@ -108,7 +108,7 @@ def measure(entry: Entry, make: MakeSettings) -> Facts:
         name=entry.name, created=int(entry.path.stat().st_mtime), n_ctx=s.n_ctx,
         n_ctx_train=int(h.get("{arch}.context_length", 0) or 0), n_vocab=spec.n_vocab,
         n_params=spec.n_params, size=spec.file_weights_bytes, target=Path(s.target).name,
-        draft=None if s.draft is None else ("mtp" if s.draft_mtp else Path(s.draft).name),
+        draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
         parallel=s.parallel, chat_template=tpl if isinstance(tpl := h.get("tokenizer.chat_template"), str) else None,
     )  # fmt: skip
     files = sum(m.spec.file_weights_bytes for m in plan.models)

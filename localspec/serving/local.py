@@ -229,7 +229,7 @@ def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
         name=name, created=int(time.time()), n_ctx=engine.target_ctx.n_ctx,
         n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
         size=target.size_bytes, target=Path(s.target).name if s.target else "",
-        draft=None if s.draft is None else ("mtp" if s.draft_mtp else Path(s.draft).name),
+        draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
         parallel=parallel, chat_template=target.chat_template(), n_embd=target.n_embd,
         arch=target.meta("general.architecture") or "", quantization=_file_type(target.meta("general.file_type")),
     )  # fmt: skip

@@ -18,7 +18,8 @@ import pytest
 from localspec import llama
 from localspec.config.settings import Settings
 from localspec.convert.gguf_stream import copy_metadata, write_gguf
-from localspec.convert.synthetic import (
+from localspec.engine import Engine
+from tools.synthetic.pair import (
     CPU,
     Recipe,
     Shape,
@@ -28,7 +29,6 @@ from localspec.convert.synthetic import (
     target_shape,
     write_vocab_only,
 )
-from localspec.engine import Engine
 
 from ..helpers import MARGIN, teacher_forced_gaps
 

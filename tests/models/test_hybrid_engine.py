@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from localspec.config.settings import Settings
-from localspec.convert.synthetic_arch import write_mamba, write_qwen35
 from localspec.engine import Engine
+from tools.synthetic.arch import write_mamba, write_qwen35
 
 from ..helpers import MARGIN, teacher_forced_gaps
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from localspec.config.settings import Settings
-from localspec.convert.synthetic_arch import write_qwen35
 from localspec.decode.sampling import SamplingParams, process
 from localspec.engine import Engine
 from localspec.gguf import memory_plan
 from localspec.llama import Context
+from tools.synthetic.arch import write_qwen35
 
 from ..helpers import CHI2_999, chi2
 

@@ -45,7 +45,7 @@ def test_sampled_requests_keep_their_lookup_evidence_apart_from_greedy_ones(smol
         assert r.stats.sources["lookup"]["drafted"] > 0
         sampled = next(t for t in eng.tuners.by_kind.values() if t is not greedy)
         assert sampled.evidence.lk_tried.sum() > 0 and (greedy.evidence.lk_tried == before).all()
-        assert greedy.prior_lookup == LOOKUP_PRIORS and sampled.prior_lookup == LOOKUP_PRIORS_SAMPLED
+        assert greedy.cfg.prior_lookup == LOOKUP_PRIORS and sampled.cfg.prior_lookup == LOOKUP_PRIORS_SAMPLED
         assert sampled.costs is greedy.costs  # the machine's costs are one
 
 

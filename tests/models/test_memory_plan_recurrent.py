@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 
 from localspec.config.settings import Settings
-from localspec.convert.synthetic_arch import Qwen35Shape, write_mamba, write_qwen35
 from localspec.engine.loader import load_pair
 from localspec.engine.placement import parse_log
 from localspec.gguf.memory_plan import CHECKPOINTS_PER_SLOT, MiB, Runtime, plan_model, read_spec
 from localspec.llama import Context, Model
+from tools.synthetic.arch import Qwen35Shape, write_mamba, write_qwen35
 
 LOG_ROUNDING = 0.006 * MiB  # llama.cpp logs MiB with two decimals
 

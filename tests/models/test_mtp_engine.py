@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from localspec.config.settings import Settings
-from localspec.convert.synthetic_arch import Qwen35Shape, write_qwen35
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
+from tools.synthetic.arch import Qwen35Shape, write_qwen35
 
 from ..helpers import MARGIN, teacher_forced_gaps
 

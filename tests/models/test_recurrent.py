@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localspec.convert.synthetic_arch import Qwen35Shape, write_mamba, write_qwen35
 from localspec.llama import Context, Model
 from localspec.llama.mtp import MtpDrafter, n_layer_nextn
+from tools.synthetic.arch import Qwen35Shape, write_mamba, write_qwen35
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import json
 
 from localspec.config.settings import Settings
 from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import Facts
 
 
 def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypatch):
@@ -25,7 +26,7 @@ def test_engine_calibrates_once_then_remembers(smollm2_path, tmp_path, monkeypat
         predicted = predicted.fork()
         r = eng.generate("The capital of France is")
         # no probe rounds: the first round runs at the K the measured costs predict (0: plain)
-        assert r.stats.k_history[0] == predicted.choose()
+        assert r.stats.k_history[0] == predicted.plan(Facts()).k
         assert r.stats.started_plain == (r.stats.k_history[0] == 0)
     files = list((tmp_path / "localspec" / "tuner").glob("*.json"))
     assert len(files) == 1

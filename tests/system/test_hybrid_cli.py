@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from localspec.convert.synthetic_arch import Qwen35Shape, write_mamba, write_qwen35
+from tools.synthetic.arch import Qwen35Shape, write_mamba, write_qwen35
 
 from ..helpers import localspec
 

@@ -13,14 +13,20 @@ from localspec.decode.sampling import SamplingParams, process
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
-from localspec.draft_len.batch import choose_batch
+from localspec.draft_len.batch import plan_batch
+from localspec.draft_len.controller import Facts, Outcome
 from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Scheduler
 
 from ..fake_backend import FakeContext, markov_tables
-from ..helpers import FakeJob, drain, prefill, speculative_steps
+from ..helpers import FakeJob, drafted, drain, prefill, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
+
+
+def batch_ks(ctls):
+    """Each sequence's K for a round that brings nothing but the sequences (no forced run, no lookup)."""
+    return [p.k for p in plan_batch(ctls, [Facts()] * len(ctls))]
 
 
 def serial(t, d, prompt, k=3, n=20, sp=GREEDY, seed=0, eog=frozenset(), n_ctx=512, mode="pq"):
@@ -273,8 +279,8 @@ def test_a_chunk_rides_in_the_verify_decode_and_a_catch_up_is_not_a_drafting_cos
     seen = []  # what the running sequence's controller is told about each round
 
     class Recording(FixedK):
-        def observe(self, **r):
-            seen.append(r)
+        def observe(self, outcome):
+            seen.append(outcome._asdict())
 
     prompt = [int(x) for x in np.random.default_rng(2).integers(0, 16, 40)]
     a = SeqState.start(0, [1], GREEDY, SpecConfig(), np.random.default_rng(0), Counters(), Recording(2))
@@ -357,20 +363,11 @@ def _tuned(verify, t_draft=0.01, accept_p=0.8, rounds=120):
     ctl = AutoK()
     rng = np.random.default_rng(0)
     for _ in range(rounds):
-        k = ctl.choose()
+        k = ctl.plan(Facts()).k
         acc = 0
         while acc < k and rng.random() < accept_p:
             acc += 1
-        v = verify(k + 1)
-        ctl.observe(
-            k=k,
-            n_drafted=k,
-            n_accepted=acc,
-            n_emitted=acc + 1,
-            draft_s=k * t_draft,
-            verify_s=v,
-            round_s=k * t_draft + v,
-        )
+        ctl.observe(drafted(k, acc, t_draft, verify(k + 1)))
     return ctl
 
 
@@ -380,7 +377,7 @@ def test_batch_drafts_less_when_the_verify_cost_grows_with_the_batch():
     forks = [cpu.fork() for _ in range(4)]
     for f in forks:
         f.costs.probe.clear()
-    ks = choose_batch(forks)
+    ks = batch_ks(forks)
     assert sum(ks) < 4 * solo and max(ks) <= solo, (ks, solo)
 
 
@@ -388,7 +385,7 @@ def test_batch_keeps_drafting_when_verify_is_flat():
     gpu = _tuned(lambda n: 0.020 + 0.0002 * n, t_draft=0.002)
     solo = gpu.best_k()
     forks = [gpu.fork() for _ in range(4)]
-    ks = choose_batch(forks)
+    ks = batch_ks(forks)
     assert solo >= 3 and min(ks) >= 3, (ks, solo)  # (forks trust the acceptance less: a bit shorter)
 
 
@@ -396,7 +393,7 @@ def test_batch_stops_drafting_when_batching_already_uses_the_hardware():
     # verify time proportional to the tokens (a saturated device) and a mediocre draft: drafts only lose
     sat = _tuned(lambda n: 0.05 * n, t_draft=0.01, accept_p=0.5)
     forks = [sat.fork() for _ in range(4)]
-    assert choose_batch(forks) == [0, 0, 0, 0]
+    assert batch_ks(forks) == [0, 0, 0, 0]
 
 
 def test_forks_share_timings_and_keep_acceptance_apart():
@@ -404,7 +401,16 @@ def test_forks_share_timings_and_keep_acceptance_apart():
     a, b = base.fork(), base.fork()
     assert a.costs is base.costs and b.costs is base.costs
     a.observe(
-        k=4, n_drafted=4, n_accepted=0, n_emitted=1, draft_s=0.04, verify_s=0.3, round_s=0.35, batch_tokens=9
+        Outcome(
+            k=4,
+            n_drafted=4,
+            n_accepted=0,
+            n_emitted=1,
+            draft_s=0.04,
+            verify_s=0.3,
+            round_s=0.35,
+            batch_tokens=9,
+        )
     )
     assert a.accept_probs()[0] < b.accept_probs()[0]
     assert 9 in base.costs.verify  # the batch's verify timing is the machine's
@@ -423,17 +429,26 @@ def test_a_full_round_on_the_epyc_curve_runs_plain_though_one_sequence_alone_dra
     verify = {1: 0.069, 2: 0.089, 3: 0.113, 4: 0.121, 8: 0.26}
     base = AutoK(k_min=1, k_max=16)
     base.prime(verify, 0.02, acc=[7.0, 5.0], tried=[10.0, 7.0])  # ~70% acceptance
-    assert choose_batch([base.fork()]) != [0]  # alone, drafting pays: (1 + 0.7) / 0.109 > 1 / 0.069
-    assert choose_batch([base.fork() for _ in range(4)]) == [0, 0, 0, 0]  # 4 / 0.121 beats 6.8 / 0.3
+    assert batch_ks([base.fork()]) != [0]  # alone, drafting pays: (1 + 0.7) / 0.109 > 1 / 0.069
+    assert batch_ks([base.fork() for _ in range(4)]) == [0, 0, 0, 0]  # 4 / 0.121 beats 6.8 / 0.3
 
 
 def test_a_batch_whose_plain_cost_was_never_timed_runs_plain_once_to_time_it():
     base = AutoK(k_min=1, k_max=16)
     base.prime({1: 0.069, 2: 0.089, 3: 0.113, 24: 0.64}, 0.02, acc=[9.0, 8.0], tried=[10.0, 9.0])
     forks = [base.fork() for _ in range(8)]
-    assert choose_batch(forks) == [0] * 8  # T(8) unknown: measured now, not extrapolated
+    assert batch_ks(forks) == [0] * 8  # T(8) unknown: measured now, not extrapolated
     for f in forks:  # (a machine where 8 tokens cost far more than 24: drafting must win there)
         f.observe(
-            k=0, n_drafted=0, n_accepted=0, n_emitted=1, draft_s=0, verify_s=2.0, round_s=2.0, batch_tokens=8
+            Outcome(
+                k=0,
+                n_drafted=0,
+                n_accepted=0,
+                n_emitted=1,
+                draft_s=0,
+                verify_s=2.0,
+                round_s=2.0,
+                batch_tokens=8,
+            )
         )
-    assert base.costs.verify[8].value == 2.0 and any(choose_batch(forks))  # now the measured costs decide
+    assert base.costs.verify[8].value == 2.0 and any(batch_ks(forks))  # now the measured costs decide

@@ -18,6 +18,7 @@ from localspec.decode.sampling import SamplingParams, process
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import Facts
 from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Scheduler
 from tests.fake_backend import AttentionContext, FakeContext, markov_tables
@@ -149,9 +150,8 @@ def test_a_tuned_k_prices_the_forced_tokens_in_front_of_its_drafts():
     plans = {}
     for nf in range(7):
         ctl = _tuned_on_epyc()
-        ctl.offer_forced(nf)
-        k = ctl.choose()
-        plans[nf] = (k, ctl.forced_take)
+        plan = ctl.plan(Facts(n_forced=nf))
+        plans[nf] = (plan.k, plan.forced_take)
     assert plans[0] == (3, 0)  # alone: a batch of 4
     assert plans[1] == (2, 1) and plans[2] == (1, 2)  # ... with the forced ones in it too
     assert plans[3] == (0, 3) and plans[4] == (0, 3)  # 4 tokens for 189 ms beat 5 for 292 ms

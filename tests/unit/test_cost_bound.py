@@ -12,7 +12,7 @@ import types
 import numpy as np
 import pytest
 
-from localspec.decode import round as round_mod
+from localspec.decode import clock as clock_mod
 from localspec.decode.sampling import Penalties
 from localspec.decode.state import SpecConfig
 from localspec.decode.stats import Counters
@@ -48,7 +48,7 @@ class Timed(FakeContext):
 @pytest.fixture
 def clock(monkeypatch) -> Clock:
     c = Clock()
-    monkeypatch.setattr(round_mod, "time", types.SimpleNamespace(perf_counter=c.perf_counter))
+    monkeypatch.setattr(clock_mod, "time", types.SimpleNamespace(perf_counter=c.perf_counter))
     return c
 
 

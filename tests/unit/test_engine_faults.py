@@ -16,7 +16,7 @@ from localspec.decode.sampling import SamplingParams
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.fixed import FixedK
-from localspec.engine.scheduler import Job, Scheduler
+from localspec.engine.scheduler import Schedulable, Scheduler
 from localspec.engine.thread import _serve
 from localspec.errors import LocalspecError
 
@@ -32,7 +32,7 @@ class Boom(Exception):
     pass
 
 
-class RecJob(Job):
+class RecJob(Schedulable):
     """A job that records how it ended (`reason` or `error`); `raise_in` names a stage that raises."""
 
     def __init__(self, prompt, *, n=20, k=3, raise_in=None, draft_model=True, lookup=False):

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "localspec"
 
 # bottom to top; a module may import its own room and any room below it, never one above or beside it
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "paths", "text_input", "files", "deferred", "data", "top_logits", "images"),
+    ("errors", "paths", "text_input", "files", "deferred", "data", "top_logits", "images", "evaluator"),
     ("config",),
     ("gguf",),
     ("llama",),

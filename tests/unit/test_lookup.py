@@ -15,6 +15,7 @@ from localspec.decode.sampling import Dist, SamplingParams, process
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import Facts, Outcome
 from localspec.draft_len.evidence import lookup_bucket
 from localspec.draft_len.fixed import FixedK
 
@@ -263,14 +264,14 @@ def _primed(has_model: bool = True) -> AutoK:
 
 
 def _round(ctl: AutoK, n_lookup: int, match_len: int, accept_run: int) -> int:
-    ctl.offer(n_lookup, match_len)
-    k = ctl.choose()
-    looked = min(k, n_lookup) if ctl.lookup_first else 0
+    plan = ctl.plan(Facts(n_lookup=n_lookup, match_len=match_len))
+    k = plan.k
+    looked = min(k, n_lookup) if plan.lookup_first else 0
     acc = min(accept_run, looked) if looked else 0
-    ctl.observe(
+    ctl.observe(Outcome(
         k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1, draft_s=0.008 * (k - looked),
-        verify_s=ctl.verify_time(k + 1), round_s=ctl.verify_time(k + 1), n_lookup=looked,
-    )  # fmt: skip
+        verify_s=ctl.verify_time(k + 1), round_s=ctl.verify_time(k + 1), n_lookup=looked, match_len=match_len,
+    ))  # fmt: skip
     return looked
 
 
@@ -292,15 +293,14 @@ def test_tuner_prefers_the_draft_model_when_the_lookup_is_worse():
     ctl = _primed()
     ctl.evidence.acc[:4], ctl.evidence.tried[:4] = 50.0, 50.0  # the draft model: always right
     ctl.evidence.lk_acc[0, :4], ctl.evidence.lk_tried[0, :4] = 0.0, 50.0  # two-token matches: always wrong
-    ctl.offer(6, 2)
-    k = ctl.choose()
-    assert k > 0 and not ctl.lookup_first
+    plan = ctl.plan(Facts(n_lookup=6, match_len=2))
+    assert plan.k > 0 and not plan.lookup_first
     ctl.evidence.lk_acc[4, :8], ctl.evidence.lk_tried[4, :8] = (
         50.0,
         50.0,
     )  # long matches: always right, and free
-    ctl.offer(8, 30)
-    assert ctl.choose() > 0 and ctl.lookup_first
+    plan = ctl.plan(Facts(n_lookup=8, match_len=30))
+    assert plan.k > 0 and plan.lookup_first
 
 
 def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
@@ -308,17 +308,19 @@ def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
     (1 token for a 2-token verify, slower than a plain step) are the lookup's evidence, not its."""
     ctl = _primed()
     ctl.evidence.acc[:4], ctl.evidence.tried[:4] = 40.0, 50.0  # the draft model pays on this curve
-    for _ in range(2 * ctl.window):
-        ctl.offer(1, 3)
-        ctl.choose()
+    for _ in range(2 * ctl.cfg.window):
+        ctl.plan(Facts(n_lookup=1, match_len=3))
         t = ctl.verify_time(2)
         ctl.observe(
-            k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.0, verify_s=t, round_s=t, n_lookup=1
-        )
+            Outcome(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.0, verify_s=t, round_s=t, n_lookup=1,
+                    match_len=3)
+        )  # fmt: skip
     assert ctl.fallbacks == 0 and ctl.plain_left == 0
-    for _ in range(ctl.window):  # the same rounds from the draft model do trigger the fallback
+    for _ in range(ctl.cfg.window):  # the same rounds from the draft model do trigger the fallback
         t = ctl.verify_time(2) + 0.008
-        ctl.observe(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.008, verify_s=t, round_s=t)
+        ctl.observe(
+            Outcome(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.008, verify_s=t, round_s=t)
+        )
     assert ctl.fallbacks == 1
 
 

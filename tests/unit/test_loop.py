@@ -13,6 +13,7 @@ from localspec.decode.state import SpecConfig, Step
 from localspec.decode.stats import Counters
 from localspec.decode.text_stream import TextStream
 from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import Facts, Outcome
 from localspec.draft_len.fixed import FixedK
 
 from ..fake_backend import FakeContext, markov_tables
@@ -339,7 +340,7 @@ def test_auto_k_falls_back_when_speculation_loses_and_reprobes():
     # a useless draft (never accepted) that costs as much as the target
     ctl = feed(AutoK(reprobe_after=10), 0.0, 0.1, lambda n: 0.1 * n, rounds=60)
     assert ctl.fallbacks >= 1
-    ks = [ctl.choose() for _ in range(30)]
+    ks = [ctl.plan(Facts()).k for _ in range(30)]
     assert ks.count(0) >= 25 and any(k > 0 for k in ks)  # mostly plain, with periodic re-probes
 
 
@@ -376,9 +377,9 @@ def test_auto_k_reprobes_less_often_while_speculation_keeps_losing():
     assert ctl.fallbacks >= 1
     ks = []
     for _ in range(1000):
-        ks.append(ctl.choose())
-        ctl.observe(k=ks[-1], n_drafted=ks[-1], n_accepted=0, n_emitted=1, draft_s=0.1 * ks[-1],
-                    verify_s=0.1 * (ks[-1] + 1), round_s=0.1 * (2 * ks[-1] + 1))  # fmt: skip
+        ks.append(ctl.plan(Facts()).k)
+        ctl.observe(Outcome(k=ks[-1], n_drafted=ks[-1], n_accepted=0, n_emitted=1, draft_s=0.1 * ks[-1],
+                            verify_s=0.1 * (ks[-1] + 1), round_s=0.1 * (2 * ks[-1] + 1)))  # fmt: skip
     probes = sum(k > 0 for k in ks)
     assert 1 <= probes <= 8, probes  # every 32nd round would be 31 probes
 
@@ -427,9 +428,7 @@ def test_auto_k_drafts_with_the_model_only_where_what_is_left_repays_its_catch_u
     ctl.prime(dict(_FLAT), 0.002)
     ctl.costs.t_catch.add(0.002)
     ctl = ctl.fork()
-    ctl.offer(0, 0)
-    ctl.offer_lag(128, left)
-    assert (ctl.choose() > 0) == drafts
+    assert (ctl.plan(Facts(behind=128, left=left)).k > 0) == drafts
 
 
 @pytest.mark.parametrize("catch_s,drafts", [(0.05, False), (1e-7, True)])
@@ -454,17 +453,17 @@ def test_a_draft_whose_catch_up_cannot_pay_is_never_evaluated(catch_s, drafts):
 def test_auto_k_carries_its_measurements_to_the_next_request():
     ctl = feed(AutoK(), 0.8, 0.010, lambda n: 0.113 + 0.0237 * (n - 1), rounds=100)
     best, timed = ctl.best_k(), dict(ctl.costs.verify)
-    ctl.fallbacks = 3
+    ctl.fallback.fallbacks = 3
     ctl = ctl.fork()
     assert ctl.fallbacks == 0 and ctl.costs.verify == timed  # per-request counters reset, timings kept
-    ks = [ctl.choose() for _ in range(5)]
+    ks = [ctl.plan(Facts()).k for _ in range(5)]
     assert ks != [1, 1, 2, 3, 4] and all(abs(k - best) <= 1 for k in ks), ks  # no second probe round
     assert ctl.accept_probs()[0] > 0.75  # acceptance evidence kept, at reduced weight
 
 
 def test_fixed_k_never_changes():
     ctl = FixedK(3)
-    assert [ctl.choose() for _ in range(4)] == [3, 3, 3, 3]
+    assert [ctl.plan(Facts()).k for _ in range(4)] == [3, 3, 3, 3]
 
 
 def test_loop_without_draft_is_plain_decoding():

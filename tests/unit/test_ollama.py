@@ -78,7 +78,7 @@ def test_a_chat_body_becomes_the_internal_request(client, fake):
         0.5,
         0.25,
     )
-    assert s.draft_max == "4" and json.loads(s.json_schema) == {"type": "object"}
+    assert s.draft_max == 4 and json.loads(s.json_schema) == {"type": "object"}
 
 
 def test_options_that_mean_the_default(client, fake):

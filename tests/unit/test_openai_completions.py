@@ -36,7 +36,7 @@ def test_a_prompt_becomes_the_internal_request(client, fake):
     )
     req, s = fake.requests[-1], fake.settings[-1]
     assert req.prompt == "Once" and not req.chat and not req.messages
-    assert (s.logprobs, s.top_logprobs, s.draft_max, s.max_tokens) == (True, 2, "3", 4)
+    assert (s.logprobs, s.top_logprobs, s.draft_max, s.max_tokens) == (True, 2, 3, 4)
     assert client.post(URL, json={"prompt": [1, 2, 3]}).status_code == 200
     assert fake.requests[-1].prompt == (1, 2, 3)
 

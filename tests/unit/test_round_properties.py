@@ -20,7 +20,7 @@ from localspec.decode.sampling import SamplingParams
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.fixed import FixedK
-from localspec.engine.scheduler import Job, Scheduler
+from localspec.engine.scheduler import Schedulable, Scheduler
 from localspec.errors import LocalspecError
 
 from ..fake_backend import FakeContext, markov_tables
@@ -72,7 +72,7 @@ requests = st.fixed_dictionaries(
 )
 
 
-class PropJob(Job):
+class PropJob(Schedulable):
     def __init__(self, req: dict, rule: str, aware: bool) -> None:
         self.req, self.rule, self.aware = req, rule, aware
         self.prompt = [1, 14, req["seed"] % 5 + 6]

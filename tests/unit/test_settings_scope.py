@@ -53,7 +53,7 @@ def test_a_pair_file_sets_only_what_a_model_may_recommend(tmp_path):
         assert getattr(s, name) == getattr(defaults, name), name
     for name in ("max_queue", "tuner_cache", "n_threads", "n_gpu_layers", "yes", "json_schema"):
         assert getattr(s, name) == getattr(defaults, name), name
-    assert (s.temperature, s.n_ctx, s.draft_max) == (0.3, 2048, "4")  # in its scope: kept
+    assert (s.temperature, s.n_ctx, s.draft_max) == (0.3, 2048, 4)  # in its scope: kept (typed)
     refused = ["host", "port", "allowed_hosts", "cors_origins", "log", "rpc", "api_key", "max_body",
                "max_queue", "tuner_cache", "n_threads", "n_gpu_layers", "yes", "json_schema", "temprature"]  # fmt: skip
     assert len(said) == len(refused)
@@ -87,7 +87,7 @@ def test_a_request_cannot_set_the_servers_own_settings(name):
 
 def test_a_request_sets_what_shapes_its_answer():
     s = Settings().override(cfg.REQUEST, temperature=0.0, draft_max="4", json_schema='{"type": "object"}')
-    assert (s.temperature, s.draft_max, s.json_schema) == (0.0, "4", '{"type": "object"}')
+    assert (s.temperature, s.draft_max, s.json_schema) == (0.0, 4, '{"type": "object"}')
     with pytest.raises(LocalspecError, match="unknown setting: hots"):
         Settings().override(cfg.REQUEST, hots="x")
 

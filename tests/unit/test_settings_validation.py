@@ -7,11 +7,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from localspec.cli.common import resolve_settings, settings_options
 from localspec.config.settings import Settings, check_value, setting_fields
 from localspec.errors import LocalspecError
 
@@ -64,7 +67,8 @@ def test_ranges(name, value, needle):
         ("stop", "x" * 5000, "stop strings must have 1 to"),
         ("stop", ["s"] * 17, "at most 16"),
         ("stop", "a\udcffb", "not valid UTF-8"),
-        ("draft_max", 4.5, "draft_max must be a string"),
+        ("draft_max", 4.5, "--draft-max must be a number or .auto."),
+        ("draft_max", 0, "--draft-max must be between 1 and 64"),
         ("draft_max", "lots", "--draft-max must be a number or 'auto'"),
     ],
 )
@@ -76,6 +80,34 @@ def test_types(name, value, needle):
 def test_whole_number_floats_are_accepted_for_integers():
     s = Settings(max_tokens=256.0, n_ctx=2048.0, draft_max=4)
     assert s.max_tokens == 256 and type(s.max_tokens) is int and s.n_ctx == 2048 and s.draft_k == 4
+
+
+def test_draft_max_is_a_number_or_auto_from_every_source(tmp_path):
+    assert Settings(draft_max="3").draft_max == 3 and Settings(draft_max="Auto").draft_max == "auto"
+    assert Settings.load(config=write(tmp_path, "draft_max = 5")).draft_k == 5  # TOML's integer
+    assert Settings().replace(draft_max="2").draft_max == 2  # a request's field, as the server passes it
+
+
+def test_mtp_drafting_is_a_source_setting_and_the_old_spelling_still_works(tmp_path):
+    new = Settings(target=Path("t.gguf"), draft_source="mtp")
+    old = Settings(target=Path("t.gguf"), draft="mtp")
+    toml = Settings.load(config=write(tmp_path, 'target = "t.gguf"\ndraft = "mtp"'))
+    for s in (new, old, toml):
+        assert s.draft is None and s.draft_source == "mtp" and s.mtp_drafts and not s.speculative
+    file = Settings(target=Path("t.gguf"), draft="./mtp")  # a draft GGUF that happens to be named mtp
+    assert file.draft == Path("mtp") and file.draft_source == "model" and file.speculative
+
+
+def test_the_cli_passes_draft_mtp_as_the_word():
+    # click's Path type would make `--draft mtp` a Path, indistinguishable from a file ./mtp
+    @click.command()
+    @settings_options("model")
+    def show(**kw):
+        s = resolve_settings(kw)
+        click.echo(f"{s.draft} {s.draft_source}")
+
+    for args, want in ((["--draft", "mtp"], "None mtp"), (["--draft", "./mtp"], "mtp model")):
+        assert CliRunner().invoke(show, ["--target", "t.gguf", *args]).output.strip() == want
 
 
 def test_replace_is_checked_too():

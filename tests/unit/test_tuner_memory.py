@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from localspec.draft_len.auto import AutoK
+from localspec.draft_len.controller import Facts
 from localspec.draft_len.fixed import FixedK
 from localspec.draft_len.memory import TunerMemory, TunerRecord
 
-from ..helpers import follow_text
+from ..helpers import drafted, follow_text
 
 KEY = {"target": "abc", "draft": "def", "llama_cpp": "0.3.36", "cpu": "test"}
 # verify seconds by batch size for the stand-in pair: the Xeon's as measured; the EPYC's measured at
@@ -121,20 +122,12 @@ def _request(ctl, a: float, verify: dict, t_draft: float, n: int, seed: int) -> 
     ctl = ctl.fork() if ctl.costs is not None else ctl  # a request's own controller, as the pool gives
     t, secs = 0, 0.0
     while t < n:
-        k = min(ctl.choose(), max(verify) - 1)
+        k = min(ctl.plan(Facts()).k, max(verify) - 1)
         acc = 0
         while acc < k and m[t + acc]:
             acc += 1
         v = verify[k + 1] * (1 + abs(rng.normal(0, 0.04)))
-        ctl.observe(
-            k=k,
-            n_drafted=k,
-            n_accepted=acc,
-            n_emitted=acc + 1,
-            draft_s=k * t_draft,
-            verify_s=v,
-            round_s=k * t_draft + v,
-        )
+        ctl.observe(drafted(k, acc, t_draft, v))
         t, secs = t + acc + 1, secs + k * t_draft + v
     return t / secs
 
@@ -144,8 +137,8 @@ def test_primed_tuner_skips_the_probes_and_starts_at_the_predicted_best():
     ctl = AutoK()
     ctl.prime(verify, t_draft)
     ctl = ctl.fork()
-    first = [ctl.choose() for _ in range(3)]
-    best = max(range(1, 9), key=lambda k: _rate(k, ctl.prior_accept, verify, t_draft))
+    first = [ctl.plan(Facts()).k for _ in range(3)]
+    best = max(range(1, 9), key=lambda k: _rate(k, ctl.cfg.prior_accept, verify, t_draft))
     assert first[0] == best == ctl.best_k()  # no probe list: the first round is the prediction
     assert 0 not in first
 
@@ -155,7 +148,7 @@ def test_primed_tuner_starts_plain_when_speculation_cannot_pay():
     # a draft as slow as the target and a steep verify curve: no K can win
     ctl.prime({n: 0.05 * n for n in range(1, 6)}, 0.05, acc=[2.0] * 4, tried=[10.0] * 4)
     ctl = ctl.fork()
-    assert [ctl.choose() for _ in range(5)] == [0] * 5
+    assert [ctl.plan(Facts()).k for _ in range(5)] == [0] * 5
     assert ctl.started_plain and ctl.fallbacks == 0  # said once as "started plain", not a fallback
     assert not FixedK(3).started_plain
 
@@ -204,7 +197,7 @@ def test_remembered_acceptance_moves_the_first_choice():
     # a draft remembered as nearly always right on a flat GPU curve: draft deeper from the first round
     warm.prime(verify, t_draft, acc=[40.0] * 16, tried=[41.0] * 16)
     cold, warm = cold.fork(), warm.fork()
-    assert warm.choose() > cold.choose()
+    assert warm.plan(Facts()).k > cold.plan(Facts()).k
 
 
 def test_the_memory_is_this_users_alone(tmp_path):
@@ -231,11 +224,8 @@ def test_a_reprobe_that_all_kept_drafts_could_not_repay_is_skipped(left, probes)
     ctl = ctl.fork()
     ks: list[int] = []
     for t in range(min(left, 40) - 1):
-        ctl.offer(0, 0)
-        ctl.offer_lag(128 + t, left - t)
-        ks.append(ctl.choose())
+        ks.append(ctl.plan(Facts(behind=128 + t, left=left - t)).k)
         k = ks[-1]
-        ctl.observe(k=k, n_drafted=k, n_accepted=k, n_emitted=k + 1, draft_s=t_draft * k,
-                    verify_s=verify[k + 1], round_s=t_draft * k + verify[k + 1])  # fmt: skip
+        ctl.observe(drafted(k, k, t_draft, verify[k + 1]))
     assert ctl.started_plain and ks[0] == 0
     assert any(ks) == probes, ks

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFReader, GGUFValueType, LlamaFileType
 
-from localspec.convert.gguf_stream import KV, PlannedTensor, copy_metadata, write_gguf
+from localspec.convert.gguf_stream import KV, copy_metadata, write_gguf
+from localspec.convert.seeded import F32, SeededWeights
 from localspec.errors import LocalspecError
 from localspec.files import atomic_output
 
 LOGIT_STD = 6.0  # spread of the logits: peaked next-token distributions, like a trained model
-F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -53,42 +53,6 @@ class MambaShape:
     dt_rank: int = 16
 
 
-class _Weights:
-    """Tensors drawn on demand from (seed, tensor index): repeatable and order-free."""
-
-    def __init__(self, seed: int, perturb: float) -> None:
-        self.seed, self.perturb = seed, perturb
-        self.plan: list[PlannedTensor] = []
-
-    def add(self, name: str, shape: tuple[int, ...], fill, dtype: np.dtype = F16, noisy: bool = True) -> None:  # noqa: ANN001
-        """fill: a constant, or the std of a Gaussian, or a function (rng) -> array."""
-        i = len(self.plan)
-
-        def produce() -> np.ndarray:
-            rng = np.random.default_rng([self.seed, i])
-            if callable(fill):
-                x = np.asarray(fill(rng), np.float32)
-            elif isinstance(fill, tuple):  # ("const", value)
-                x = np.full(shape, fill[1], np.float32)
-            else:
-                x = rng.standard_normal(shape, dtype=np.float32) * fill
-            if (
-                noisy
-                and self.perturb > 0
-                and x.ndim == 2
-                and not callable(fill)
-                and not isinstance(fill, tuple)
-            ):
-                noise = np.random.default_rng([self.seed, i, 1]).standard_normal(shape, dtype=np.float32)
-                x = x + noise * (self.perturb * fill)
-            return x.astype(dtype)
-
-        self.plan.append(PlannedTensor(name, shape, dtype, produce))
-
-    def const(self, name: str, shape: tuple[int, ...], value: float) -> None:
-        self.add(name, shape, ("const", value), F32)
-
-
 def _tokenizer(vocab_gguf: Path) -> tuple[list[KV], int]:
     reader = GGUFReader(vocab_gguf)
     kvs = [kv for kv in copy_metadata(reader) if kv.key.startswith("tokenizer.")]
@@ -110,7 +74,7 @@ def _common(arch: str, name: str, n_embd: int, n_layer: int, tok: list[KV]) -> l
     ]
 
 
-def _head(w: _Weights, n_vocab: int, d: int) -> None:
+def _head(w: SeededWeights, n_vocab: int, d: int) -> None:
     # an LM head of its own: a tied one would score each token's own embedding highest (an echo)
     w.add("token_embd.weight", (n_vocab, d), 1.0, noisy=False)
     w.const("output_norm.weight", (d,), 1.0)
@@ -135,7 +99,7 @@ def write_qwen35(
     d, hd = s.n_embd, s.head_dim
     key_dim, value_dim = s.d_state * s.n_k_heads, s.d_state * s.n_v_heads
     out_std = mix / np.sqrt(2 * s.n_layer)  # residual branches: the stream stays O(1)
-    w = _Weights(seed, perturb)
+    w = SeededWeights(seed, perturb)
     _head(w, n_vocab, d)
 
     def attention(b: str) -> None:
@@ -225,7 +189,7 @@ def write_mamba(
     s = shape
     tok, n_vocab = _tokenizer(vocab_gguf)
     d, di = s.n_embd, 2 * s.n_embd  # llama.cpp supports an expansion factor of 2 only
-    w = _Weights(seed, perturb)
+    w = SeededWeights(seed, perturb)
     _head(w, n_vocab, d)
     for i in range(s.n_layer):
         b = f"blk.{i}."

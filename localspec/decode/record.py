@@ -1,0 +1,136 @@
+"""The round's record phase, the only one that touches stats: each sequence's counters (drafted and
+accepted per position and per source, draft, verify and sample time, K) and what its K controller
+learns from the round (`Outcome`: the drafts each source's evidence covers, per the registered
+sources' specs)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from localspec.decode.clock import Clock
+from localspec.decode.seqplan import SeqPlan
+from localspec.decode.settle import Verdict
+from localspec.decode.sources import EVIDENCE
+from localspec.decode.state import SeqState, Step
+from localspec.draft_len.controller import Outcome
+from localspec.draft_len.cost_bound import round_charge
+from localspec.draft_len.evidence import LOOKUP
+
+
+def record_prefill(filling: Sequence[SeqState], prefilled: Sequence[int], seconds: float) -> None:
+    """The prompt chunks of the sequences still prefilling: their tokens and the round's time."""
+    for st, n in zip(filling, prefilled):
+        st.counters.n_prefilled += n
+        st.counters.prefill_s += seconds
+
+
+def record(plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, batch_tokens: int) -> None:
+    m = clock.marks
+    t_catch = clock.spent["catch"] if clock.caught else 0.0  # a replay-only catch-up is drafting's
+    for st in clock.caught:  # the draft's prompt pass, late: prefill, not drafting
+        st.counters.prefill_s += t_catch
+    per_token = t_catch / max(sum(clock.caught.values()), 1)
+    starts = [m["dists"], *clock.done[:-1]]
+    shared = m["dists"] - m["verified"]  # the round's distributions: charged to each one's sampling
+    evs = [_evidence(p.sources, v.n_accepted) for p, v in zip(plans, verdicts)]
+    longest = max((ev[0] - ev[2] for ev in evs), default=0)  # the draft loop's steps: its decodes
+    for p, v, ev, t0, t1 in zip(plans, verdicts, evs, starts, clock.done):
+        _record_one(p, v, ev, clock, (t_catch, per_token), (t1 - t0) + shared, (batch_tokens, longest))
+
+
+def _record_one(
+    p: SeqPlan,
+    v: Verdict,
+    ev: tuple[int, int, int, bool],
+    clock: Clock,
+    catch: tuple[float, float],
+    sample_s: float,
+    batch: tuple[int, int],
+) -> None:
+    st, c, m = p.st, p.st.counters, clock.marks
+    t_catch, (batch_tokens, longest) = catch[0], batch
+    k = p.k if p.model else ev[2]  # the K asked: the lookup's alone without the draft model
+    draft_s, verify_s = m["drafted"] - m["drafting"] - t_catch, m["verified"] - m["drafted"]
+    c.record_round(k, len(p.drafts), v.n_accepted, sources=p.sources)
+    if c.rounds_trace is not None:
+        c.trace_round(
+            k=k,
+            drafted=len(p.drafts),
+            accepted=v.n_accepted,
+            lookup=p.sources.count("lookup"),
+            grammar=p.sources.count("grammar"),
+            draft_ms=(m["drafted"] - m["drafting"]) * 1e3,
+            verify_ms=verify_s * 1e3,
+        )
+    c.draft_s += draft_s
+    c.verify_s += verify_s
+    c.sample_s += sample_s
+    c.llama_s += verify_s + clock.spent["draft"]
+    if st.track is not None:
+        c.constrain_s += st.track.take_spent()
+    round_s = (m["verified"] - m["start"]) + sample_s  # the shared decodes plus this sequence's own work
+    c.loop_s += round_s
+    caught = clock.caught.get(st, 0) if clock.caught else 0
+    times = (draft_s, verify_s, round_s - t_catch, catch[1] * caught)
+    st.k_ctl.observe(_outcome(p, v, ev, k, times, batch_tokens, caught))
+    if st.bound is not None:  # its own draft steps and its share of the verify batch
+        st.bound.observe(round_charge(draft_s, ev[0] - ev[2], longest, verify_s, len(p.drafts) + 1, batch_tokens),
+                         len(v.new))  # fmt: skip
+        c.cost_cuts = st.bound.cut
+    c.fallbacks = st.k_ctl.fallbacks
+    c.started_plain = st.k_ctl.started_plain
+
+
+def _evidence(sources: Sequence[str], n_accepted: int) -> tuple[int, int, int, bool]:
+    """The round's drafts that feed the tuner (sources with evidence: the grammar's are free and
+    certain): (how many, how many kept, how many the lookup's, whether the round reached them - not
+    cut short by a forced token's miss). One plain pass: it runs per sequence per round."""
+    n_own = n_acc = n_look = 0
+    first_missed = -1  # the first draft with evidence past the kept ones
+    for j, name in enumerate(sources):
+        kind = EVIDENCE[name]
+        if kind is None:
+            continue
+        n_own += 1
+        n_look += kind == LOOKUP
+        if j < n_accepted:
+            n_acc += 1
+        elif first_missed < 0:
+            first_missed = j
+    return n_own, n_acc, n_look, first_missed < 0 or first_missed == n_accepted
+
+
+def _outcome(p, v, ev, k, times, batch_tokens, caught) -> Outcome:  # noqa: ANN001
+    """What the K controller learns: only the drafts of sources with evidence, and only when the
+    round reached them."""
+    n_own, n_acc, n_look, reached = ev
+    checked, kept = _offer_outcome(p.offer, v.new[len(p.forced) :]) if p.offer and not n_look else (0, 0)
+    draft_s, verify_s, round_s, catch_s = times
+    return Outcome(
+        k=k,
+        n_drafted=n_own if reached else 0,
+        n_accepted=n_acc if reached else 0,
+        n_emitted=len(v.new),
+        draft_s=draft_s,
+        verify_s=verify_s,
+        round_s=round_s,
+        batch_tokens=batch_tokens,
+        n_lookup=n_look if reached else 0,
+        n_forced=len(p.sources) - n_own,
+        replay=p.replay,
+        catch_tokens=caught,
+        catch_s=catch_s,
+        offer_checked=checked,
+        offer_kept=kept,
+        match_len=p.facts.match_len if p.facts is not None else 0,
+    )
+
+
+def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[int, int]:
+    """(how many of an unused lookup proposal's tokens the round's output can judge, how many of
+    those lead in agreement with it)."""
+    checked = min(len(proposal), len(emitted))
+    kept = 0
+    while kept < checked and proposal[kept] == emitted[kept].token:
+        kept += 1
+    return checked, kept

@@ -1,0 +1,59 @@
+"""The lookup: the continuation of the longest recent match of the sequence's own suffix in its
+prompt and output (decode/lookup.py), proposed for free. It offers its proposal and the match's
+length before K is chosen (the tuner prices it by the match length's evidence), and drafts it
+where the plan puts the lookup first."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from localspec.decode.clock import Clock
+from localspec.decode.rows import grammar_aware, one_point_q, unbanned
+from localspec.decode.seqplan import SeqPlan
+from localspec.decode.sources.base import DraftSource, SourceSpec
+from localspec.decode.state import SeqState, Step
+from localspec.draft_len.evidence import LOOKUP
+from localspec.evaluator import Evaluator
+
+MAX_PROPOSAL = 16  # tokens a lookup proposes at most (AUTO_K_MAX)
+
+
+class LookupSource(DraftSource):
+    spec = SourceSpec("lookup", evidence=LOOKUP)
+
+    @classmethod
+    def for_round(cls, draft: Evaluator | None) -> "LookupSource":
+        return cls()
+
+    def offer(self, p: SeqPlan) -> None:
+        """Its proposal past the grammar's forced run (only if it agrees with it), and the match's
+        length."""
+        if p.st.lookup is None:
+            return
+        tokens, p.match_len = p.st.lookup.propose(MAX_PROPOSAL)
+        if p.forced:
+            n = len(p.forced)
+            tokens = tokens[n:] if tokens[:n] == p.forced else []
+        p.offer = tokens
+
+    def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
+        for p in plans:
+            if p.k and p.kplan is not None and p.kplan.lookup_first:
+                looked = _allowed(p.st, unbanned(p.st, p.offer[: p.k]))
+                p.add(looked, [one_point_q(p.st, x) for x in looked], self.spec.name)
+
+    def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
+        if p.st.lookup is not None:  # the index learns the emitted tokens only: nothing to reset
+            p.st.lookup.extend([s.token for s in new])
+
+
+def _allowed(st: SeqState, tokens: list[int]) -> list[int]:
+    """The proposal as far as the output's constraint allows it, drafted in the matcher (or followed
+    there, blind, with grammar_drafts off)."""
+    if grammar_aware(st):
+        tokens = st.track.valid(tokens)
+        return tokens[: st.track.push(tokens)]
+    if st.track is not None:
+        for x in tokens:
+            st.track.follow(x)
+    return tokens

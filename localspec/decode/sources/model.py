@@ -1,0 +1,165 @@
+"""The draft model: a small model with the target's vocabulary drafts for every sequence the plan
+gives it, one batched decode per draft position across them, each token sampled as the sequence
+samples (penalties, the constraint's mask) and followed by what the grammar then forces. Drafting
+stops at the plan's K, at EOG, where the constraint allows nothing, or where the draft is unsure
+(the plan's `draft_p_min`). Its cache catches up lazily, in the first round a sequence drafts."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from localspec.decode.clock import Clock
+from localspec.decode.rows import (
+    distributions,
+    draft_q,
+    draft_token,
+    grammar_aware,
+    needs_q,
+    shape_rows,
+    top_prob,
+)
+from localspec.decode.sampling import Dist
+from localspec.decode.seqplan import SeqPlan
+from localspec.decode.sources.base import DraftSource, SourceSpec
+from localspec.decode.sources.grammar import GrammarSource
+from localspec.decode.sources.lookup import MAX_PROPOSAL
+from localspec.decode.state import SeqState, Step
+from localspec.draft_len.evidence import MODEL
+from localspec.evaluator import Evaluator, Item
+
+
+class ModelSource(DraftSource):
+    spec = SourceSpec("draft", evidence=MODEL)
+
+    def __init__(self, ctx: Evaluator) -> None:
+        self.ctx = ctx
+        self.grammar = GrammarSource()  # what the grammar forces after each of its tokens
+
+    @classmethod
+    def for_round(cls, draft: Evaluator | None) -> "ModelSource | None":
+        """This source drafts where the draft context says its drafts are this source's."""
+        return cls(draft) if draft is not None and draft.source == cls.spec.name else None
+
+    def offer(self, p: SeqPlan) -> None:
+        """How far the draft's cache lags the text: a catch-up to pay before it drafts."""
+        st = p.st
+        if st.draft_model:
+            p.behind = len(st.tokens) - 1 - self.ctx.past(st.seq)
+
+    def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
+        active = [p for p in plans if p.model and p.total > len(p.drafts) and not self._ended(p)]
+        clock.caught = clock.timed("catch", self._catch_up, [p.st for p in active])
+        items = [self._first_item(p) for p in active]
+        while active:
+            rows = clock.timed("draft", self.ctx.eval_views, items)
+            active, items = self._step(active, rows)
+
+    def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
+        st, ctx = p.st, self.ctx
+        if st.draft_model:
+            for s in new:
+                if s.token >= ctx.n_vocab:
+                    st.draft_model = False  # the target made an id the draft has not got: no more drafts
+                    break
+        if st.speculative and st.k_ctl.has_model:
+            ctx.truncate(min(ctx.past(st.seq), keep), st.seq)
+
+    # no reset: the caller cuts every cache back after a round that raised
+
+    # -- drafting --------------------------------------------------------------------------------
+    def _ended(self, p: SeqPlan) -> bool:
+        """The drafts so far end the output (EOG): nothing to add."""
+        return bool(p.drafts) and self.ctx.is_eog(p.drafts[-1])
+
+    def _first_item(self, p: SeqPlan) -> Item:
+        """The first draft step: what the cache lacks of the text, then the drafts so far."""
+        st, ctx = p.st, self.ctx
+        n = len(st.tokens)
+        if ctx.past(st.seq) >= n:  # fully cached: re-evaluate the last token for its logits
+            ctx.truncate(n - 1, st.seq)
+        have = ctx.past(st.seq)
+        _count_prompt(st, have, n)
+        return Item(st.seq, st.tokens[have:n] + p.drafts, have, 1)
+
+    def _step(self, active: list[SeqPlan], rows: list[np.ndarray]) -> tuple[list[SeqPlan], list[Item]]:
+        """One draft position for every active plan: each row as sampled (penalties, the mask when
+        drafting under the constraint), the distributions of every row that needs one (and the
+        coupled choices) in one call, then a token each; returns who drafts on, and their items."""
+        shaped = [
+            shape_rows(p.st, row[:1], p.drafts, len(p.drafts), grammar_aware(p.st))
+            for p, row in zip(active, rows)
+        ]
+        dq, dy = distributions(
+            [(p.st, row, len(p.st.tokens) + len(p.drafts)) for p, row in zip(active, shaped)
+             if needs_q(p.st, len(p.drafts))]
+        )  # fmt: skip
+        still, items = [], []
+        for p, row in zip(active, shaped):
+            q, y = (dq[p.st][0], dy[p.st][0] if p.st in dy else None) if p.st in dq else (None, None)
+            item = self._draft_one(p, row[0], q, y)
+            if item is not None:
+                still.append(p)
+                items.append(item)
+        return still, items
+
+    def _draft_one(self, p: SeqPlan, row: np.ndarray, q: Dist | None, y: int | None) -> Item | None:
+        """The draft's token at the plan's next position (and what the grammar forces after it);
+        the next step's item, or None where this plan's drafting ends."""
+        st, i = p.st, len(p.drafts)
+        aware = grammar_aware(st)
+        if p.judges(i):
+            q = draft_q(row, st, i, q)
+            if top_prob(row, q, st.sp.greedy) < p.p_min:
+                return None  # unsure: the plan stops here
+        x, q = draft_token(row, st, i, q, y)
+        if aware and not st.track.push([x]):
+            return None  # the grammar allows nothing after it: a dead end the target cannot take
+        if st.track is not None and not aware:
+            st.track.follow(x)
+        p.add([x], [q], self.spec.name)
+        # free: they ride in the next draft step; within the batch a tuned K priced (so they take
+        # the place of model drafts), on top of a fixed K
+        tuned = st.k_ctl.costs is not None
+        room = (p.total if tuned else p.cap) - len(p.drafts)
+        run = self.grammar.after(p, room) if aware and not self.ctx.is_eog(x) else []
+        if run and not tuned:
+            p.total = min(p.total + len(run), p.cap)
+        if len(p.drafts) < p.total and not self.ctx.is_eog(p.drafts[-1]):
+            return Item(st.seq, [x, *run], len(st.tokens) + i, 1)
+        return None
+
+    def _catch_up(self, active: list[SeqState]) -> dict[SeqState, int]:
+        """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it
+        lags by more than a round's worth (its prompt, or the tokens of plain rounds): those
+        sequences' prefill; returns the tokens each caught up on (the tuner prices the next one). A
+        short lag (the last draft and the bonus token) rides in the first draft step. A draft that
+        rolls back through snapshots catches up whenever it lags by more than one token and settles
+        there: its snapshot is taken at the first draft step, and a replay riding in that step would
+        be undone with the drafts at every rejection. Such a replay (no longer than a round) is
+        drafting's cost, not prefill: nothing is returned for it."""
+        ctx = self.ctx
+        snapshots = ctx.rollback == "snapshot"
+        items, behind = [], []
+        replay_only = True
+        for st in active:
+            have, upto = ctx.past(st.seq), len(st.tokens) - 1
+            if upto - have > (1 if snapshots else 2):
+                _count_prompt(st, have, upto)
+                items.append(Item(st.seq, st.tokens[have:upto], have, 1))
+                behind.append(st)
+                replay_only &= snapshots and upto - have <= MAX_PROPOSAL + 2
+        if not items:
+            return {}
+        ctx.eval_views(items)
+        if snapshots:
+            for st in behind:
+                ctx.truncate(len(st.tokens) - 1, st.seq)
+        return {} if replay_only else {st: len(it.tokens) for st, it in zip(behind, items)}
+
+
+def _count_prompt(st: SeqState, have: int, end: int) -> None:
+    """The draft evaluates positions [have, end): count those in the prompt (the target's n_prefilled
+    counterpart; a draft catches up on the prompt late, at its first drafting round)."""
+    st.counters.n_draft_prefilled += max(min(end, len(st.tokens) - st.n_new) - have, 0)
