@@ -83,7 +83,7 @@ def test_lookup_chains_with_the_mtp_head(mtp_models):
 
 def test_mtp_with_four_sequences_at_once(mtp_models):
     prompts = [PROMPT, "Once upon a time", "def fibonacci(n):", "The capital of France is"]
-    with mtp_engine(mtp_models["good"], lookup="off", parallel=4) as eng:
+    with mtp_engine(mtp_models["good"], lookup="off", parallel=4, cost_bound=0) as eng:  # as above
         plains = [eng.generate(p, temperature=0, max_tokens=24, spec=False) for p in prompts]
         handles = [eng.submit(p, temperature=0, max_tokens=24, draft_max=k) for p, k in zip(prompts, "1348")]
         for h in handles:
