@@ -8,6 +8,8 @@ is a bug.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -25,7 +27,9 @@ def self_pair(smollm2_path):
 
 @pytest.fixture(scope="module")
 def standin(default_pair):
-    with Engine(Settings.load(pair=default_pair, n_ctx=1024)) as eng:
+    # cost_bound 0: the bound prices rounds by measured time, so on a busy machine it may cut a
+    # request's drafts (same text, fewer drafts); these tests count drafts
+    with Engine(Settings.load(pair=default_pair, n_ctx=1024, cost_bound=0)) as eng:
         yield eng
 
 
@@ -62,26 +66,32 @@ def test_standin_pair_greedy_emits_only_target_argmax(standin, name):
 
 @pytest.mark.slow
 def test_standin_pair_pq_accepts_more_than_sample_and_match(standin):
-    rates = {}
-    for mode in ("pq", "match"):
-        drafted = accepted = 0
-        for seed in (1, 2):
-            r = standin.generate(
-                PROMPTS["english"],
-                chat=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                min_p=0.0,
-                max_tokens=48,
-                draft_max="4",
-                spec_mode=mode,
-                seed=seed,
-            )
-            drafted += r.stats.n_drafted
-            accepted += r.stats.n_accepted
-        rates[mode] = accepted / drafted
-    assert rates["pq"] > rates["match"] + 0.15, rates
+    """At T = 1 the p/q rule keeps a drafted token with probability sum_x min(p, q); sample-and-match
+    keeps the draft's argmax with the target's p of it. On this pair that is ~0.37 against ~0.14 a
+    drafted token (4 seeds of english and chinese: every run's pq above its match). One prompt's
+    two seeds scatter by +-0.1 (CI once saw 0.33 against 0.23), so the rates pool every prompt
+    and two seeds, over the draft model's tokens alone (lookup drafts: both rules keep them alike)."""
+    counts = {mode: [0, 0] for mode in ("pq", "match")}
+    for mode, name, seed in itertools.product(counts, PROMPTS, (1, 2)):
+        r = standin.generate(
+            PROMPTS[name],
+            chat=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            min_p=0.0,
+            max_tokens=48,
+            draft_max="4",
+            spec_mode=mode,
+            lookup="off",
+            seed=seed,
+        )
+        model = r.stats.sources["draft"]
+        counts[mode][0] += model["drafted"]
+        counts[mode][1] += model["accepted"]
+    rates = {mode: accepted / drafted for mode, (drafted, accepted) in counts.items()}
+    assert min(d for d, _ in counts.values()) > 300, counts  # every round drafts 4: ~100 a request
+    assert rates["pq"] > rates["match"] + 0.1, (rates, counts)
 
 
 @pytest.mark.slow
