@@ -147,6 +147,19 @@ def test_a_rollback_after_an_image_cuts_the_right_rows(vision):
         assert np.abs(got - want).max() < TOL
 
 
+def test_a_copied_prefix_ends_where_the_source_had_it(vision):
+    """n > 1 sharing: a sequence copies the prompt's rows from one that holds more (its answer)."""
+    model, proj = vision
+    ids = prompt_of(model, proj, image(2))
+    more = model.tokenize(" A cat on a mat, sleeping", add_special=False)
+    with Context(model, n_ctx=256, n_seq=2, projector=proj) as ctx, Context(model, n_ctx=256, projector=proj) as fresh:
+        want = np.array(fresh.eval(ids + more[3:5], 0)[0])
+        ctx.eval(ids + more, 0, seq=0)
+        ctx.copy_prefix(0, 1, len(ids))
+        got = np.array(ctx.eval(more[3:5], len(ids), seq=1)[0])
+        assert np.abs(got - want).max() < TOL
+
+
 @pytest.fixture(scope="module")
 def eng(pair):
     text, mmproj = pair
