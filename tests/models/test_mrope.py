@@ -17,6 +17,7 @@ from localspec.config.settings import Settings
 from localspec.engine import Engine
 from localspec.images import Limits, decode_image
 from localspec.llama import Context, ImageRun, Model, Projector
+from tools.synthetic.arch import write_qwen35
 from tools.synthetic.mrope import MMPROJ, TEXT, write_pair
 
 from ..conftest import MODELS
@@ -228,3 +229,24 @@ def test_two_choices_share_the_image_prefix(eng):
     assert sorted(r.stats.n_prefilled for r in two) == [1, len(one.prompt_tokens)]
     for r in two:
         assert r.tokens == one.tokens
+
+
+@pytest.mark.slow
+def test_a_hybrid_mrope_model_with_an_image(pair, smollm2_path, tmp_path):
+    """Qwen3.5's shape: gated-delta-net layers beside attention, interleaved M-RoPE (`qwen35`), with
+    the same projector: the prompt's last row is llama.cpp's helper's, and speculation after the image
+    (rolled back through llama.cpp's n_rs_seq) is plain decoding."""
+    text = write_qwen35(smollm2_path, tmp_path / "qwen35.gguf", seed=1)
+    with Model(text) as model, Projector(pair[1], model, n_threads=2) as proj:
+        img = image(1, 96, 48)
+        ids = prompt_of(model, proj, img)
+        with Context(model, n_ctx=256, projector=proj) as ctx:
+            ours = np.array(ctx.eval(ids, 0)[0])
+        ref = _mtmd_helper_row(model, pair[1], img, ids, 6)
+        assert np.abs(ours - ref).max() < TOL
+    with Engine(Settings.load(target=text, draft=text, mmproj=pair[1], n_ctx=1024, n_threads=2)) as e:
+        plain = answer(e, image(4), spec=False)
+        e.clear_cache()
+        spec = answer(e, image(4), draft_max="4")
+        assert spec.stats.n_drafted > spec.stats.n_accepted > 0, spec.stats
+        assert spec.tokens == plain.tokens or _tie(e, plain, spec)
