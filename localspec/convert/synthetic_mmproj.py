@@ -119,10 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--n-embd-text", type=int, default=ProjectorShape.n_embd_text, help="the text model's width"
     )
-    ap.add_argument("--kind", choices=["mlp", "qwen2vl"], default="mlp", help="LLaVA's MLP or Qwen2-VL's merger")
+    ap.add_argument("--kind", choices=["mlp", "qwen2vl"], default="mlp", help="LLaVA's MLP or Qwen2-VL's")
     args = ap.parse_args(argv)
     shape = ProjectorShape(n_embd_text=args.n_embd_text)
-    print(write_mmproj(args.dst, shape=qwen2vl_shape(shape) if args.kind == "qwen2vl" else shape, seed=args.seed))
+    shape = qwen2vl_shape(shape) if args.kind == "qwen2vl" else shape
+    print(write_mmproj(args.dst, shape=shape, seed=args.seed))
 
 
 def qwen2vl_shape(shape: ProjectorShape = ProjectorShape()) -> ProjectorShape:

@@ -91,19 +91,22 @@ def _mtmd_helper_row(model, mmproj, img, ids, n_pos: int) -> np.ndarray:  # noqa
     chunks, bitmap = M.mtmd_input_chunks_init(), None
     try:
         data = np.ascontiguousarray(img.pixels, np.uint8)
-        bitmap = M.mtmd_bitmap_init(img.width, img.height, data.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte)))
+        bitmap = M.mtmd_bitmap_init(
+            img.width, img.height, data.ctypes.data_as(ctypes.POINTER(ctypes.c_ubyte))
+        )
         marker = M.mtmd_default_marker()
         text = M.mtmd_input_text(marker, len(marker), False, True)
         assert M.mtmd_tokenize(mctx, chunks, ctypes.byref(text), (M.mtmd_bitmap_p_ctypes * 1)(bitmap), 1) == 0
+        parts = [M.mtmd_input_chunks_get(chunks, i) for i in range(M.mtmd_input_chunks_size(chunks))]
         image_chunk = next(
-            M.mtmd_input_chunks_get(chunks, i)
-            for i in range(M.mtmd_input_chunks_size(chunks))
-            if M.mtmd_input_chunk_get_type(M.mtmd_input_chunks_get(chunks, i)) == M.MTMD_INPUT_CHUNK_TYPE_IMAGE
+            c for c in parts if M.mtmd_input_chunk_get_type(c) == M.MTMD_INPUT_CHUNK_TYPE_IMAGE
         )
         first, n_past = next(i for i, t in enumerate(ids) if t < 0), 0
         n_past = _decode_text(lctx, ids[:first], n_past)
         new_past = C.llama_pos()
-        rc = M.mtmd_helper_eval_chunk_single(mctx, lctx, image_chunk, n_past, 0, 256, False, ctypes.byref(new_past))
+        rc = M.mtmd_helper_eval_chunk_single(
+            mctx, lctx, image_chunk, n_past, 0, 256, False, ctypes.byref(new_past)
+        )
         assert rc == 0 and new_past.value == n_past + n_pos
         _decode_text(lctx, [t for t in ids[first:] if t >= 0], new_past.value)
         return np.ctypeslib.as_array(C.llama_get_logits_ith(lctx, -1), shape=(model.n_vocab,)).copy()
@@ -119,8 +122,8 @@ def _decode_text(lctx, tokens: list[int], pos: int) -> int:  # noqa: ANN001
     batch = C.llama_batch_init(len(tokens), 0, 1)
     try:
         for i, t in enumerate(tokens):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, pos + i, 1, i == len(tokens) - 1
-            batch.seq_id[i][0] = 0
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = t, pos + i, 1, 0
+            batch.logits[i] = i == len(tokens) - 1
         batch.n_tokens = len(tokens)
         assert C.llama_decode(lctx, batch) == 0
     finally:
@@ -153,7 +156,10 @@ def test_a_copied_prefix_ends_where_the_source_had_it(vision):
     model, proj = vision
     ids = prompt_of(model, proj, image(2))
     more = model.tokenize(" A cat on a mat, sleeping", add_special=False)
-    with Context(model, n_ctx=256, n_seq=2, projector=proj) as ctx, Context(model, n_ctx=256, projector=proj) as fresh:
+    with (
+        Context(model, n_ctx=256, n_seq=2, projector=proj) as ctx,
+        Context(model, n_ctx=256, projector=proj) as fresh,
+    ):
         want = np.array(fresh.eval(ids + more[3:5], 0)[0])
         ctx.eval(ids + more, 0, seq=0)
         ctx.copy_prefix(0, 1, len(ids))
@@ -164,7 +170,9 @@ def test_a_copied_prefix_ends_where_the_source_had_it(vision):
 @pytest.fixture(scope="module")
 def eng(pair):
     text, mmproj = pair
-    with Engine(Settings.load(target=text, draft=text, mmproj=mmproj, n_ctx=1024, n_threads=2, parallel=2)) as e:
+    with Engine(
+        Settings.load(target=text, draft=text, mmproj=mmproj, n_ctx=1024, n_threads=2, parallel=2)
+    ) as e:
         yield e
 
 

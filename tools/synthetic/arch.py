@@ -266,7 +266,12 @@ def write_qwen2vl(
         KV(f"{arch}.attention.head_count", s.n_head, u32),
         KV(f"{arch}.attention.head_count_kv", s.n_head_kv, u32),
         KV(f"{arch}.rope.dimension_count", hd, u32),
-        KV(f"{arch}.rope.dimension_sections", [t, (hd // 2 - t) // 2, (hd // 2 - t) // 2, 0], GGUFValueType.ARRAY, i32),
+        KV(
+            f"{arch}.rope.dimension_sections",
+            [t, (hd // 2 - t) // 2, (hd // 2 - t) // 2, 0],
+            GGUFValueType.ARRAY,
+            i32,
+        ),
         KV(f"{arch}.rope.freq_base", 1e6, GGUFValueType.FLOAT32),
     ]
     with atomic_output(dst) as tmp:
