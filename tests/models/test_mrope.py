@@ -21,7 +21,15 @@ from tools.synthetic.arch import write_qwen35
 from tools.synthetic.mrope import MMPROJ, TEXT, write_pair
 
 from ..conftest import MODELS
-from ..helpers import assert_near_argmax, png, responses_of, teacher_forced_gaps
+from ..helpers import (
+    ask_image,
+    assert_answer_follows_the_image,
+    assert_near_argmax,
+    image_followup,
+    png,
+    responses_of,
+    teacher_forced_gaps,
+)
 
 ASK = "What is in this picture?"
 LIMITS = Limits(1 << 20, 1 << 20)
@@ -177,14 +185,11 @@ def eng(pair):
 
 
 def answer(eng, img, **kw):
-    msgs = [{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": ASK}]}]
-    return eng.generate(msgs, temperature=0, max_tokens=16, **kw)
+    return ask_image(eng, img, ASK, **kw)
 
 
 def test_the_answer_depends_on_the_image_and_only_on_it(eng):
-    a, b, a_again = (answer(eng, image(s), spec=False) for s in (1, 2, 1))
-    assert a.text != b.text, a.text
-    assert a_again.tokens == a.tokens
+    a = assert_answer_follows_the_image(lambda seed: answer(eng, image(seed), spec=False))
     assert sum(t < 0 for t in a.prompt_tokens) == ROWS
     wide = answer(eng, image(3, 96), spec=False)  # 6 x 6 patches... on a 6 x 6 grid: 36 rows, 6 positions
     assert sum(t < 0 for t in wide.prompt_tokens) == 36
@@ -209,19 +214,7 @@ def _tie(eng, plain, spec) -> bool:  # noqa: ANN001
 
 def test_a_followup_with_the_same_image_prefills_only_its_new_text(eng):
     img = image(6)
-    first = answer(eng, img, spec=False)
-    msgs = [
-        {"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": ASK}]},
-        {"role": "assistant", "content": first.text},
-        {"role": "user", "content": "And its colours?"},
-    ]
-    second = eng.generate(msgs, temperature=0, max_tokens=4, spec=False)
-    shared = next(
-        (i for i, (x, y) in enumerate(zip(first.prompt_tokens, second.prompt_tokens)) if x != y),
-        len(first.prompt_tokens),
-    )
-    assert shared > max(i for i, t in enumerate(first.prompt_tokens) if t < 0)  # the image is shared
-    assert second.stats.n_prefilled <= len(second.prompt_tokens) - shared + 1, second.stats
+    msgs, second = image_followup(eng, img, ASK, answer(eng, img, spec=False))
     eng.clear_cache()
     alone = eng.generate(msgs, temperature=0, max_tokens=4, spec=False)
     assert alone.tokens == second.tokens  # the reused rows sit where a fresh prefill puts them
