@@ -239,7 +239,7 @@ def _layout(ch, n_tok: int) -> tuple:  # noqa: ANN001 - an mtmd_input_chunk poin
     for start in (0, 1):
         out = (M.mtmd_decoder_pos * n_tok)()
         M.mtmd_helper_image_get_decoder_pos(tokens, start, out)
-        at.append(np.array([(p.t, p.x, p.y, p.z) for p in out], np.int64))
+        at.append(np.frombuffer(out, np.uint32).reshape(n_tok, 4).astype(np.int64))  # t, x, y, z
     n_pos = int(M.mtmd_input_chunk_get_n_pos(ch))
     # one row past the last: where the image's successor starts (start + n_pos)
     base = np.vstack([at[0], [n_pos, 0, 0, 0]])
