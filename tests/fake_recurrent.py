@@ -42,6 +42,9 @@ class FakeRecurrentMemory:
         self.pending[seq] = True
         return True
 
+    def span(self, seq: int, p0: int, p1: int) -> int:
+        return p1 - p0  # one position a token: no M-RoPE image here
+
     def size(self, seq: int) -> int:
         return len(self.tokens[seq])
 

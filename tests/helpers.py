@@ -404,3 +404,37 @@ def metric_samples(metrics_text: str, model: str | None = None) -> dict[str, flo
         for s in samples
         if model is None or s.labels.get("model") == model
     }
+
+
+def image_followup(eng, img, ask: str, first):  # noqa: ANN001, ANN201
+    """A second turn about the same image after `first` (its answer): (its messages, its response).
+    Asserts the image is in the prompt the two share and that the second prefilled only what
+    follows that (plus the one token a full-cache hit re-evaluates)."""
+    msgs = [
+        {"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": ask}]},
+        {"role": "assistant", "content": first.text},
+        {"role": "user", "content": "And its colours?"},
+    ]
+    second = eng.generate(msgs, temperature=0, max_tokens=4, spec=False)
+    shared = next(
+        (i for i, (x, y) in enumerate(zip(first.prompt_tokens, second.prompt_tokens)) if x != y),
+        len(first.prompt_tokens),
+    )
+    assert shared > max(i for i, t in enumerate(first.prompt_tokens) if t < 0)  # the image is shared
+    assert second.stats.n_prefilled <= len(second.prompt_tokens) - shared + 1, second.stats
+    return msgs, second
+
+
+def ask_image(eng, img, ask: str, **kw):  # noqa: ANN001, ANN201
+    """One user turn of an image and a question, greedy, 16 tokens."""
+    msgs = [{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": ask}]}]
+    return eng.generate(msgs, temperature=0, max_tokens=16, **kw)
+
+
+def assert_answer_follows_the_image(answer_to: Callable[[int], Any]):  # noqa: ANN201
+    """answer_to(seed) answers about image `seed`: two images differ, the same one repeats. Returns
+    the first answer."""
+    a, b, a_again = (answer_to(s) for s in (1, 2, 1))
+    assert a.text != b.text, a.text
+    assert a_again.tokens == a.tokens
+    return a

@@ -6,13 +6,19 @@ reads the second-to-last block's output), then mm.0 -> GELU -> mm.2 into the lan
 The weights are seeded Gaussians, so the embeddings mean nothing, but different pixels give
 different embeddings and the same pixels the same ones - what the plumbing tests need.
 
+`--kind qwen2vl` writes Qwen2-VL's layout instead (clip.cpp's `qwen2vl_merger`): the same ViT blocks
+with 2-D RoPE and no position table, two patch convolutions (a still image goes through both), and
+every 2x2 patches merged into one row by mm.0 -> GELU -> mm.2. Over a text model with M-RoPE (Qwen-VL's
+`qwen2vl`, tools/synthetic/arch.py) mtmd places its rows on a 2-D grid of positions.
+
     localspec models        (or: python -m localspec.convert.synthetic_mmproj models/mmproj-smollm2-test.gguf)
+    python -m tools.synthetic.mrope models/     (the qwen2vl pair: text model and its projector)
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +44,7 @@ class ProjectorShape:
     # spread of the projected rows: large enough that SmolLM2's answer depends on the image (at 0.05,
     # its token embeddings' scale, the default system prompt drowned them out)
     out_std: float = 0.5
+    kind: str = "mlp"  # or "qwen2vl_merger" (patch_size 8: a 64 px image is 4 x 4 merged rows)
 
 
 def _kvs(s: ProjectorShape) -> list[KV]:
@@ -48,7 +55,7 @@ def _kvs(s: ProjectorShape) -> list[KV]:
         KV("general.description", "random weights: for tests of the image path, not for seeing", st),
         KV("general.file_type", int(LlamaFileType.MOSTLY_F16), u32),
         KV("clip.has_vision_encoder", True, b),
-        KV("clip.projector_type", "mlp", st),
+        KV("clip.projector_type", s.kind, st),
         KV("clip.use_gelu", True, b),
         KV("clip.vision.embedding_length", s.n_embd, u32),
         KV("clip.vision.feed_forward_length", s.n_ff, u32),
@@ -65,9 +72,14 @@ def _kvs(s: ProjectorShape) -> list[KV]:
 
 def _tensors(w: SeededWeights, s: ProjectorShape) -> None:
     d, n_pos = s.n_embd, (s.image_size // s.patch_size) ** 2
-    w.add("v.patch_embd.weight", (d, 3, s.patch_size, s.patch_size), 1 / np.sqrt(3 * s.patch_size**2))
-    w.add("v.patch_embd.bias", (d,), 0.02, F32)
-    w.add("v.position_embd.weight", (n_pos, d), 0.5, F32)
+    merger = s.kind == "qwen2vl_merger"
+    patch = (d, 3, s.patch_size, s.patch_size)
+    w.add("v.patch_embd.weight", patch, 1 / np.sqrt(3 * s.patch_size**2))
+    if merger:  # positions come from 2-D RoPE; a second frame's convolution, no bias (clip.cpp asserts)
+        w.add("v.patch_embd.weight.1", patch, 1 / np.sqrt(3 * s.patch_size**2))
+    else:
+        w.add("v.patch_embd.bias", (d,), 0.02, F32)
+        w.add("v.position_embd.weight", (n_pos, d), 0.5, F32)
     w.const("v.pre_ln.weight", (d,), 1.0)
     w.const("v.pre_ln.bias", (d,), 0.0)
     for i in range(s.n_layer):
@@ -84,7 +96,8 @@ def _tensors(w: SeededWeights, s: ProjectorShape) -> None:
         w.const(b + "ffn_up.bias", (s.n_ff,), 0.0)
         w.add(b + "ffn_down.weight", (d, s.n_ff), 1 / np.sqrt(s.n_ff))
         w.const(b + "ffn_down.bias", (d,), 0.0)
-    w.add("mm.0.weight", (s.n_hidden, d), 1 / np.sqrt(d))
+    d_in = 4 * d if merger else d  # the merger reads 2x2 patches as one row
+    w.add("mm.0.weight", (s.n_hidden, d_in), 1 / np.sqrt(d_in))
     w.const("mm.0.bias", (s.n_hidden,), 0.0)
     w.add("mm.2.weight", (s.n_embd_text, s.n_hidden), s.out_std * 2 / np.sqrt(s.n_hidden))
     w.const("mm.2.bias", (s.n_embd_text,), 0.0)
@@ -106,8 +119,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--n-embd-text", type=int, default=ProjectorShape.n_embd_text, help="the text model's width"
     )
+    ap.add_argument("--kind", choices=["mlp", "qwen2vl"], default="mlp", help="LLaVA's MLP or Qwen2-VL's")
     args = ap.parse_args(argv)
-    print(write_mmproj(args.dst, shape=ProjectorShape(n_embd_text=args.n_embd_text), seed=args.seed))
+    shape = ProjectorShape(n_embd_text=args.n_embd_text)
+    shape = qwen2vl_shape(shape) if args.kind == "qwen2vl" else shape
+    print(write_mmproj(args.dst, shape=shape, seed=args.seed))
+
+
+def qwen2vl_shape(shape: ProjectorShape = ProjectorShape()) -> ProjectorShape:
+    """Qwen2-VL's merger at the test size: 8 px patches, so a 64 px image is 16 rows on a 4 x 4 grid."""
+    return replace(shape, kind="qwen2vl_merger", patch_size=8)
 
 
 if __name__ == "__main__":

@@ -81,18 +81,39 @@ def largest_fitting_ctx(
     return best
 
 
-def recommended_n_ctx(target: ModelSpec, draft: ModelSpec, card_bytes: int, *, max_ctx: int = CTX_CAP) -> int:
+def recommended_n_ctx(
+    target: ModelSpec,
+    draft: ModelSpec,
+    card_bytes: int,
+    *,
+    max_ctx: int = CTX_CAP,
+    projector: ProjectorFacts | None = None,
+) -> int:
     """largest_fitting_ctx on a desktop card of `card_bytes` (the display already holds some)."""
-    return largest_fitting_ctx(target, draft, card_bytes - DESKTOP_RESERVE, max_ctx=max_ctx)
+    return largest_fitting_ctx(
+        target, draft, card_bytes - DESKTOP_RESERVE, max_ctx=max_ctx, projector=projector
+    )
 
 
 def preset_n_ctx(preset: Any) -> dict[str, int]:
-    """{"gpu_12gb": n, "gpu_16gb": n, "gpu_24gb": n} for a Preset, from its arch facts and sizes."""
+    """{"gpu_12gb": n, "gpu_16gb": n, "gpu_24gb": n} for a Preset, from its arch facts and sizes
+    (and its projector's weights, where it names one)."""
 
     specs = [
         spec_from_arch(m.arch, int(m.size_gb * 1e9), m.quant, m.label) for m in (preset.target, preset.draft)
     ]
     max_ctx = min(CTX_CAP, int(preset.target.arch.get("n_ctx_train", CTX_CAP)))
+    proj = _projector_weights(preset.target)
     return {
-        f"gpu_{gb}gb": recommended_n_ctx(specs[0], specs[1], gb * GiB, max_ctx=max_ctx) for gb in CARDS_GB
+        f"gpu_{gb}gb": recommended_n_ctx(specs[0], specs[1], gb * GiB, max_ctx=max_ctx, projector=proj)
+        for gb in CARDS_GB
     }
+
+
+def _projector_weights(target: Any) -> ProjectorFacts | None:
+    """A preset's projector as the plan counts it before its header is read: its file size as
+    weights, no vision graph (that buffer's estimate needs the header: pull plans it then)."""
+    if not target.mmproj or not target.mmproj_size_gb:
+        return None
+    size = int(target.mmproj_size_gb * 1e9)
+    return ProjectorFacts(Path(target.mmproj), "?", None, 0, 0, 0, 0, 0, 1, size)

@@ -152,11 +152,15 @@ class Context(Owner):
         # the token each sequence's cache holds at each position (read by the round's invariant check;
         # 4 bytes a cell beside the KV cache's kilobytes, pages touched only where positions are used)
         self._held = np.zeros((n_seq, self.n_ctx), np.int32)
+        # llama.cpp's position of each cached index, and at past: where the next token goes. The
+        # engine counts cache rows (indices); an M-RoPE image (llama/vision.py) has more rows than
+        # positions, so text after it sits below its index. The one place the two are told apart.
+        self._at = np.zeros((n_seq, self.n_ctx + 1), np.int32)
         # seconds inside llama_decode, wall and this thread's CPU (what the round's overhead leaves out)
         self.decode_s = self.decode_cpu_s = 0.0
         self.cpu_timing = False
         self.memory_kind = recurrent.memory_kind(model.ptr)
-        self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq)
+        self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq, self.position)
         self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
         self.max_draft = self._rollback.n_rs if self.rollback == recurrent.RS else None
         self.prefix_copy = self.rollback == recurrent.TRUNCATE  # a recurrent state is one per sequence
@@ -195,6 +199,10 @@ class Context(Owner):
 
     def is_eog(self, token: int) -> bool:
         return self.model.is_eog(token)
+
+    def position(self, seq: int, index: int) -> int:
+        """llama.cpp's position of cached index `index` of seq (at past: the next token's)."""
+        return int(self._at[seq, index])
 
     def eval(self, tokens: Sequence[int], pos: int, n_logits: int = 1, seq: int = 0) -> np.ndarray:
         """Decode `tokens` of sequence `seq` at positions pos.. and return logits for the last
@@ -318,15 +326,25 @@ class Context(Owner):
         want: np.ndarray,
         held: np.ndarray,
         embd: np.ndarray | None = None,
+        place: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> int:
-        """One llama_decode of these tokens (or of `embd`, their embedding rows: an image); returns
-        how many logits rows it made. `held` is what the cache records at those positions."""
+        """One llama_decode of these tokens (or of `embd`, their embedding rows: an image) at cache
+        indices `pos`; returns how many logits rows it made. `held` is what the cache records there.
+        Their llama.cpp positions go on from their sequence's, one each, unless `place` gives them
+        (an M-RoPE image: its rows' (4, n) position sections, and where each row's successor goes)."""
+        if place is None:
+            past = np.asarray(self._past, np.int32)[seq]
+            at = pos - past + self._at[seq, past]
+            cell, after = at, at + 1
+        else:
+            at, after = place
+            cell = at[0]  # the KV cell's position: the first section (llama-kv-cache's pos_set)
         if embd is None:
             b = self._batch
-            b.fill(tok, pos, seq, want)
+            b.fill(tok, at, seq, want)
         else:
-            b = self._embd = self._embd or _Batch(self.n_batch, embd.shape[1])
-            b.fill(embd, pos, seq, want)
+            b = self._embd = self._embd or _Batch(self.n_batch, embd.shape[1], 4 if place is not None else 1)
+            b.fill(embd, at, seq, want)
         in_call = collections.Counter(seq.tolist())  # tokens per sequence in this decode
         for s in in_call:  # a recurrent memory saves the state a rollback may return to
             self._rollback.before_decode(s, self._past[s])
@@ -357,6 +375,7 @@ class Context(Owner):
         for s, p in zip(seq.tolist(), pos.tolist()):  # each sequence's last position
             self._past[s] = p + 1
         self._held[seq, pos] = held
+        self._at[seq, pos], self._at[seq, pos + 1] = cell, after
         return int(want.sum())
 
     def cached_tokens(self, seq: int = 0) -> np.ndarray:
@@ -365,9 +384,15 @@ class Context(Owner):
 
     def truncate(self, pos: int, seq: int = 0) -> None:
         """Forget every cached position >= pos of sequence `seq` (the single rollback operation).
-        Positions before pos are settled. On a recurrent memory the cache may end up shorter than
-        pos (`past(seq)` says): the caller re-evaluates the difference (llama/recurrent.py)."""
+        Positions before pos are settled. The cache may end up shorter than pos (`past(seq)` says):
+        on a recurrent memory (llama/recurrent.py), or inside an M-RoPE image, whose rows share a
+        position and go as one; the caller re-evaluates the difference."""
+        pos = self._whole(seq, min(pos, self._past[seq]))
         self._past[seq] = self._rollback.truncate(seq, pos, self._past[seq])
+
+    def _whole(self, seq: int, index: int) -> int:
+        """index, or the first row of the M-RoPE image it would cut (rows sharing its position)."""
+        return int(np.searchsorted(self._at[seq, : index + 1], self._at[seq, index]))
 
     def checkpoint(self, seq: int = 0, at: int | None = None) -> None:
         """Keep sequence seq's state here (or where a later decode ends at `at`) for a later prompt
@@ -387,10 +412,12 @@ class Context(Owner):
         if not 0 <= n <= self._past[src]:
             raise LocalspecError(f"sequence {src} holds {self._past[src]} positions, not {n}")
         self.truncate(0, dst)
+        n = self._whole(src, n)
         if n:
-            C.llama_memory_seq_cp(self._mem, src, dst, 0, n)
+            C.llama_memory_seq_cp(self._mem, src, dst, 0, self.position(src, n))
         self._past[dst] = n
         self._held[dst, :n] = self._held[src, :n]
+        self._at[dst, : n + 1] = self._at[src, : n + 1]
 
     @property
     def rollback_stats(self) -> recurrent.RollbackStats:
@@ -407,9 +434,9 @@ class _Batch:
     slice assignment instead of a Python loop over tokens. Each token is in one sequence. With
     `n_embd`, a batch of embedding rows (an image's) instead of token ids."""
 
-    def __init__(self, n: int, n_embd: int = 0) -> None:
+    def __init__(self, n: int, n_embd: int = 0, n_sections: int = 1) -> None:
         self.token = np.zeros((n, n_embd) if n_embd else n, np.float32 if n_embd else np.int32)
-        self.pos = np.zeros(n, np.int32)
+        self.pos = np.zeros(n * n_sections, np.int32)  # M-RoPE rows: section by section
         self.n_seq_id = np.ones(n, np.int32)
         self.seq = np.zeros(n, np.int32)  # token j's one sequence id: seq_id[j] points at seq[j]
         self.logits = np.zeros(n, np.int8)
@@ -427,7 +454,8 @@ class _Batch:
 
     def fill(self, tok: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray) -> None:
         m = len(tok)
-        self.token[:m], self.pos[:m], self.seq[:m], self.logits[:m] = tok, pos, seq, want
+        self.token[:m], self.seq[:m], self.logits[:m] = tok, seq, want
+        self.pos[: pos.size] = pos.ravel()  # (sections, m): llama.cpp reads section j at j * m
         self.struct.n_tokens = m
 
 

@@ -3,8 +3,9 @@
 A llama_batch holds token ids or embedding rows, never both, so an item with images is decoded
 alone, run by run in order: its text through the context's usual path, each image's rows as an
 embedding batch (n_batch rows at a time, as mtmd's own helper splits them; with the attention mask
-bidirectional for projectors that want it, Gemma 3's). Items without images share one decode as
-before. Only prompts hold images, so this costs a prefill, never a decoding round.
+bidirectional for projectors that want it, Gemma 3's; at the 2-D positions the projector gives
+for M-RoPE ones, Qwen-VL's). Items without images share one decode as before. Only prompts hold
+images, so this costs a prefill, never a decoding round.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Sequence
 import llama_cpp as C
 import numpy as np
 
+from localspec.llama.vision import ID_BITS
 from localspec.top_logits import TopLogits
 
 Context = Any  # llama.context.Context, which imports this module (an import back would be a cycle)
@@ -36,7 +38,8 @@ def _item(ctx: Context, seq: int, tokens: Sequence[int], pos: int, n_logits: int
     toks = np.asarray(tokens, np.int64)
     want = np.arange(len(toks)) >= len(toks) - n_logits
     is_image = toks < 0
-    edges = [0, *(np.flatnonzero(is_image[1:] != is_image[:-1]) + 1).tolist(), len(toks)]
+    run = np.where(is_image, (-toks - 1) >> ID_BITS, -1)  # which image (-1: text): one run each
+    edges = [0, *(np.flatnonzero(run[1:] != run[:-1]) + 1).tolist(), len(toks)]
     parts = []
     for a, b in zip(edges, edges[1:]):
         if is_image[a]:
@@ -51,6 +54,10 @@ def _item(ctx: Context, seq: int, tokens: Sequence[int], pos: int, n_logits: int
 
 def _image(ctx: Context, seq: int, ids: np.ndarray, pos: int, want: np.ndarray) -> list:
     rows = ctx.projector.rows(ids)
+    place = None
+    if ctx.projector.mrope:  # placed from the position of the image's first row, wherever it was cut
+        first = pos - int((-ids[0] - 1) & ((1 << ID_BITS) - 1))
+        place = ctx.projector.place(ids, ctx.position(seq, first))
     parts = []
     non_causal = ctx.projector.non_causal
     if non_causal:
@@ -60,7 +67,8 @@ def _image(ctx: Context, seq: int, ids: np.ndarray, pos: int, want: np.ndarray) 
             b = min(len(ids), a + ctx.n_batch)
             p = np.arange(pos + a, pos + b, dtype=np.int32)
             s = np.full(b - a, seq, np.int32)
-            n_out = ctx._decode_chunk(ids[a:b].astype(np.int32), p, s, want[a:b], ids[a:b], embd=rows[a:b])
+            at = None if place is None else (place[0][:, a:b], place[1][a:b])
+            n_out = ctx._decode_chunk(ids[a:b].astype(np.int32), p, s, want[a:b], ids[a:b], rows[a:b], at)
             if n_out:
                 parts.append(_rows(ctx, seq, n_out))
     finally:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import llama_cpp as C
 
@@ -36,6 +37,13 @@ ATTENTION, RECURRENT, HYBRID = "attention", "recurrent", "hybrid"
 # what truncate does on each: cut the KV cache | rs rollback within the last decode | saved state
 TRUNCATE, RS, SNAPSHOT = "truncate", "rs", "snapshot"
 PARTIAL = C.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY  # the recurrent part only: attention KV stays in place
+# (seq, cache index) -> llama.cpp position: rollbacks count indices, seq_rm takes positions (they
+# differ after an M-RoPE image: llama.Context keeps the map)
+Where = Callable[[int, int], int]
+
+
+def _same(seq: int, index: int) -> int:
+    return index
 
 
 def memory_kind(model_ptr) -> str:  # noqa: ANN001 - a llama_model *
@@ -70,8 +78,8 @@ class KvTruncate:
     kind = TRUNCATE
     n_rs = 0  # no n_rs_seq snapshots: seq_rm cuts anywhere
 
-    def __init__(self, mem) -> None:  # noqa: ANN001 - a llama_memory_t
-        self._mem = mem
+    def __init__(self, mem, where: Where = _same) -> None:  # noqa: ANN001 - a llama_memory_t
+        self._mem, self._where = mem, where
         self.stats = RollbackStats()
 
     def before_decode(self, seq: int, past: int) -> None:
@@ -81,7 +89,7 @@ class KvTruncate:
         pass
 
     def truncate(self, seq: int, pos: int, past: int) -> int:
-        if pos < past and not C.llama_memory_seq_rm(self._mem, seq, pos, -1):
+        if pos < past and not C.llama_memory_seq_rm(self._mem, seq, self._where(seq, pos), -1):
             raise LocalspecError(f"this model's cache cannot be rolled back to position {pos}")
         return min(pos, past)
 
@@ -115,12 +123,17 @@ class _Seq:
 class LlamaState:
     """The memory operations a rollback needs, on one llama.cpp context (tests use a fake)."""
 
-    def __init__(self, ctx_ptr, mem) -> None:  # noqa: ANN001 - llama_context *, llama_memory_t
-        self._ctx, self._mem = ctx_ptr, mem
+    def __init__(self, ctx_ptr, mem, where: Where = _same) -> None:  # noqa: ANN001 - llama_context *, llama_memory_t
+        self._ctx, self._mem, self._where = ctx_ptr, mem, where
         self.n_rs = int(C.llama_n_rs_seq(ctx_ptr))  # 0 where the arch has no rs (llama.cpp clamps it)
 
     def seq_rm(self, seq: int, p0: int, p1: int) -> bool:
-        return bool(C.llama_memory_seq_rm(self._mem, seq, p0, p1))
+        """Forget cache indices p0.. (p1 -1: to the end; p0 -1: all)."""
+        return bool(C.llama_memory_seq_rm(self._mem, seq, self._where(seq, p0) if p0 >= 0 else p0, p1))
+
+    def span(self, seq: int, p0: int, p1: int) -> int:
+        """Positions between cache indices p0 and p1 (fewer than p1 - p0 across an M-RoPE image)."""
+        return self._where(seq, p1) - self._where(seq, p0)
 
     def size(self, seq: int) -> int:
         return int(C.llama_state_seq_get_size_ext(self._ctx, seq, PARTIAL))
@@ -176,7 +189,9 @@ class RecurrentRollback:
         if pos <= 0:
             return self._drop(seq, s, count=False)
         back = past - pos
-        if self.kind == RS and not s.rs_pending and back <= min(self.n_rs, s.last_len - 1):
+        # rs steps back token by token: not across an M-RoPE image (its rows share one position)
+        plain = self._state.span(seq, pos, past) == back
+        if self.kind == RS and not s.rs_pending and back <= min(self.n_rs, s.last_len - 1) and plain:
             if self._state.seq_rm(seq, pos, -1):
                 s.rs_pending = True
                 self.stats.rs_rollbacks += 1
@@ -273,8 +288,8 @@ class RecurrentRollback:
         return 0
 
 
-def rollback_for(model_ptr, ctx_ptr, mem, n_seq: int) -> KvTruncate | RecurrentRollback:  # noqa: ANN001
+def rollback_for(model_ptr, ctx_ptr, mem, n_seq: int, where: Where = _same) -> KvTruncate | RecurrentRollback:  # noqa: ANN001
     """The rollback this context's memory allows, chosen once at load."""
     if memory_kind(model_ptr) == ATTENTION:
-        return KvTruncate(mem)
-    return RecurrentRollback(LlamaState(ctx_ptr, mem), n_seq)
+        return KvTruncate(mem, where)
+    return RecurrentRollback(LlamaState(ctx_ptr, mem, where), n_seq)

@@ -6,6 +6,11 @@ per embedding row, made from the image's content hash. The prompt cache, prefix 
 round compare token lists, so the same image matches itself and a different one does not (as
 llama-server keys its cache on an image chunk's id). `Context` turns a run of image ids back into
 rows with `rows()`; a context without a projector (the draft) reads each as a filler token.
+
+With an M-RoPE projector (Qwen-VL's, Qwen3.5's) an image's rows sit on a 2-D grid of positions and
+the image advances the text's position by `n_pos` (max(width, height) in patches), not by its row
+count: `place()` gives those positions, and llama.Context keeps each row's position (its one
+index -> position map), so nothing else in the engine knows.
 """
 
 from __future__ import annotations
@@ -50,9 +55,10 @@ class ImageRun:
 class _Chunk(Owner):
     """One mtmd image chunk: owned until encoded, then only its embedding rows are kept."""
 
-    def __init__(self, ptr, n_tokens: int) -> None:  # noqa: ANN001 - an mtmd_input_chunk pointer
+    def __init__(self, ptr, n_tokens: int, layout: tuple | None = None) -> None:  # noqa: ANN001 - an mtmd chunk
         self._ptr, self.n_tokens = ptr, n_tokens
         self.rows: np.ndarray | None = None
+        self.layout = layout  # M-RoPE: (row positions at start 0, their step per start)
 
     def close(self) -> None:
         if self._ptr:
@@ -88,12 +94,7 @@ class Projector(Owner):
         if not M.mtmd_support_vision(ctx):
             self.close()
             raise LocalspecError(f"{self.path} is not a vision projector (no image encoder in it)")
-        if M.mtmd_decode_use_mrope(ctx):
-            self.close()
-            raise LocalspecError(
-                f"{self.path} places images on a 2-D position grid (M-RoPE: Qwen-VL's projectors), which "
-                "localspec's cache does not track yet; run without --mmproj"
-            )
+        self.mrope = bool(M.mtmd_decode_use_mrope(ctx))  # images on a 2-D position grid (Qwen-VL)
         self.non_causal = bool(M.mtmd_decode_use_non_causal(ctx, None))  # Gemma 3: images see both ways
         self.n_embd = int(C.llama_model_n_embd_inp(model.ptr))
         self._marker = M.mtmd_default_marker()
@@ -162,7 +163,7 @@ class Projector(Owner):
                 pieces.append([int(toks[j]) for j in range(n.value)])
                 continue
             n_tok = int(M.mtmd_input_chunk_get_n_tokens(ch))
-            if not 0 < n_tok <= MAX_ROWS or M.mtmd_input_chunk_get_n_pos(ch) != n_tok:
+            if not 0 < n_tok <= MAX_ROWS:
                 raise BadImage(
                     f"an image of {n_tok} embedding rows is more than localspec takes ({MAX_ROWS})"
                 )
@@ -170,7 +171,7 @@ class Projector(Owner):
             n_runs += 1
             chunk = self._chunks.get(index)
             if chunk is None:
-                chunk = _Chunk(M.mtmd_input_chunk_copy(ch), n_tok)
+                chunk = _Chunk(M.mtmd_input_chunk_copy(ch), n_tok, _layout(ch, n_tok) if self.mrope else None)
                 self._chunks[index] = chunk
             base = -(1 + (index << ID_BITS))
             pieces.append(ImageRun(tuple(range(base, base - n_tok, -1)), chunk))
@@ -197,11 +198,26 @@ class Projector(Owner):
             out[at] = self._encoded(idx)[row[at]]
         return out
 
+    def place(self, ids: Sequence[int], start: int) -> tuple[np.ndarray, np.ndarray]:
+        """M-RoPE: the positions of image ids of one image whose first row is at position `start`:
+        (4, n) sections as a llama_batch takes them (t, y, x, z, as mtmd's helper orders them), and
+        where each row's successor starts (the text after the image: start + n_pos)."""
+        ids = np.asarray(ids, np.int64)
+        neg = -ids - 1
+        base, step = self._chunk(int(neg[0] >> ID_BITS)).layout
+        row = neg & (MAX_ROWS - 1)
+        at = base + start * step  # (rows + 1, 4): the extra row is where the text goes on
+        return at[row][:, [0, 2, 1, 3]].T.copy(), at[row + 1, 0]
+
+    def _chunk(self, index: int) -> _Chunk:
+        chunk = self._chunks.get(index)
+        if chunk is None:
+            raise LocalspecError("an image of this prompt is no longer held (its request ended)")
+        return chunk
+
     def _encoded(self, index: int) -> np.ndarray:
         with self._lock:
-            chunk = self._chunks.get(index)
-            if chunk is None:
-                raise LocalspecError("an image of this prompt is no longer held (its request ended)")
+            chunk = self._chunk(index)
             if chunk.rows is None:
                 M = _mtmd()
                 mark = log_mark()
@@ -211,6 +227,24 @@ class Projector(Owner):
                 chunk.rows = np.ctypeslib.as_array(embd, shape=(chunk.n_tokens, self.n_embd)).copy()
                 chunk.close()  # the preprocessed pixels are not needed again
             return chunk.rows
+
+
+def _layout(ch, n_tok: int) -> tuple:  # noqa: ANN001 - an mtmd_input_chunk pointer
+    """An M-RoPE image's row positions at start 0 and how each moves with the start (mtmd's
+    decoder_pos is affine in it: 1 for the grid's coordinates, 0 for an unused section), so the
+    image can be placed anywhere once its chunk is freed."""
+    M = _mtmd()
+    tokens = M.mtmd_input_chunk_get_tokens_image(ch)
+    at = []
+    for start in (0, 1):
+        out = (M.mtmd_decoder_pos * n_tok)()
+        M.mtmd_helper_image_get_decoder_pos(tokens, start, out)
+        at.append(np.frombuffer(out, np.uint32).reshape(n_tok, 4).astype(np.int64))  # t, x, y, z
+    n_pos = int(M.mtmd_input_chunk_get_n_pos(ch))
+    # one row past the last: where the image's successor starts (start + n_pos)
+    base = np.vstack([at[0], [n_pos, 0, 0, 0]])
+    step = np.vstack([at[1] - at[0], [1, 0, 0, 0]])
+    return base, step
 
 
 def _mtmd():  # noqa: ANN202 - the module: libmtmd is loaded only when a projector is used

@@ -11,7 +11,14 @@ from localspec.convert.synthetic_mmproj import ProjectorShape
 from localspec.engine import Engine
 from localspec.images import Limits, decode_image
 
-from ..helpers import assert_near_argmax, png, teacher_forced_gaps
+from ..helpers import (
+    ask_image,
+    assert_answer_follows_the_image,
+    assert_near_argmax,
+    image_followup,
+    png,
+    teacher_forced_gaps,
+)
 
 ASK = "What is in this picture?"
 LIMITS = Limits(1 << 20, 1 << 20)
@@ -30,14 +37,11 @@ def image(seed: int):
 
 
 def answer(eng, img, **kw):
-    msgs = [{"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": ASK}]}]
-    return eng.generate(msgs, temperature=0, max_tokens=16, **kw)
+    return ask_image(eng, img, ASK, **kw)
 
 
 def test_the_answer_depends_on_the_image_and_only_on_it(eng):
-    a, b, a_again = (answer(eng, image(s), spec=False) for s in (1, 2, 1))
-    assert a.text != b.text, a.text
-    assert a_again.tokens == a.tokens
+    a = assert_answer_follows_the_image(lambda seed: answer(eng, image(seed), spec=False))
     shape = ProjectorShape()
     n_rows = (shape.image_size // shape.patch_size) ** 2
     assert sum(t < 0 for t in a.prompt_tokens) == n_rows  # the image's rows, in the prompt
@@ -55,19 +59,7 @@ def test_speculation_with_an_image_is_lossless(eng):
 
 def test_a_followup_with_the_same_image_prefills_only_its_new_text(eng):
     img = image(4)
-    first = answer(eng, img, spec=False)
-    msgs = [
-        {"role": "user", "content": [{"type": "image", "image": img}, {"type": "text", "text": ASK}]},
-        {"role": "assistant", "content": first.text},
-        {"role": "user", "content": "And its colours?"},
-    ]
-    second = eng.generate(msgs, temperature=0, max_tokens=4, spec=False)
-    shared = next(
-        (i for i, (x, y) in enumerate(zip(first.prompt_tokens, second.prompt_tokens)) if x != y),
-        len(first.prompt_tokens),
-    )
-    assert shared > max(i for i, t in enumerate(first.prompt_tokens) if t < 0)  # the image is shared
-    assert second.stats.n_prefilled <= len(second.prompt_tokens) - shared + 1, second.stats
+    msgs, _ = image_followup(eng, img, ASK, answer(eng, img, spec=False))
     # a different image at the same place shares nothing from it on: its rows are evaluated
     other = eng.generate(
         [{**msgs[0], "content": [{"type": "image", "image": image(5)}, msgs[0]["content"][1]]}, *msgs[1:]],

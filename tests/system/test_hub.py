@@ -311,7 +311,11 @@ def test_presets_are_complete_and_their_n_ctx_is_the_plans():
         assert p.n_ctx == preset_n_ctx(p), f"{p.name}: rerun the n_ctx computation"
         assert p.n_ctx["gpu_12gb"] <= p.n_ctx["gpu_16gb"] <= p.n_ctx["gpu_24gb"] > 0
     # docs/images.md names the presets that bring a projector
-    assert {p.name for p in presets.values() if p.target.mmproj} == {"gemma3-27b"}
+    assert {p.name for p in presets.values() if p.target.mmproj} == {
+        "gemma3-27b",
+        "qwen3.5-4b-mtp",
+        "qwen3.6-27b",
+    }
 
 
 def test_sizing_from_arch_facts_matches_the_gguf_header(gemma_path):

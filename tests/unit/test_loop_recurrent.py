@@ -14,9 +14,10 @@ from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
 from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Scheduler
+from localspec.llama.recurrent import RecurrentRollback
 
 from ..fake_backend import FakeContext
-from ..fake_recurrent import FakeRecurrentContext, recurrent_tables
+from ..fake_recurrent import FakeRecurrentContext, FakeRecurrentMemory, recurrent_tables
 from ..helpers import FakeJob, plain_steps, speculative_steps
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -245,3 +246,18 @@ def test_checkpoint_marks_double_from_the_first_and_skip_what_is_cached():
     assert checkpoint_marks(1000, 300) == [512]  # the reused prefix already holds 256
     assert checkpoint_marks(257, 0) == []  # 256 is where the prefill ends: that checkpoint comes anyway
     assert checkpoint_marks(5000, 0) == [256, 512, 1024, 2048, 4096]
+
+
+@pytest.mark.parametrize("image_rows", [0, 4])
+def test_rs_never_steps_back_across_an_mrope_image(image_rows):
+    """An M-RoPE image's rows share one position, so llama.cpp's n_rs_seq (a state per token of the
+    last decode) cannot undo them: such a rollback restores a saved state or empties the sequence."""
+    mem = FakeRecurrentMemory(1, n_rs=8)
+    if image_rows:  # the last decode held an image of 4 rows on 1 position
+        mem.span = lambda seq, p0, p1: p1 - p0 - (image_rows - 1)
+    rb = RecurrentRollback(mem, 1)
+    rb.before_decode(0, 0)
+    mem.decoded(0, list(range(6)))
+    rb.after_decode(0, 6)
+    kept = rb.truncate(0, 2, 6)
+    assert (kept, rb.stats.rs_rollbacks, rb.stats.drops) == ((0, 0, 1) if image_rows else (2, 1, 0))

@@ -4,7 +4,9 @@ vocabulary (so SmolLM2 can draft for them): test models for rollback and MTP, no
 - `qwen35`: Qwen3.5's hybrid layout - gated-delta-net (recurrent) layers with a full-attention layer
   every `attn_every`, llama.cpp's bounded recurrent rollback (`n_rs_seq`) applies to it - optionally
   with one MTP ("nextn") block appended, as Qwen3.5/3.6 GGUFs carry it;
-- `mamba`: pure recurrent (Mamba-1), which llama.cpp can only roll back through saved state.
+- `mamba`: pure recurrent (Mamba-1), which llama.cpp can only roll back through saved state;
+- `qwen2vl`: Qwen2-VL's text model, a plain KV cache but M-RoPE positions (rope sections), under
+  which an image's rows take fewer positions than cache rows (tools/synthetic/mrope.py).
 
 `mix` scales every block's output projection: 1 is a plain random model, near 0 the model becomes
 a bigram (the next token a function of the current one), which an MTP head built with `mtp_exact`
@@ -42,6 +44,16 @@ class Qwen35Shape:
     n_v_heads: int = 4
     d_conv: int = 4
     nextn: int = 0  # MTP blocks (llama.cpp runs one for qwen35)
+
+
+@dataclass(frozen=True)
+class Qwen2VLShape:
+    n_embd: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_head_kv: int = 2
+    head_dim: int = 64
+    n_ff: int = 512
 
 
 @dataclass(frozen=True)
@@ -218,6 +230,49 @@ def write_mamba(
         KV(f"{arch}.ssm.inner_size", di, u32),
         KV(f"{arch}.ssm.state_size", s.d_state, u32),
         KV(f"{arch}.ssm.time_step_rank", s.dt_rank, u32),
+    ]
+    with atomic_output(dst) as tmp:
+        write_gguf(tmp, arch, kvs, w.plan)
+    return Path(dst)
+
+
+def write_qwen2vl(
+    vocab_gguf: Path, dst: Path, *, shape: Qwen2VLShape = Qwen2VLShape(), seed: int = 0, perturb: float = 0.0
+) -> Path:
+    """A random `qwen2vl` GGUF (f16) at dst: Qwen2's blocks with M-RoPE (sections as Qwen2-VL's,
+    16/24/24 of 64 rotated pairs, scaled to head_dim)."""
+    s = shape
+    tok, n_vocab = _tokenizer(vocab_gguf)
+    d, hd = s.n_embd, s.head_dim
+    out_std = 1 / np.sqrt(2 * s.n_layer)
+    w = SeededWeights(seed, perturb)
+    _head(w, n_vocab, d)
+    for i in range(s.n_layer):
+        b = f"blk.{i}."
+        w.const(b + "attn_norm.weight", (d,), 1.0)
+        w.add(b + "attn_q.weight", (s.n_head * hd, d), 1 / np.sqrt(d))
+        w.add(b + "attn_k.weight", (s.n_head_kv * hd, d), 1 / np.sqrt(d))
+        w.add(b + "attn_v.weight", (s.n_head_kv * hd, d), 1 / np.sqrt(d))
+        w.add(b + "attn_output.weight", (d, s.n_head * hd), out_std / np.sqrt(s.n_head * hd))
+        w.const(b + "ffn_norm.weight", (d,), 1.0)
+        w.add(b + "ffn_gate.weight", (s.n_ff, d), 1 / np.sqrt(d))
+        w.add(b + "ffn_up.weight", (s.n_ff, d), 1 / np.sqrt(d))
+        w.add(b + "ffn_down.weight", (d, s.n_ff), out_std / np.sqrt(s.n_ff))
+    u32, i32, arch = GGUFValueType.UINT32, GGUFValueType.INT32, "qwen2vl"
+    t = hd // 8  # Qwen2-VL: [16, 24, 24, 0] of head_dim 128's 64 pairs
+    kvs = [
+        *_common(arch, f"synthetic qwen2vl (seed {seed})", d, s.n_layer, tok),
+        KV(f"{arch}.feed_forward_length", s.n_ff, u32),
+        KV(f"{arch}.attention.head_count", s.n_head, u32),
+        KV(f"{arch}.attention.head_count_kv", s.n_head_kv, u32),
+        KV(f"{arch}.rope.dimension_count", hd, u32),
+        KV(
+            f"{arch}.rope.dimension_sections",
+            [t, (hd // 2 - t) // 2, (hd // 2 - t) // 2, 0],
+            GGUFValueType.ARRAY,
+            i32,
+        ),
+        KV(f"{arch}.rope.freq_base", 1e6, GGUFValueType.FLOAT32),
     ]
     with atomic_output(dst) as tmp:
         write_gguf(tmp, arch, kvs, w.plan)
