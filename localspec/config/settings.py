@@ -211,7 +211,12 @@ class Settings:
     )  # fmt: skip
     max_images: int = _f(8, "Images one request (or one chat) may carry.", group="images", ge=0, le=256)
     # -- sampling ------------------------------------------------------------------------------
-    max_tokens: int = _f(256, "Maximum tokens to generate.", group="sampling", ge=1, le=1 << 24)
+    max_tokens: int = _f(
+        256,
+        "Maximum tokens to generate (a request's own limit replaces it; a Responses request with none, "
+        "as OpenAI's, runs until the answer or the context ends).",
+        group="sampling", ge=1, le=1 << 24,
+    )  # fmt: skip
     temperature: float = _f(
         0.8, "Sampling temperature; 0 = greedy.", group="sampling", ge=0, le=MAX_TEMPERATURE
     )

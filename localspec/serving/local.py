@@ -219,8 +219,9 @@ class LocalModel:
 
 
 def _clamped(s: Settings, room: int) -> Settings:
-    """max_tokens lowered to the context left after the prompt (none left: the engine says so)."""
-    return s.replace(max_tokens=room) if 0 < room < s.max_tokens else s
+    """max_tokens lowered to the context left after the prompt (none left: 1, and the engine says
+    the prompt fills the context, not that a limit the client never sent is too big)."""
+    return s.replace(max_tokens=max(room, 1)) if room < s.max_tokens else s
 
 
 def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Sequence
 
 from localspec.config.settings import REQUEST, Settings
@@ -122,6 +122,13 @@ def json_schema(schema: Any, *, strict: bool | None = None) -> dict[str, Any]:
 def json_object() -> dict[str, Any]:
     """The answer is any JSON object."""
     return json_schema({"type": "object"}, strict=False)
+
+
+def until_context_end() -> dict[str, Any]:
+    """The limit of a request whose API reads no limit as "until the end of text or of the context"
+    (OpenAI's Responses, as llama-server's n_predict -1): the most Settings takes, which
+    `clamp_max_tokens` lowers to the room the prompt leaves."""
+    return {"max_tokens": next(f for f in fields(Settings) if f.name == "max_tokens").metadata["le"]}
 
 
 def grammar(text: str) -> dict[str, Any]:

@@ -5,7 +5,14 @@ tools, a built-in web_search among them) with its goal and sub-agent tools off (
 create_goal otherwise; the tool output with no call_id that it brings back is tested in
 tests/unit/test_openai_responses.py). A turn exits 0 and prints an answer; the next turn (`codex exec
 resume`, which sends the whole conversation again) evaluates only its new prompt tokens, in the
-target and in the draft."""
+target and in the draft.
+
+SmolLM2 is served as Ollama and LM Studio serve a model by default, with a mild repeat penalty
+(1.1): greedy, a 135M model at a 10k-token prompt can repeat itself for good (on CI's Xeon it
+answered the second turn with one emoji, again and again, where this machine answers). Codex sends
+no max_output_tokens, so such an answer runs to the context's end, and Codex exits 1 on the cut
+answer (response.incomplete). The test says so (an xfail naming it) after checking the prompt
+cache; any other failure fails."""
 
 from __future__ import annotations
 
@@ -22,6 +29,10 @@ from ..helpers import ROOT, Server
 CODEX = ROOT / ".npm-clients" / "node_modules" / ".bin" / "codex"
 TARGET = "localspec:prompt_tokens_evaluated_total{role=target}"
 DRAFT = "localspec:prompt_tokens_evaluated_total{role=draft}"
+PREDICTED = "llamacpp:tokens_predicted_total"
+N_CTX = 16384
+# what Codex prints when an answer was cut (with no limit sent: at the context's end)
+CUT = "Incomplete response returned, reason: max_output_tokens"
 pytestmark = pytest.mark.slow
 
 
@@ -36,9 +47,12 @@ def codex() -> Path:
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):
-    # Codex sends no max_output_tokens and takes a cut answer (response.incomplete) for an error: the
-    # server's --max-tokens (256) must leave room for a short one
-    srv = Server(smollm2_path, "--n-ctx", "16384", "--parallel", "1", "--temperature", "0", start_timeout=300)
+    # --max-tokens 16 caps what a request that names a limit may not pass: Codex names none, and its
+    # answers run until they end (or the context does)
+    srv = Server(
+        smollm2_path, "--n-ctx", str(N_CTX), "--parallel", "1", "--temperature", "0", "--repeat-penalty", "1.1",
+        "--max-tokens", "16", start_timeout=300,
+    )  # fmt: skip
     yield srv
     srv.stop()
 
@@ -46,7 +60,7 @@ def server(smollm2_path):
 def config(server: Server) -> str:
     return f"""model = "{server.health()["model"]}"
 model_provider = "localspec"
-model_context_window = 16384
+model_context_window = {N_CTX}
 
 # Codex's goal and sub-agent tools off: SmolLM2 at Codex's prompt calls create_goal again and again
 # (each refused: the thread has an unfinished goal) and the turn never ends
@@ -77,9 +91,20 @@ def run(codex: Path, home: Path, *args: str) -> tuple[subprocess.CompletedProces
     return out, time.monotonic() - t0
 
 
-def evaluated(server: Server) -> tuple[float, float]:
+def evaluated(server: Server) -> tuple[float, float, float]:
     m = server.metrics()
-    return m[TARGET], m[DRAFT]
+    return m[TARGET], m[DRAFT], m[PREDICTED]
+
+
+def looped(out: subprocess.CompletedProcess, predicted: float) -> str | None:
+    """None when the turn exited 0 and printed an answer; the model-quality outcome, said, when
+    SmolLM2 repeated itself until the context's end (its answer far past anything a server's limit
+    would cut, and Codex reports the cut answer); any other outcome fails."""
+    if out.returncode == 0:
+        assert out.stdout.strip(), out.stderr[-3000:]  # the answer, on stdout
+        return None
+    assert CUT in out.stderr and predicted > 1000, (predicted, out.stderr[-3000:])
+    return f"SmolLM2 repeated itself for {predicted:.0f} tokens, until the context's end"
 
 
 def test_codex_answers_and_its_second_turn_evaluates_only_the_new_tokens(codex, server, tmp_path):
@@ -88,21 +113,31 @@ def test_codex_answers_and_its_second_turn_evaluates_only_the_new_tokens(codex, 
     (tmp_path / ".codex" / "config.toml").write_text(config(server))
     before = evaluated(server)
     first, first_s = run(codex, tmp_path, "Reply with one word: hello.")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert first.stdout.strip(), first.stderr[-3000:]  # the answer, on stdout
     mid = evaluated(server)
-    target_1, draft_1 = mid[0] - before[0], mid[1] - before[1]
+    target_1, draft_1, predicted_1 = (a - b for a, b in zip(mid, before))
+    loops = [looped(first, predicted_1)]
     # Codex's instructions and tools (~10k tokens), in both models: the draft drafts from the first round
     assert target_1 > 5000 and draft_1 > 5000, (target_1, draft_1)
 
     session = re.search(r"session id: (\S+)", first.stderr).group(1)
     second, second_s = run(codex, tmp_path, "resume", session, "Reply with one word: goodbye.")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert second.stdout.strip(), second.stderr[-3000:]
     after = evaluated(server)
-    target_2, draft_2 = after[0] - mid[0], after[1] - mid[1]
+    target_2, draft_2, predicted_2 = (a - b for a, b in zip(after, mid))
+    loops.append(looped(second, predicted_2))
     # the new user turn, the first answer as the template writes it back, their markup: in the target
     # and in the draft, whose cache the first turn left as warm as the target's
     assert 0 < target_2 < 300 and draft_2 < 300, (target_1, draft_1, target_2, draft_2)
-    # a second prefill of ~10k tokens by either model would cost this turn about what the first cost
-    assert second_s < 0.5 * first_s, (first_s, second_s)
+    if loops[1] is None:  # a second prefill of ~10k tokens by either model would cost about the first turn
+        assert second_s < 0.5 * first_s, (first_s, second_s)
+    if any(loops):
+        pytest.xfail("; ".join(f"turn {i + 1}: {why}" for i, why in enumerate(loops) if why))
+
+
+def test_a_response_without_max_output_tokens_runs_past_the_servers_max_tokens(server):
+    # what Codex relies on: OpenAI's reading of no limit (until the end of text or of the context), not
+    # the server's --max-tokens (16 here), which cut Codex's answers and failed its turns
+    r = server.client().responses.create(
+        model=server.health()["model"], input="Write two sentences about the sea."
+    )
+    assert r.usage.output_tokens > 16, (r.status, r.output_text)
+    assert r.status == "completed" or r.usage.total_tokens == N_CTX, (r.status, r.usage)

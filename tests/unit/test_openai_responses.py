@@ -72,6 +72,16 @@ def test_a_body_becomes_the_internal_request(client, fake):
     assert req.reasoning is False and not req.stream and req.model == "fake"
     assert (s.max_tokens, s.temperature, s.top_p, s.stop) == (9, 0.0, 0.5, ("END",))
     assert json.loads(s.json_schema) == {"type": "object"} and s.json_strict is True
+    assert not req.clamp_max_tokens  # a limit the client set is kept: past the context, a 400
+
+
+def test_no_max_output_tokens_runs_until_the_end_of_text_or_the_context(client, fake):
+    # as OpenAI, llama-server, vLLM and Ollama: not the server's --max-tokens (Codex sends no limit,
+    # and took the cut answer for an error); the model lowers this to the room the prompt leaves
+    fake.queue(*answer("hi"))
+    assert client.post(URL, json={"input": "Hi"}).status_code == 200
+    req, s = fake.requests[-1], fake.settings[-1]
+    assert req.clamp_max_tokens and s.max_tokens == 1 << 24
 
 
 def test_output_no_call_asked_for_goes_by_its_tools_name(client, fake):

@@ -73,13 +73,16 @@ def parse(body: s.ResponsesRequest, tools: Tools | None = None) -> internal.Requ
         reasoning=_reasoning(body.reasoning),
         stream=body.stream,
         model=body.model,
+        clamp_max_tokens=body.max_output_tokens is None,
     )
 
 
 def overrides(body: s.ResponsesRequest) -> dict[str, Any]:
     out = body.setting_overrides()
-    if body.max_output_tokens is not None:
-        out["max_tokens"] = body.max_output_tokens
+    # no max_output_tokens: until the end of text or of the context, as OpenAI, llama-server, vLLM
+    # and Ollama run it, not the server's --max-tokens (Codex sends none; its answers are code edits)
+    limit = body.max_output_tokens
+    out |= internal.until_context_end() if limit is None else {"max_tokens": limit}
     if body.want_logprobs:
         out["logprobs"] = True
     fmt = body.text.format if body.text else None
