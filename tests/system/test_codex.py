@@ -47,8 +47,8 @@ def codex() -> Path:
 
 @pytest.fixture(scope="module")
 def server(smollm2_path):
-    # --max-tokens 16 caps what a request that names a limit may not pass: Codex names none, and its
-    # answers run until they end (or the context does)
+    # --max-tokens 16, the other dialects' default limit, would cut any answer: Codex's Responses
+    # requests name no limit, so they must run past it until the answer (or the context) ends
     srv = Server(
         smollm2_path, "--n-ctx", str(N_CTX), "--parallel", "1", "--temperature", "0", "--repeat-penalty", "1.1",
         "--max-tokens", "16", start_timeout=300,
