@@ -89,7 +89,11 @@ def write_pair_toml(
     pair = {
         "target": _stored_path(Path(target), out_dir),
         "draft": _stored_path(Path(draft), out_dir),
-        **{k: _stored_path(Path(v), out_dir) for k, v in zip(PROJECTORS, (mmproj, draft_mmproj)) if v is not None},
+        **{
+            k: _stored_path(Path(v), out_dir)
+            for k, v in zip(PROJECTORS, (mmproj, draft_mmproj))
+            if v is not None
+        },
         **info,
     }
     text = "# written by localspec; [runtime] holds recommended settings for this pair\n"
