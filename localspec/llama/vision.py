@@ -5,7 +5,9 @@ An image is a run of *image ids* in a prompt's token list: negative numbers no v
 per embedding row, made from the image's content hash. The prompt cache, prefix sharing and the
 round compare token lists, so the same image matches itself and a different one does not (as
 llama-server keys its cache on an image chunk's id). `Context` turns a run of image ids back into
-rows with `rows()`; a context without a projector (the draft) reads each as a filler token.
+rows with `rows()`; a context without a projector (the draft) reads each as a filler token. A draft's
+own projector follows the target's (`follows=`): it is handed every image under the same ids, so the
+draft's context turns them into its own rows.
 
 With an M-RoPE projector (Qwen-VL's, Qwen3.5's) an image's rows sit on a 2-D grid of positions and
 the image advances the text's position by `n_pos` (max(width, height) in patches), not by its row
@@ -110,7 +112,11 @@ class Projector(Owner):
         self._index: dict[tuple[str, int], int] = {}  # (image hash, chunk ordinal) -> index
         self._recent: collections.OrderedDict[str, tuple] = collections.OrderedDict()  # hash -> pieces
         if follows is not None:
-            follows._adopt(self)
+            try:
+                follows._adopt(self)
+            except BaseException:
+                self.close()
+                raise
 
     def _adopt(self, follower: Projector) -> None:
         """Feed `follower` (the draft's projector) every image this one takes, under the same ids, so
@@ -262,10 +268,10 @@ def _paired(ours: tuple, theirs: tuple, path: Path) -> tuple:
     cut = [[p.ids if isinstance(p, ImageRun) else list(p) for p in ps] for ps in (ours, theirs)]
     if cut[0] != cut[1]:
         rows = [sum(len(p.ids) for p in ps if isinstance(p, ImageRun)) for ps in (ours, theirs)]
-        raise LocalspecError(
+        raise BadImage(
             f"the draft's projector {path.name} cuts an image into {rows[1]} rows, the target's into "
             f"{rows[0]}{'' if rows[0] != rows[1] else ' (with other markers)'}: the draft must read the "
-            "target's prompt; give the draft no projector (--draft-mmproj)"
+            "target's prompt; run without --draft-mmproj"
         )
     return tuple(
         ImageRun(a.ids, (a.chunk, b.chunk)) if isinstance(a, ImageRun) else a for a, b in zip(ours, theirs)
