@@ -291,15 +291,16 @@ def _plan_rows(plan: dict[str, Any]) -> Rows:
                 f"output {fmt_bytes(e['output_bytes'])} in RAM",
             )
         )
-    if plan.get("projector"):  # --mmproj: where the target goes, mtmd puts it
-        pj = plan["projector"]
-        rows.append(
-            (
-                "",
-                f"mmproj {Path(pj['path']).name} ({pj['projector_type']}, {pj['image_size']} px images): weights "
-                f"{fmt_bytes(pj['weights_bytes'])}, vision compute ~{fmt_bytes(pj['compute_bytes'])}",
+    for key, label in (("projector", "mmproj"), ("draft_projector", "draft mmproj")):
+        pj = plan.get(key)  # --mmproj, --draft-mmproj: counted where the target goes (mtmd puts it there)
+        if pj:
+            rows.append(
+                (
+                    "",
+                    f"{label} {Path(pj['path']).name} ({pj['projector_type']}, {pj['image_size']} px images): "
+                    f"weights {fmt_bytes(pj['weights_bytes'])}, vision compute ~{fmt_bytes(pj['compute_bytes'])}",
+                )
             )
-        )
     rows.append(
         (
             "",

@@ -10,6 +10,9 @@ import click
 from localspec.cli.progress import StageBars
 
 MMPROJ_HELP = "The target's vision projector (an mmproj-*.gguf from the target's repo)."
+DRAFT_MMPROJ_HELP = (
+    "The draft's own vision projector (from the draft's repo), with --mmproj: the draft sees images too."
+)
 
 
 @click.command()
@@ -43,6 +46,11 @@ MMPROJ_HELP = "The target's vision projector (an mmproj-*.gguf from the target's
     type=click.Path(dir_okay=False, path_type=Path),
     help=MMPROJ_HELP + " Checked against the target, linked (or copied) into the pair folder.",
 )
+@click.option(
+    "--draft-mmproj",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help=DRAFT_MMPROJ_HELP + " Checked against the draft, linked (or copied) in as draft-NAME.",
+)
 def pair(
     target_src: str | None,
     draft_src: str | None,
@@ -54,15 +62,16 @@ def pair(
     sigma: float | None,
     seed: int,
     mmproj: Path | None,
+    draft_mmproj: Path | None,
 ) -> None:
     """Build a pair from TARGET_SRC and DRAFT_SRC (Hugging Face folders, repo ids or GGUF files):
     the target is quantized to Q4_K_M, the draft to Q8_0, their vocabularies are checked and
-    pair.toml is written (naming the target's vision projector, --mmproj, if given)."""
+    pair.toml is written (naming the vision projectors, --mmproj and --draft-mmproj, if given)."""
     from localspec.errors import LocalspecError  # noqa: PLC0415
 
     with StageBars() as bars:
         if stand_in:
-            if mmproj is not None:
+            if mmproj is not None or draft_mmproj is not None:
                 raise LocalspecError("--mmproj goes with TARGET_SRC and DRAFT_SRC, not --stand-in")
             from localspec.convert import standin  # noqa: PLC0415
             from localspec.convert.embedded import smollm2_path  # noqa: PLC0415
@@ -91,6 +100,7 @@ def pair(
             log=bars.write,
             progress=bars.update,
             mmproj=mmproj,
+            draft_mmproj=draft_mmproj,
         )
 
 
@@ -98,26 +108,30 @@ def pair(
 @click.argument("target", type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("draft", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--mmproj", type=click.Path(dir_okay=False, path_type=Path), help=MMPROJ_HELP)
-def check_pair(target: Path, draft: Path, mmproj: Path | None) -> None:
-    """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules), and that TARGET's vision
-    projector (--mmproj) is one, whole, and made for TARGET. Exit 0 if so, 1 if not."""
+@click.option("--draft-mmproj", type=click.Path(dir_okay=False, path_type=Path), help=DRAFT_MMPROJ_HELP)
+def check_pair(target: Path, draft: Path, mmproj: Path | None, draft_mmproj: Path | None) -> None:
+    """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules), and that the vision
+    projectors (--mmproj, --draft-mmproj) are each one, whole, and made for their model. Exit 0 if
+    so, 1 if not."""
     from localspec.gguf.compat import check_pair as check  # noqa: PLC0415
     from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
     from localspec.gguf.projector import projector_for  # noqa: PLC0415
 
-    facts = projector_for(mmproj, target) if mmproj is not None else None  # a bad one: one line
+    given = [(p, m, role) for p, m, role in ((mmproj, target, "target"), (draft_mmproj, draft, "draft")) if p]
+    facts = [(projector_for(p, m, role), role) for p, m, role in given]  # a bad one: one line
     report = check(target, draft)
     if report.ok:
         click.echo(report.message)
         for role, path in (("target", target), ("draft", draft)):
             click.echo(f"{role}: {memory_facts(path).describe()}")
-        if facts is not None:
+        for f, role in facts:
             fits = (
-                f"makes {facts.n_embd_text}-wide embeddings, as the target takes"
-                if facts.n_embd_text
+                f"makes {f.n_embd_text}-wide embeddings, as the {role} takes"
+                if f.n_embd_text
                 else "does not state its output width (mtmd checks it at load)"
             )
-            click.echo(f"mmproj: {mmproj} ({facts.projector_type}, {facts.image_size} px images): {fits}")
+            key = "mmproj" if role == "target" else "draft_mmproj"
+            click.echo(f"{key}: {f.path} ({f.projector_type}, {f.image_size} px images): {fits}")
         return
     click.echo(f"incompatible: {draft} cannot draft for {target}")
     for p in report.problems:

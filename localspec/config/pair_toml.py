@@ -4,6 +4,7 @@
 target = "target-q4_k_m.gguf"      # paths relative to the pair folder
 draft = "draft-q8_0.gguf"
 mmproj = "mmproj-f16.gguf"         # optional: the target's vision projector
+draft_mmproj = "draft-mmproj.gguf" # optional: the draft's own (it then sees images too)
 vocab_fingerprint = "sha256:..."
 [runtime]                          # any Settings field: recommended defaults for this pair
 draft_max = "auto"
@@ -23,6 +24,7 @@ from localspec.errors import LocalspecError
 from localspec.files import write_text_atomic
 
 PAIR_TOML = "pair.toml"
+PROJECTORS = ("mmproj", "draft_mmproj")  # [pair] keys naming vision projectors (target's, draft's)
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,7 @@ class PairFile:
     info: dict[str, Any] = field(default_factory=dict)
     runtime: dict[str, Any] = field(default_factory=dict)
     mmproj: Path | None = None  # the target's vision projector
+    draft_mmproj: Path | None = None  # the draft's own projector
 
 
 def pair_toml_path(path: Path) -> Path:
@@ -48,16 +51,18 @@ def read_pair(path: Path) -> PairFile:
         raise LocalspecError(f'{toml_path} needs [pair] target = "FILE.gguf" and draft = "FILE.gguf"')
     if not isinstance(runtime, dict):
         raise LocalspecError(f"{toml_path}: [runtime] must be a table of settings")
-    if not isinstance(pair.get("mmproj", ""), str):
-        raise LocalspecError(f'{toml_path}: [pair] mmproj must be a file name ("mmproj-f16.gguf")')
+    for key in PROJECTORS:
+        if not isinstance(pair.get(key, ""), str):
+            raise LocalspecError(f'{toml_path}: [pair] {key} must be a file name ("mmproj-f16.gguf")')
     base = toml_path.parent
+    found = {key: (base / pair[key]).resolve() for key in PROJECTORS if pair.get(key)}
     return PairFile(
         path=toml_path,
         target=(base / pair["target"]).resolve(),
         draft=(base / pair["draft"]).resolve(),
-        info={k: v for k, v in pair.items() if k not in ("target", "draft", "mmproj")},
+        info={k: v for k, v in pair.items() if k not in ("target", "draft", *PROJECTORS)},
         runtime=dict(runtime),
-        mmproj=(base / pair["mmproj"]).resolve() if pair.get("mmproj") else None,
+        **found,
     )
 
 
@@ -74,8 +79,9 @@ def write_pair_toml(
     info: dict[str, Any],
     runtime: dict[str, Any],
     mmproj: Path | None = None,
+    draft_mmproj: Path | None = None,
 ) -> Path:
-    """pair.toml beside the models (and the target's vision projector, if any); paths inside out_dir
+    """pair.toml beside the models (and the vision projectors, if any); paths inside out_dir
     are stored relative to it so the folder can move, others (e.g. files in the Hugging Face cache)
     as absolute paths. `info` carries the models'
     facts (`gguf.compat.pair_facts`) and where the pair came from."""
@@ -83,7 +89,11 @@ def write_pair_toml(
     pair = {
         "target": _stored_path(Path(target), out_dir),
         "draft": _stored_path(Path(draft), out_dir),
-        **({"mmproj": _stored_path(Path(mmproj), out_dir)} if mmproj is not None else {}),
+        **{
+            k: _stored_path(Path(v), out_dir)
+            for k, v in zip(PROJECTORS, (mmproj, draft_mmproj))
+            if v is not None
+        },
         **info,
     }
     text = "# written by localspec; [runtime] holds recommended settings for this pair\n"

@@ -94,8 +94,17 @@ class Settings:
     mmproj: Path | None = _f(
         None,
         "Vision projector GGUF (the mmproj-*.gguf beside a vision model) for the target: prompts may "
-        "then hold images (--image, image parts in requests); the draft reads the text around them. "
+        "then hold images (--image, image parts in requests); the draft reads the text around them "
+        "(or, with --draft-mmproj, sees them too). "
         "A pair.toml names it as mmproj.",
+        group="model",
+    )
+    draft_mmproj: Path | None = _f(
+        None,
+        "The draft model's own vision projector (the mmproj-*.gguf beside the draft), with --mmproj: "
+        "the draft then sees each image too (it cuts images as the target's does) and drafts the text "
+        "about it better; without it the draft reads the text around images. A pair.toml names it as "
+        "draft_mmproj.",
         group="model",
     )
     n_ctx: int = _f(
@@ -526,6 +535,8 @@ class Settings:
             values["target"], values["draft"] = p.target, p.draft
             if p.mmproj is not None:
                 values["mmproj"] = p.mmproj
+            if p.draft_mmproj is not None:
+                values["draft_mmproj"] = p.draft_mmproj
         values.update(given)
         return cls(**_coerce(values))
 

@@ -48,14 +48,18 @@ def build_pair(
     log: Callable[[str], None] = print,
     progress: Progress | None = None,
     mmproj: Path | None = None,
+    draft_mmproj: Path | None = None,
 ) -> Path:
-    """The pair in out_dir; `mmproj`, the target's vision projector, is checked against the target
-    and linked (or copied) beside it."""
+    """The pair in out_dir; `mmproj`, the target's vision projector (and `draft_mmproj`, the
+    draft's), is checked against its model and linked (or copied) beside it."""
     out_dir = Path(out_dir)
-    if mmproj is not None and is_gguf(target_src):  # a bad projector is refused before converting
-        projector_for(mmproj, target_src)
-    elif mmproj is not None:  # a checkpoint's width is known once converted; the file's kind now
-        projector_facts(mmproj)
+    if draft_mmproj is not None and mmproj is None:
+        raise LocalspecError("--draft-mmproj needs --mmproj: the target must see the images the draft sees")
+    for p, src, role in _projectors(mmproj, draft_mmproj, target_src, draft_src):
+        if is_gguf(src):  # a bad projector is refused before converting
+            projector_for(p, src, role)
+        else:  # a checkpoint's width is known once converted; the file's kind now
+            projector_facts(p)
     if is_gguf(target_src) and is_gguf(draft_src):
         report = check_pair(target_src, draft_src)
         if not report.ok:
@@ -76,8 +80,8 @@ def build_pair(
         report = check_pair(target, draft)
         if not report.ok:
             raise LocalspecError(report.message)
-        if mmproj is not None:  # a converted target's width is known only now
-            projector_for(mmproj, target)
+        for p, model, role in _projectors(mmproj, draft_mmproj, target, draft):  # converted: widths now
+            projector_for(p, model, role)
     except LocalspecError:
         for f in (target, draft):
             f.unlink(missing_ok=True)
@@ -85,6 +89,9 @@ def build_pair(
     if mmproj is not None:
         log(f"mmproj   {mmproj} -> {Path(mmproj).name}")
         mmproj = copy_atomic(mmproj, out_dir / Path(mmproj).name)
+    if draft_mmproj is not None:  # both repos may name theirs mmproj-F16.gguf
+        log(f"mmproj   {draft_mmproj} -> draft-{Path(draft_mmproj).name}")
+        draft_mmproj = copy_atomic(draft_mmproj, out_dir / f"draft-{Path(draft_mmproj).name}")
     info = {
         "stand_in": False,
         "target_quant": target_type,
@@ -93,7 +100,19 @@ def build_pair(
         "draft_source": str(draft_src),
     }
     toml = write_pair_toml(
-        out_dir, target, draft, info={**pair_facts(target, draft), **info}, runtime=RUNTIME, mmproj=mmproj
+        out_dir,
+        target,
+        draft,
+        info={**pair_facts(target, draft), **info},
+        runtime=RUNTIME,
+        mmproj=mmproj,
+        draft_mmproj=draft_mmproj,
     )
     log(f"done     {toml} ({report.message})")
     return toml
+
+
+def _projectors(mmproj, draft_mmproj, target, draft) -> list:  # noqa: ANN001
+    """(projector, the model it feeds, its role) for those given."""
+    both = ((mmproj, target, "target"), (draft_mmproj, draft, "draft"))
+    return [(Path(p), m, role) for p, m, role in both if p is not None]

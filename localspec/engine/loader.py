@@ -18,7 +18,7 @@ from localspec.errors import LocalspecError
 from localspec.gguf import memory_plan
 from localspec.gguf.compat import CompatReport, check_pair
 from localspec.gguf.memory_kind import memory_facts
-from localspec.gguf.projector import check_fits_text
+from localspec.gguf.projector import check_fits_text, projector_facts
 from localspec.llama.mtp import MtpDrafter
 
 
@@ -38,6 +38,7 @@ class LoadedPair:
     draft: llama.Model | None = None
     draft_ctx: llama.Context | MtpDrafter | None = None  # the target's MTP head with --draft mtp
     projector: llama.Projector | None = None  # the target's vision projector (--mmproj)
+    draft_projector: llama.Projector | None = None  # the draft's own (--draft-mmproj): it sees images
     stack: ExitStack = field(default_factory=ExitStack)
 
     def contexts(self) -> list[llama.Context]:
@@ -85,9 +86,12 @@ def load_pair(
         raise LocalspecError(
             "--mmproj with --draft mtp is not supported yet: give a draft GGUF, or --lookup only"
         )
+    _check_draft_mmproj(s)
     out.plan = placement.plan_for(s)
     if out.plan.projector is not None:  # before any weights: a projector made for another model
         check_fits_text(out.plan.projector, out.plan.target.spec.n_embd)
+    if s.draft_mmproj is not None and s.speculative and out.plan.draft is not None:
+        check_fits_text(projector_facts(s.draft_mmproj), out.plan.draft.spec.n_embd, "draft")
     try:
         out.decision = decision or placement.enforce(out.plan, out.devices, s)
     except LocalspecError as e:
@@ -119,8 +123,8 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
             load_mtp=s.mtp_drafts,
         )
     )
+    on_gpu = dec.mode in ("gpu", "partial")
     if s.mmproj is not None:  # freed before the target it reads (the stack unwinds in reverse)
-        on_gpu = dec.mode in ("gpu", "partial")
         out.projector = st.enter_context(
             llama.Projector(s.mmproj, out.target, n_threads=s.n_threads, use_gpu=on_gpu)
         )
@@ -139,7 +143,14 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
         out.draft = st.enter_context(
             llama.Model(s.draft, n_gpu_layers=dec.draft_gpu_layers, devices=dec.model_devices("draft"))
         )
-        out.draft_ctx = st.enter_context(llama.Context(out.draft, **common))
+        if s.draft_mmproj is not None:  # fed by the target's projector: the same ids, its own rows
+            out.draft_projector = st.enter_context(
+                llama.Projector(
+                    s.draft_mmproj, out.draft, n_threads=s.n_threads, use_gpu=on_gpu, follows=out.projector
+                )
+            )
+            log(f"draft vision projector: {s.draft_mmproj.name} ({out.draft_projector.facts.projector_type})")
+        out.draft_ctx = st.enter_context(llama.Context(out.draft, **common, projector=out.draft_projector))
     out.report = placement.verify(
         out.plan,
         dec,
@@ -154,6 +165,16 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
         ctx.reset()
     if isinstance(out.draft_ctx, MtpDrafter):  # the target's warm-up fed it
         out.draft_ctx.reset()
+
+
+def _check_draft_mmproj(s: Settings) -> None:
+    """--draft-mmproj rides on the target's projector (it numbers the images both read)."""
+    if s.draft_mmproj is None:
+        return
+    if s.mmproj is None:
+        raise LocalspecError("--draft-mmproj needs --mmproj: the target must see the images the draft sees")
+    if s.mtp_drafts:
+        raise LocalspecError("--draft-mmproj is the draft GGUF's projector; --draft mtp has no draft GGUF")
 
 
 def memory_key(out: LoadedPair) -> Callable[[], dict[str, Any]]:

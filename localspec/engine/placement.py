@@ -52,7 +52,9 @@ def plan_for(settings: Any) -> PairPlan:
         raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
     draft = read_spec(settings.draft) if settings.speculative else None
     mmproj = projector_facts(settings.mmproj) if settings.mmproj is not None else None
-    return plan_pair(read_spec(settings.target), draft, Runtime.from_settings(settings), mmproj)
+    seen = settings.draft_mmproj if draft is not None else None
+    draft_mmproj = projector_facts(seen) if seen is not None else None
+    return plan_pair(read_spec(settings.target), draft, Runtime.from_settings(settings), mmproj, draft_mmproj)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ def breakdown(plan: PairPlan) -> str:
         for m in plan.models
     ]
     if plan.projector is not None:
-        parts.append(f"vision projector {fmt_bytes(plan.projector_bytes)}")
+        two = plan.draft_projector is not None and plan.draft is not None
+        parts.append(f"vision projector{'s' if two else ''} {fmt_bytes(plan.projector_bytes)}")
     return "; ".join(parts + [f"headroom {fmt_bytes(plan.headroom_bytes)}"])
 
 

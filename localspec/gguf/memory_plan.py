@@ -449,6 +449,7 @@ class PairPlan:
     headroom_bytes: int = HEADROOM_BYTES
     embed: EmbedPlan | None = None  # serve's embeddings context, made on the first request for one
     projector: ProjectorFacts | None = None  # the target's mmproj: its weights and vision graph
+    draft_projector: ProjectorFacts | None = None  # the draft's own (--draft-mmproj)
 
     @property
     def models(self) -> tuple[ModelPlan, ...]:
@@ -460,9 +461,10 @@ class PairPlan:
 
     @property
     def projector_bytes(self) -> int:
-        """The projector's weights and compute buffer, where the target goes (mtmd follows it)."""
-        p = self.projector
-        return p.weights_bytes + p.compute_bytes if p is not None else 0
+        """The projectors' weights and compute buffers, where the target goes (mtmd follows it; a
+        draft's projector counted there too: a small over-count when the draft sits elsewhere)."""
+        both = (self.projector, self.draft_projector if self.draft else None)
+        return sum(p.weights_bytes + p.compute_bytes for p in both if p is not None)
 
     @property
     def device_bytes(self) -> int:
@@ -488,7 +490,8 @@ class PairPlan:
         rt = dataclasses.replace(self.rt, **changes)
         draft = self.draft.spec if self.draft else None
         return dataclasses.replace(
-            plan_pair(self.target.spec, draft, rt, self.projector), headroom_bytes=self.headroom_bytes
+            plan_pair(self.target.spec, draft, rt, self.projector, self.draft_projector),
+            headroom_bytes=self.headroom_bytes,
         )
 
     def without_draft(self) -> "PairPlan":
@@ -505,6 +508,9 @@ class PairPlan:
             "models": [m.to_dict() for m in self.models],
             "embeddings": self.embed.to_dict() if self.embed else None,
             "projector": self.projector.to_dict() if self.projector is not None else None,
+            "draft_projector": self.draft_projector.to_dict()
+            if self.draft_projector and self.draft
+            else None,
             "headroom_bytes": self.headroom_bytes,
             "device_bytes": self.device_bytes,
             "cpu_bytes": self.cpu_bytes,
@@ -512,13 +518,18 @@ class PairPlan:
 
 
 def plan_pair(
-    target: ModelSpec, draft: ModelSpec | None, rt: Runtime, projector: ProjectorFacts | None = None
+    target: ModelSpec,
+    draft: ModelSpec | None,
+    rt: Runtime,
+    projector: ProjectorFacts | None = None,
+    draft_projector: ProjectorFacts | None = None,
 ) -> PairPlan:
     return PairPlan(
         plan_model(target, rt, "target"),
         plan_model(draft, rt, "draft") if draft else None,
         embed=plan_embeddings(target, rt),
         projector=projector,
+        draft_projector=draft_projector,
     )
 
 

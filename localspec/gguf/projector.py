@@ -89,21 +89,21 @@ def projector_facts(path: str | Path) -> ProjectorFacts:
     )
 
 
-def check_fits_text(facts: ProjectorFacts, n_embd_text: int) -> None:
+def check_fits_text(facts: ProjectorFacts, n_embd_text: int, model: str = "target") -> None:
     """The projector writes rows of the language model's width, or it was made for another model."""
     if facts.n_embd_text is not None and facts.n_embd_text != n_embd_text:
         raise LocalspecError(
-            f"{facts.path} makes {facts.n_embd_text}-wide embeddings, but the target is {n_embd_text} "
-            "wide: it is the projector of another model (use the mmproj file from the target's repo)"
+            f"{facts.path} makes {facts.n_embd_text}-wide embeddings, but the {model} is {n_embd_text} "
+            f"wide: it is the projector of another model (use the mmproj file from the {model}'s repo)"
         )
 
 
-def projector_for(mmproj: str | Path, target: str | Path) -> ProjectorFacts:
-    """The projector's facts, checked against the target it is to feed (headers only): what
+def projector_for(mmproj: str | Path, target: str | Path, model: str = "target") -> ProjectorFacts:
+    """The projector's facts, checked against the model it is to feed (headers only): what
     `check-pair --mmproj`, `pair --mmproj` and `pull` refuse before anything loads."""
     facts = projector_facts(mmproj)
     h = read_header(target)
     n_embd = h.get(f"{h.arch}.embedding_length")
     if isinstance(n_embd, int) and not isinstance(n_embd, bool):
-        check_fits_text(facts, n_embd)
+        check_fits_text(facts, n_embd, model)
     return facts

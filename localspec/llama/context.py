@@ -168,8 +168,8 @@ class Context(Owner):
         self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
         self._top_on = [self.top_k > 0] * n_seq  # whose rows come back as their top_k largest
         self._retired: list = []  # chains detached since the last decode
-        # image ids (llama/vision.py) decode as the projector's rows; without one (a draft) each is
-        # read as a newline: the draft sees the text around an image at the target's positions
+        # image ids (llama/vision.py) decode as the projector's rows; without one (a draft without
+        # --draft-mmproj) each is read as a newline: the text around an image at the target's positions
         self.projector = projector
         self.filler = (model.tokenize("\n", add_special=False, parse_special=False) or [model.vocab.eos])[-1]
         self._embd: _Batch | None = None  # made at the first image

@@ -5,7 +5,9 @@ An image is a run of *image ids* in a prompt's token list: negative numbers no v
 per embedding row, made from the image's content hash. The prompt cache, prefix sharing and the
 round compare token lists, so the same image matches itself and a different one does not (as
 llama-server keys its cache on an image chunk's id). `Context` turns a run of image ids back into
-rows with `rows()`; a context without a projector (the draft) reads each as a filler token.
+rows with `rows()`; a context without a projector (the draft) reads each as a filler token. A draft's
+own projector follows the target's (`follows=`): it is handed every image under the same ids, so the
+draft's context turns them into its own rows.
 
 With an M-RoPE projector (Qwen-VL's, Qwen3.5's) an image's rows sit on a 2-D grid of positions and
 the image advances the text's position by `n_pos` (max(width, height) in patches), not by its row
@@ -72,8 +74,17 @@ class Projector(Owner):
 
     _ctx = None
 
-    def __init__(self, path: str | Path, model: Model, *, n_threads: int | None = None, use_gpu: bool = True):
+    def __init__(
+        self,
+        path: str | Path,
+        model: Model,
+        *,
+        n_threads: int | None = None,
+        use_gpu: bool = True,
+        follows: Projector | None = None,
+    ):
         self._lock = threading.RLock()  # first: close() may run on a half-made projector
+        self.follower: Projector | None = None  # the draft's projector, fed every image this one is
         self._chunks: weakref.WeakValueDictionary[int, _Chunk] = weakref.WeakValueDictionary()
         self.path = Path(path)
         self.facts = projector_facts(self.path)
@@ -100,6 +111,22 @@ class Projector(Owner):
         self._marker = M.mtmd_default_marker()
         self._index: dict[tuple[str, int], int] = {}  # (image hash, chunk ordinal) -> index
         self._recent: collections.OrderedDict[str, tuple] = collections.OrderedDict()  # hash -> pieces
+        if follows is not None:
+            try:
+                follows._adopt(self)
+            except BaseException:
+                self.close()
+                raise
+
+    def _adopt(self, follower: Projector) -> None:
+        """Feed `follower` (the draft's projector) every image this one takes, under the same ids, so
+        the draft's context decodes them into its own rows and its token list stays the target's.
+        Refused, one line, when the two would cut an image differently."""
+        follower._lock, follower._index = self._lock, self._index  # one numbering, one lock
+        probe = Image(np.full((64, 64, 3), 128, np.uint8), "localspec:projector-probe")
+        with self._lock:
+            _paired(self._own(probe), follower._own(probe), follower.path)
+        self.follower = follower
 
     def close(self) -> None:
         with self._lock:
@@ -128,6 +155,12 @@ class Projector(Owner):
             return hit
 
     def _tokenize(self, image: Image) -> tuple:
+        pieces = self._own(image)
+        if self.follower is None:
+            return pieces
+        return _paired(pieces, self.follower._own(image), self.follower.path)
+
+    def _own(self, image: Image) -> tuple:
         M = _mtmd()
         data = np.ascontiguousarray(image.pixels, np.uint8)
         bitmap = M.mtmd_bitmap_init(
@@ -227,6 +260,22 @@ class Projector(Owner):
                 chunk.rows = np.ctypeslib.as_array(embd, shape=(chunk.n_tokens, self.n_embd)).copy()
                 chunk.close()  # the preprocessed pixels are not needed again
             return chunk.rows
+
+
+def _paired(ours: tuple, theirs: tuple, path: Path) -> tuple:
+    """The target's pieces of an image, their runs holding the draft's chunks too, once both
+    projectors cut it alike (the same text markers, the same rows: with one numbering, equal ids)."""
+    cut = [[p.ids if isinstance(p, ImageRun) else list(p) for p in ps] for ps in (ours, theirs)]
+    if cut[0] != cut[1]:
+        rows = [sum(len(p.ids) for p in ps if isinstance(p, ImageRun)) for ps in (ours, theirs)]
+        raise BadImage(
+            f"the draft's projector {path.name} cuts an image into {rows[1]} rows, the target's into "
+            f"{rows[0]}{'' if rows[0] != rows[1] else ' (with other markers)'}: the draft must read the "
+            "target's prompt; run without --draft-mmproj"
+        )
+    return tuple(
+        ImageRun(a.ids, (a.chunk, b.chunk)) if isinstance(a, ImageRun) else a for a, b in zip(ours, theirs)
+    )
 
 
 def _layout(ch, n_tok: int) -> tuple:  # noqa: ANN001 - an mtmd_input_chunk pointer

@@ -71,6 +71,24 @@ def test_a_projector_is_planned_and_counted(smollm2_path, mmproj_path):
     )
 
 
+def test_a_drafts_own_projector_is_counted_too(smollm2_path, mmproj_path):
+    args = (
+        "--target",
+        str(smollm2_path),
+        "--draft",
+        str(smollm2_path),
+        "--no-load",
+        "--mmproj",
+        str(mmproj_path),
+    )
+    one = json.loads(doctor(*args, "--json"))["plan"]
+    two = json.loads(doctor(*args, "--draft-mmproj", str(mmproj_path), "--json"))["plan"]
+    dp = two["draft_projector"]
+    assert one["draft_projector"] is None and dp["n_embd_text"] == 576
+    assert two["cpu_bytes"] == one["cpu_bytes"] + dp["weights_bytes"] + dp["compute_bytes"]
+    assert "draft mmproj mmproj-smollm2-test.gguf (mlp" in doctor(*args, "--draft-mmproj", str(mmproj_path))
+
+
 def test_default_pair_human_table(default_pair):
     out = doctor("--pair", str(default_pair.parent))
     for word in ("plan", "verdict", "decision", "verified", "placement: CPU only", "placement as planned"):

@@ -56,3 +56,37 @@ def test_pair_from_a_checkpoint_checks_the_projector_against_the_converted_targe
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert "makes 576-wide embeddings, but the target is 64 wide" in p.stderr, p.stderr
     assert not [f for f in out.rglob("*") if f.is_file()]
+
+
+def test_pair_and_check_pair_take_the_drafts_own_projector(tmp_path, smollm2_path, mmproj_path):
+    """`--draft-mmproj`: checked against the draft, linked in as draft-NAME (both repos may name
+    theirs mmproj-F16.gguf), named in pair.toml, and loaded from it; one for another width is one line."""
+    from localspec.config.pair_toml import read_pair
+    from localspec.config.settings import Settings
+    from localspec.convert.synthetic_mmproj import ProjectorShape, write_mmproj
+
+    out, smol, mp = tmp_path / "both", str(smollm2_path), str(mmproj_path)
+    p = localspec("pair", smol, smol, "--out-dir", str(out), "--target-type", "q8_0", "--mmproj", mp,
+                  "--draft-mmproj", mp)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert 'draft_mmproj = "draft-mmproj-smollm2-test.gguf"' in (out / "pair.toml").read_text()
+    pair = read_pair(out)
+    assert pair.draft_mmproj == out / "draft-mmproj-smollm2-test.gguf" and pair.mmproj != pair.draft_mmproj
+    s = Settings.load(pair=out)
+    assert (s.mmproj, s.draft_mmproj) == (pair.mmproj, pair.draft_mmproj)
+
+    check = localspec("check-pair", smol, smol, "--mmproj", mp, "--draft-mmproj", mp)
+    assert check.returncode == 0, check.stderr
+    assert (
+        "draft_mmproj: " in check.stdout and "makes 576-wide embeddings, as the draft takes" in check.stdout
+    )
+
+    wide = write_mmproj(tmp_path / "mmproj-640.gguf", shape=ProjectorShape(n_embd_text=640))
+    for cmd in (
+        ("check-pair", smol, smol),
+        ("pair", smol, smol, "--out-dir", str(tmp_path / "no"), "--mmproj", mp),
+    ):
+        bad = localspec(*cmd, "--draft-mmproj", str(wide))
+        assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
+        assert "makes 640-wide embeddings, but the draft is 576 wide" in bad.stderr, bad.stderr
+    assert not (tmp_path / "no").exists() or not [f for f in (tmp_path / "no").rglob("*") if f.is_file()]
