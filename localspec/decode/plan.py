@@ -22,23 +22,21 @@ def plan_round(
     run: it rides in the verify batch, so every plan is priced with it in front); a sequence that
     drafts (a draft model or a lookup to draft with) gets the K controller's plan."""
     plans = [_budget(target, st) for st in live]
+    drafting, ctls, facts = [], [], []
     for p in plans:
         for src in sources.offering:
             src.offer(p)
         st = p.st
         if st.speculative and (draft is not None or st.lookup is not None):
             p.facts = Facts(len(p.forced), len(p.offer), p.match_len, p.behind, p.left)
-    drafting = [p for p in plans if p.facts is not None]
-    for p, kplan in zip(drafting, plan_batch([p.st.k_ctl for p in drafting], [p.facts for p in drafting])):
+            drafting.append(p)
+            ctls.append(st.k_ctl)
+            facts.append(p.facts)
+    for p, kplan in zip(drafting, plan_batch(ctls, facts)):
         p.kplan = kplan
     for p in plans:
         _take(p, draft)
     return plans
-
-
-def _left(target: Evaluator, st: SeqState) -> int:
-    """Tokens the sequence may emit after this round's first (max_new, else the context's room)."""
-    return st.max_new - st.n_new - 1 if st.max_new is not None else target.n_ctx - len(st.tokens)
 
 
 def _budget(target: Evaluator, st: SeqState) -> SeqPlan:
@@ -47,8 +45,9 @@ def _budget(target: Evaluator, st: SeqState) -> SeqPlan:
     request's cost bound allows. None on top of a restored snapshot: this round replays the kept
     tokens (drafting on top of a replay would put them back under a snapshot a rejection returns to)."""
     room = target.n_ctx - len(st.tokens)  # positions beyond tokens[-1] the verify batch may use
-    left = _left(target, st)
-    cap = min(room - 1, left, target.max_draft if target.max_draft is not None else room)
+    left = st.max_new - st.n_new - 1 if st.max_new is not None else room  # to emit after the first
+    max_draft = target.max_draft
+    cap = min(room - 1, left, max_draft if max_draft is not None else room)
     if st.bound is not None:  # what the request's rounds may cost it (draft_len/cost_bound.py)
         cap = min(cap, st.bound.k_cap)
     replay = target.past(st.seq) < len(st.tokens) - 1

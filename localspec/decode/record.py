@@ -5,7 +5,7 @@ sources' specs)."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from localspec.decode.clock import Clock
 from localspec.decode.seqplan import SeqPlan
@@ -16,6 +16,10 @@ from localspec.draft_len.controller import Outcome
 from localspec.draft_len.cost_bound import round_charge
 from localspec.draft_len.evidence import LOOKUP
 
+# the registered sources' names by their evidence: none (free, kept for certain), the lookup's
+FREE = tuple(name for name, kind in EVIDENCE.items() if kind is None)
+LOOKUPS = tuple(name for name, kind in EVIDENCE.items() if kind == LOOKUP)
+
 
 def record_prefill(filling: Sequence[SeqState], prefilled: Sequence[int], seconds: float) -> None:
     """The prompt chunks of the sequences still prefilling: their tokens and the round's time."""
@@ -24,33 +28,43 @@ def record_prefill(filling: Sequence[SeqState], prefilled: Sequence[int], second
         st.counters.prefill_s += seconds
 
 
+class Shared(NamedTuple):
+    """The round's times every sequence shares (seconds), taken once per round."""
+
+    draft: float  # drafting, less a catch-up charged as prefill
+    draft_wall: float  # drafting with it (the trace's draft_ms)
+    verify: float
+    llama: float  # inside the decodes: the verify and the draft steps
+    decodes: float  # from the round's start to the verify's end
+    catch: float  # the draft's catch-up (charged as prefill) ...
+    per_token: float  # ... per token caught up on
+    batch_tokens: int  # the verify batch's size over every sequence
+    longest: int  # the draft loop's steps: its decodes
+
+
 def record(plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, batch_tokens: int) -> None:
     m = clock.marks
     t_catch = clock.spent["catch"] if clock.caught else 0.0  # a replay-only catch-up is drafting's
     for st in clock.caught:  # the draft's prompt pass, late: prefill, not drafting
         st.counters.prefill_s += t_catch
-    per_token = t_catch / max(sum(clock.caught.values()), 1)
+    evs = [_evidence(p.sources, v.n_accepted) for p, v in zip(plans, verdicts)]
+    drafting, verify_s = m["drafted"] - m["drafting"], m["verified"] - m["drafted"]
+    t = Shared(
+        drafting - t_catch, drafting, verify_s, verify_s + clock.spent["draft"], m["verified"] - m["start"],
+        t_catch, t_catch / max(sum(clock.caught.values()), 1), batch_tokens,
+        max((ev[0] - ev[2] for ev in evs), default=0),
+    )  # fmt: skip
     starts = [m["dists"], *clock.done[:-1]]
     shared = m["dists"] - m["verified"]  # the round's distributions: charged to each one's sampling
-    evs = [_evidence(p.sources, v.n_accepted) for p, v in zip(plans, verdicts)]
-    longest = max((ev[0] - ev[2] for ev in evs), default=0)  # the draft loop's steps: its decodes
     for p, v, ev, t0, t1 in zip(plans, verdicts, evs, starts, clock.done):
-        _record_one(p, v, ev, clock, (t_catch, per_token), (t1 - t0) + shared, (batch_tokens, longest))
+        _record_one(p, v, ev, t, (t1 - t0) + shared, clock.caught)
 
 
 def _record_one(
-    p: SeqPlan,
-    v: Verdict,
-    ev: tuple[int, int, int, bool],
-    clock: Clock,
-    catch: tuple[float, float],
-    sample_s: float,
-    batch: tuple[int, int],
+    p: SeqPlan, v: Verdict, ev: tuple[int, int, int, bool], t: Shared, sample_s: float, caught: dict
 ) -> None:
-    st, c, m = p.st, p.st.counters, clock.marks
-    t_catch, (batch_tokens, longest) = catch[0], batch
+    st, c = p.st, p.st.counters
     k = p.k if p.model else ev[2]  # the K asked: the lookup's alone without the draft model
-    draft_s, verify_s = m["drafted"] - m["drafting"] - t_catch, m["verified"] - m["drafted"]
     c.record_round(k, len(p.drafts), v.n_accepted, sources=p.sources)
     if c.rounds_trace is not None:
         c.trace_round(
@@ -59,22 +73,21 @@ def _record_one(
             accepted=v.n_accepted,
             lookup=p.sources.count("lookup"),
             grammar=p.sources.count("grammar"),
-            draft_ms=(m["drafted"] - m["drafting"]) * 1e3,
-            verify_ms=verify_s * 1e3,
+            draft_ms=t.draft_wall * 1e3,
+            verify_ms=t.verify * 1e3,
         )
-    c.draft_s += draft_s
-    c.verify_s += verify_s
+    c.draft_s += t.draft
+    c.verify_s += t.verify
     c.sample_s += sample_s
-    c.llama_s += verify_s + clock.spent["draft"]
+    c.llama_s += t.llama
     if st.track is not None:
         c.constrain_s += st.track.take_spent()
-    round_s = (m["verified"] - m["start"]) + sample_s  # the shared decodes plus this sequence's own work
+    round_s = t.decodes + sample_s  # the shared decodes plus this sequence's own work
     c.loop_s += round_s
-    caught = clock.caught.get(st, 0) if clock.caught else 0
-    times = (draft_s, verify_s, round_s - t_catch, catch[1] * caught)
-    st.k_ctl.observe(_outcome(p, v, ev, k, times, batch_tokens, caught))
+    if st.k_ctl.learns:  # a fixed K's observe is a no-op: no Outcome to build
+        st.k_ctl.observe(_outcome(p, v, ev, k, t, round_s - t.catch, caught.get(st, 0) if caught else 0))
     if st.bound is not None:  # its own draft steps and its share of the verify batch
-        st.bound.observe(round_charge(draft_s, ev[0] - ev[2], longest, verify_s, len(p.drafts) + 1, batch_tokens),
+        st.bound.observe(round_charge(t.draft, ev[0] - ev[2], t.longest, t.verify, len(p.drafts) + 1, t.batch_tokens),
                          len(v.new))  # fmt: skip
         c.cost_cuts = st.bound.cut
     c.fallbacks = st.k_ctl.fallbacks
@@ -84,15 +97,21 @@ def _record_one(
 def _evidence(sources: Sequence[str], n_accepted: int) -> tuple[int, int, int, bool]:
     """The round's drafts that feed the tuner (sources with evidence: the grammar's are free and
     certain): (how many, how many kept, how many the lookup's, whether the round reached them - not
-    cut short by a forced token's miss). One plain pass: it runs per sequence per round."""
-    n_own = n_acc = n_look = 0
+    cut short by a forced token's miss). It runs per sequence per round: counted in C where no draft
+    is free, one plain pass where some are."""
+    n_look = n_free = 0
+    for name in LOOKUPS:
+        n_look += sources.count(name)
+    for name in FREE:
+        n_free += sources.count(name)
+    if not n_free:  # every draft is evidence, and the round reached them all
+        return len(sources), min(n_accepted, len(sources)), n_look, True
+    n_own = n_acc = 0
     first_missed = -1  # the first draft with evidence past the kept ones
     for j, name in enumerate(sources):
-        kind = EVIDENCE[name]
-        if kind is None:
+        if EVIDENCE[name] is None:
             continue
         n_own += 1
-        n_look += kind == LOOKUP
         if j < n_accepted:
             n_acc += 1
         elif first_missed < 0:
@@ -100,26 +119,25 @@ def _evidence(sources: Sequence[str], n_accepted: int) -> tuple[int, int, int, b
     return n_own, n_acc, n_look, first_missed < 0 or first_missed == n_accepted
 
 
-def _outcome(p, v, ev, k, times, batch_tokens, caught) -> Outcome:  # noqa: ANN001
+def _outcome(p, v, ev, k, t, round_s, caught) -> Outcome:  # noqa: ANN001
     """What the K controller learns: only the drafts of sources with evidence, and only when the
     round reached them."""
     n_own, n_acc, n_look, reached = ev
     checked, kept = _offer_outcome(p.offer, v.new[len(p.forced) :]) if p.offer and not n_look else (0, 0)
-    draft_s, verify_s, round_s, catch_s = times
     return Outcome(
         k=k,
         n_drafted=n_own if reached else 0,
         n_accepted=n_acc if reached else 0,
         n_emitted=len(v.new),
-        draft_s=draft_s,
-        verify_s=verify_s,
+        draft_s=t.draft,
+        verify_s=t.verify,
         round_s=round_s,
-        batch_tokens=batch_tokens,
+        batch_tokens=t.batch_tokens,
         n_lookup=n_look if reached else 0,
         n_forced=len(p.sources) - n_own,
         replay=p.replay,
         catch_tokens=caught,
-        catch_s=catch_s,
+        catch_s=t.per_token * caught,
         offer_checked=checked,
         offer_kept=kept,
         match_len=p.facts.match_len if p.facts is not None else 0,

@@ -102,7 +102,8 @@ def _round(
         verdicts.append(settle(p, r, shared, target, sources.accepting))
         clock.seq_done()
     record(plans, verdicts, clock, sum(len(it.tokens) for it in items))
-    record_prefill(filling, fill.tokens, clock.marks["verified"] - clock.marks["drafted"])
+    if filling:
+        record_prefill(filling, fill.tokens, clock.marks["verified"] - clock.marks["drafted"])
     return fill.done
 
 

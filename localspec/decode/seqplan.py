@@ -20,8 +20,8 @@ class SeqPlan:
     left: int  # tokens the sequence may emit after this round's first (max_new, else the context's room)
     p_min: float = 0.0  # drafting stops where the draft's top probability falls below this ...
     p_min_from: int = 0  # ... from this draft position on (draft_p_min, draft_min)
-    forced: list[int] = field(default_factory=list)  # the grammar's leading run (drafted already)
-    offer: list[int] = field(default_factory=list)  # the lookup's proposal after it (not drafted yet)
+    forced: Sequence[int] = ()  # the grammar's leading run (drafted already)
+    offer: Sequence[int] = ()  # the lookup's proposal after it (not drafted yet)
     match_len: int = 0  # ... from a match this long (its confidence)
     behind: int = 0  # the draft's cache lags the text by this many tokens (a catch-up first)
     facts: Facts | None = None  # what the K controller saw (None: this sequence does not draft)
@@ -38,6 +38,12 @@ class SeqPlan:
         self.drafts += tokens
         self.qs += qs
         self.sources += [source] * len(tokens)
+
+    def push(self, token: int, q: Dist | None, source: str) -> None:
+        """One draft after the ones already there (`add` for a run)."""
+        self.drafts.append(token)
+        self.qs.append(q)
+        self.sources.append(source)
 
     def judges(self, i: int) -> bool:
         """Whether the draft's confidence at draft position i decides if it goes on (`draft_p_min`:

@@ -82,22 +82,23 @@ def settle(
 
 def _judge(p: SeqPlan, rows: np.ndarray, s: Sampled, target: Evaluator) -> tuple[list[Step], int, list]:
     """The rule over the drafts: (the steps, drafts kept, each judged row as sampled)."""
-    st, d = p.st, p.drafts
+    st, d, qs, srcs = p.st, p.drafts, p.qs, p.sources
     dists: Sequence = s.dists.get(st, ())
     choices: Sequence = s.choices.get(st, ())
     have = len(dists)
+    srows = s.rows[st] if have else None
     shaped: list[np.ndarray] = []  # the rows as sampled (penalties, then the constraint's mask)
     new: list[Step] = []
-    n = len(st.tokens)
-    for i in range(len(d) + 1):  # a plain loop: it runs per draft per round
-        r = s.rows[st][i] if i < have else target_row(st, rows, i, d)
+    n, n_d = len(st.tokens), len(d)
+    for i in range(n_d + 1):  # a plain loop: it runs per draft per round
+        r = srows[i] if i < have else target_row(st, rows, i, d)
         shaped.append(r)
         pi, yi = (dists[i], choices[i] if choices else None) if i < have else (None, None)
-        if i == len(d):  # every draft accepted (or none drafted): the target's next token comes free
+        if i == n_d:  # every draft accepted (or none drafted): the target's next token comes free
             new.append(Step(sample_token(r, st, n + i, pi, yi), False))
             break
-        ok, tok = verify_token(r, st, d[i], p.qs[i], n + i, pi, yi)
-        new.append(Step(tok, ok, i if ok else -1, p.sources[i] if ok else ""))
+        ok, tok = verify_token(r, st, d[i], qs[i], n + i, pi, yi)
+        new.append(Step(tok, ok, i if ok else -1, srcs[i] if ok else ""))
         if not ok:
             return new, i, shaped
         if target.is_eog(d[i]):

@@ -23,7 +23,7 @@ from localspec.draft_len.cost_bound import CostBound
 from localspec.evaluator import Evaluator, Item  # noqa: F401 - re-exported: the round's protocol
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Step:
     token: int
     from_draft: bool  # a drafted token the target accepted (False: the target's own token)
@@ -33,6 +33,21 @@ class Step:
     # with_logprobs), and the most likely tokens there as (token, log-probability), best first
     logprob: float | None = None
     top: tuple[tuple[int, float], ...] = ()
+
+    def __init__(
+        self,
+        token: int,
+        from_draft: bool,
+        draft_pos: int = -1,
+        source: str = "",
+        logprob: float | None = None,
+        top: tuple[tuple[int, float], ...] = (),
+    ) -> None:
+        # the fields above, in order: one is made per token per round, and a frozen dataclass's own
+        # __init__ pays an object.__setattr__ call per field (half of the cost); still frozen after
+        d = self.__dict__
+        d["token"], d["from_draft"], d["draft_pos"], d["source"] = token, from_draft, draft_pos, source
+        d["logprob"], d["top"] = logprob, top
 
 
 @dataclass(frozen=True, kw_only=True)

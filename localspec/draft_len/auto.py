@@ -57,6 +57,8 @@ class AutoConfig:
 
 
 class AutoK:
+    learns = True
+
     def __init__(
         self, *, costs: Costs | None = None, evidence: Evidence | None = None, **config: Any
     ) -> None:

@@ -22,8 +22,10 @@ def plan_batch(
     share of the verify batch drafts less. Each extra sequence in a batched draft step is assumed to
     cost `draft_batch_cost` of a single one."""
     own = [c.plan(f) for c, f in zip(ctls, facts)]
+    if len(ctls) <= 1:
+        return own
     autos = [i for i, c in enumerate(ctls) if c.costs is not None]
-    if len(ctls) == 1 or not autos:
+    if not autos:
         return own
     ks = _batch_ks(ctls, facts, own, autos, draft_batch_cost)
     return [p._replace(k=k, forced_take=f.n_forced) for p, f, k in zip(own, facts, ks)]

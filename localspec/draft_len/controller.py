@@ -64,6 +64,7 @@ class KController(Protocol):
     fallbacks: int  # times it switched to plain decoding because speculation was losing
     started_plain: bool  # began plain because speculation was predicted to lose
     costs: "Costs | None"
+    learns: bool  # False: `observe` learns nothing, so the round builds it no Outcome (a fixed K)
 
     def plan(self, facts: Facts) -> Plan:
         """This round's plan, from what the round knows."""

@@ -16,10 +16,14 @@ class FixedK:
         self.k = k
         self.k_min = k
         self.has_model = has_model
+        self.learns = type(self).observe is not FixedK.observe  # a subclass may listen to the rounds
+        self._plain = Plan(k if has_model else 0)  # the plan of a round without lookup or forced tokens
 
     def plan(self, facts: Facts) -> Plan:
         """K, the lookup's tokens first from a long enough match (any match, with no draft model),
         and every forced token on top of K."""
+        if not facts.n_lookup and not facts.n_forced:  # the common round: one frozen plan, made once
+            return self._plain
         lookup_first = facts.n_lookup > 0 and (facts.match_len >= FIXED_LOOKUP_MIN or not self.has_model)
         k = self.k if self.has_model else min(self.k, facts.n_lookup if lookup_first else 0)
         return Plan(k, lookup_first, facts.n_forced)

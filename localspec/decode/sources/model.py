@@ -49,7 +49,12 @@ class ModelSource(DraftSource):
             p.behind = len(st.tokens) - 1 - self.ctx.past(st.seq)
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
-        active = [p for p in plans if p.model and p.total > len(p.drafts) and not self._ended(p)]
+        is_eog = self.ctx.is_eog  # drafts that end the output (EOG) leave nothing to add
+        active = [
+            p
+            for p in plans
+            if p.model and p.total > len(p.drafts) and not (p.drafts and is_eog(p.drafts[-1]))
+        ]
         clock.caught = clock.timed("catch", self._catch_up, [p.st for p in active])
         items = [self._first_item(p) for p in active]
         while active:
@@ -59,8 +64,9 @@ class ModelSource(DraftSource):
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
         st, ctx = p.st, self.ctx
         if st.draft_model:
+            n_vocab = ctx.n_vocab
             for s in new:
-                if s.token >= ctx.n_vocab:
+                if s.token >= n_vocab:
                     st.draft_model = False  # the target made an id the draft has not got: no more drafts
                     break
         if st.speculative and st.k_ctl.has_model:
@@ -69,10 +75,6 @@ class ModelSource(DraftSource):
     # no reset: the caller cuts every cache back after a round that raised
 
     # -- drafting --------------------------------------------------------------------------------
-    def _ended(self, p: SeqPlan) -> bool:
-        """The drafts so far end the output (EOG): nothing to add."""
-        return bool(p.drafts) and self.ctx.is_eog(p.drafts[-1])
-
     def _first_item(self, p: SeqPlan) -> Item:
         """The first draft step: what the cache lacks of the text, then the drafts so far."""
         st, ctx = p.st, self.ctx
@@ -80,7 +82,8 @@ class ModelSource(DraftSource):
         if ctx.past(st.seq) >= n:  # fully cached: re-evaluate the last token for its logits
             ctx.truncate(n - 1, st.seq)
         have = ctx.past(st.seq)
-        _count_prompt(st, have, n)
+        if have < n - st.n_new:  # some of the prompt is not in the draft's cache yet
+            _count_prompt(st, have, n)
         return Item(st.seq, st.tokens[have:n] + p.drafts, have, 1)
 
     def _step(self, active: list[SeqPlan], rows: list[np.ndarray]) -> tuple[list[SeqPlan], list[Item]]:
@@ -118,17 +121,23 @@ class ModelSource(DraftSource):
             return None  # the grammar allows nothing after it: a dead end the target cannot take
         if st.track is not None and not aware:
             st.track.follow(x)
-        p.add([x], [q], self.spec.name)
-        # free: they ride in the next draft step; within the batch a tuned K priced (so they take
-        # the place of model drafts), on top of a fixed K
-        tuned = st.k_ctl.costs is not None
-        room = (p.total if tuned else p.cap) - len(p.drafts)
-        run = self.grammar.after(p, room) if aware and not self.ctx.is_eog(x) else []
-        if run and not tuned:
-            p.total = min(p.total + len(run), p.cap)
-        if len(p.drafts) < p.total and not self.ctx.is_eog(p.drafts[-1]):
+        p.push(x, q, self.spec.name)
+        end, run = self.ctx.is_eog(x), []
+        if aware and not end:  # what the grammar forces next: free, it rides in the next draft step
+            run = self._forced_after(p)
+            end = bool(run) and self.ctx.is_eog(run[-1])
+        if len(p.drafts) < p.total and not end:
             return Item(st.seq, [x, *run], len(st.tokens) + i, 1)
         return None
+
+    def _forced_after(self, p: SeqPlan) -> list[int]:
+        """What the grammar forces after the draft's token, drafted: within the batch a tuned K
+        priced (so they take the place of model drafts), on top of a fixed K."""
+        tuned = p.st.k_ctl.costs is not None
+        run = self.grammar.after(p, (p.total if tuned else p.cap) - len(p.drafts))
+        if run and not tuned:
+            p.total = min(p.total + len(run), p.cap)
+        return run
 
     def _catch_up(self, active: list[SeqState]) -> dict[SeqState, int]:
         """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it
