@@ -4,7 +4,9 @@
     .venv/bin/python research/round_overhead_ab.py /path/to/main-checkout . --markdown out.md
 
 The grid's code (localspec/bench/round_cost.py) is this checkout's for both sides, so a checkout
-from before the bench mode existed is measured the same way. The figure per cell is the lower of
+from before the bench mode existed is measured the same way; with --own-grid each side runs its own
+(the round redesign, #47, changed how the grid calls the round). Passes alternate the order (A, B,
+then B, A). The figure per cell is the lower of
 the runs' medians of CPU ms per round outside the decodes (a shared machine inflates wall time), or
 with --wall of wall ms: the figure to read where a side's row kernels use a second thread, whose
 CPU time the calling thread's clock does not see.
@@ -25,13 +27,14 @@ HERE = Path(__file__).resolve().parent.parent
 MODES = ("greedy", "coupled", "pq")
 
 
-def _one(repo: str, vocab: int, rounds: int, out: str) -> None:
+def _one(repo: str, vocab: int, rounds: int, out: str, own_grid: bool) -> None:
     """In a fresh process: the grid on `repo`'s decode_round."""
     sys.path.insert(0, repo)
     import localspec.decode.round as r  # noqa: PLC0415
 
     assert r.__file__.startswith(str(Path(repo).resolve())), r.__file__
-    spec = importlib.util.spec_from_file_location("round_cost", HERE / "localspec/bench/round_cost.py")
+    grid = Path(repo if own_grid else HERE) / "localspec/bench/round_cost.py"
+    spec = importlib.util.spec_from_file_location("round_cost", grid)
     rc = importlib.util.module_from_spec(spec)
     sys.modules["round_cost"] = rc
     spec.loader.exec_module(rc)
@@ -84,17 +87,19 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--wall", action="store_true", help="wall ms, not the calling thread's CPU ms")
-    ap.add_argument("--one", nargs=4, help=argparse.SUPPRESS)  # REPO VOCAB ROUNDS OUT: a child
+    ap.add_argument("--own-grid", action="store_true", help="each side runs its own checkout's grid")
+    ap.add_argument("--one", nargs=5, help=argparse.SUPPRESS)  # REPO VOCAB ROUNDS OUT OWN: a child
     args = ap.parse_args()
     if args.one:
-        _one(args.one[0], int(args.one[1]), int(args.one[2]), args.one[3])
+        _one(args.one[0], int(args.one[1]), int(args.one[2]), args.one[3], args.one[4] == "own")
         return
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
         for vocab in (int(v) for v in args.vocabs.split(",")):
             runs: dict[str, list] = {"a": [], "b": []}
             for p in range(args.passes):
-                for side, repo in (("a", args.a), ("b", args.b)):
+                sides = (("a", args.a), ("b", args.b))
+                for side, repo in sides if p % 2 == 0 else sides[::-1]:
                     out = f"{tmp}/{side}{vocab}_{p}.json"
                     cmd = [
                         sys.executable,
@@ -106,6 +111,7 @@ def main() -> None:
                         str(vocab),
                         str(args.rounds),
                         out,
+                        "own" if args.own_grid else "this",
                     ]
                     subprocess.run(cmd, check=True)
                     runs[side].append(json.loads(Path(out).read_text()))
