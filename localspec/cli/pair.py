@@ -115,9 +115,9 @@ def check_pair(target: Path, draft: Path, mmproj: Path | None, draft_mmproj: Pat
     so, 1 if not."""
     from localspec.gguf.compat import check_pair as check  # noqa: PLC0415
     from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
-    from localspec.gguf.projector import projector_for  # noqa: PLC0415
+    from localspec.gguf.projector import given_projectors, projector_for  # noqa: PLC0415
 
-    given = [(p, m, role) for p, m, role in ((mmproj, target, "target"), (draft_mmproj, draft, "draft")) if p]
+    given = given_projectors(mmproj, draft_mmproj, target, draft)
     facts = [(projector_for(p, m, role), role) for p, m, role in given]  # a bad one: one line
     report = check(target, draft)
     if report.ok:

@@ -521,7 +521,7 @@ class Settings:
         given = {k: v for k, v in overrides.items() if v is not None and v != ()}
         pair = given.get("pair", values.get("pair"))
         if pair is not None and not (given.get("target") or given.get("draft")):
-            pair = check_value(_field("pair"), cls._hints()["pair"], pair)
+            pair = check_value(setting_field("pair"), cls._hints()["pair"], pair)
             if resolve_pair is not None:
                 pair = resolve_pair(pair, bool(given.get("yes", values.get("yes", False))))
             values["pair"] = pair
@@ -705,7 +705,7 @@ def _in_range(name: str, meta: Any, v: float) -> Any:
     return v
 
 
-def _field(name: str) -> dataclasses.Field:
+def setting_field(name: str) -> dataclasses.Field:
     return next(f for f in fields(Settings) if f.name == name)
 
 

@@ -12,7 +12,7 @@ from localspec.errors import LocalspecError
 from localspec.files import copy_atomic
 from localspec.gguf.compat import check_pair, pair_facts
 from localspec.gguf.file import GGUF_MAGIC
-from localspec.gguf.projector import projector_facts, projector_for
+from localspec.gguf.projector import DRAFT_NEEDS_TARGET, given_projectors, projector_facts, projector_for
 
 RUNTIME = {"draft_max": "auto"}  # recommended settings stored with every pair
 
@@ -54,8 +54,8 @@ def build_pair(
     draft's), is checked against its model and linked (or copied) beside it."""
     out_dir = Path(out_dir)
     if draft_mmproj is not None and mmproj is None:
-        raise LocalspecError("--draft-mmproj needs --mmproj: the target must see the images the draft sees")
-    for p, src, role in _projectors(mmproj, draft_mmproj, target_src, draft_src):
+        raise LocalspecError(DRAFT_NEEDS_TARGET)
+    for p, src, role in given_projectors(mmproj, draft_mmproj, target_src, draft_src):
         if is_gguf(src):  # a bad projector is refused before converting
             projector_for(p, src, role)
         else:  # a checkpoint's width is known once converted; the file's kind now
@@ -80,7 +80,7 @@ def build_pair(
         report = check_pair(target, draft)
         if not report.ok:
             raise LocalspecError(report.message)
-        for p, model, role in _projectors(mmproj, draft_mmproj, target, draft):  # converted: widths now
+        for p, model, role in given_projectors(mmproj, draft_mmproj, target, draft):  # converted: widths now
             projector_for(p, model, role)
     except LocalspecError:
         for f in (target, draft):
@@ -110,9 +110,3 @@ def build_pair(
     )
     log(f"done     {toml} ({report.message})")
     return toml
-
-
-def _projectors(mmproj, draft_mmproj, target, draft) -> list:  # noqa: ANN001
-    """(projector, the model it feeds, its role) for those given."""
-    both = ((mmproj, target, "target"), (draft_mmproj, draft, "draft"))
-    return [(Path(p), m, role) for p, m, role in both if p is not None]

@@ -18,7 +18,7 @@ from localspec.errors import LocalspecError
 from localspec.gguf import memory_plan
 from localspec.gguf.compat import CompatReport, check_pair
 from localspec.gguf.memory_kind import memory_facts
-from localspec.gguf.projector import check_fits_text, projector_facts
+from localspec.gguf.projector import DRAFT_NEEDS_TARGET, check_fits_text
 from localspec.llama.mtp import MtpDrafter
 
 
@@ -90,8 +90,8 @@ def load_pair(
     out.plan = placement.plan_for(s)
     if out.plan.projector is not None:  # before any weights: a projector made for another model
         check_fits_text(out.plan.projector, out.plan.target.spec.n_embd)
-    if s.draft_mmproj is not None and s.speculative and out.plan.draft is not None:
-        check_fits_text(projector_facts(s.draft_mmproj), out.plan.draft.spec.n_embd, "draft")
+    if out.plan.draft_projector is not None:  # read only where a draft model is loaded
+        check_fits_text(out.plan.draft_projector, out.plan.draft.spec.n_embd, "draft")
     try:
         out.decision = decision or placement.enforce(out.plan, out.devices, s)
     except LocalspecError as e:
@@ -172,7 +172,7 @@ def _check_draft_mmproj(s: Settings) -> None:
     if s.draft_mmproj is None:
         return
     if s.mmproj is None:
-        raise LocalspecError("--draft-mmproj needs --mmproj: the target must see the images the draft sees")
+        raise LocalspecError(DRAFT_NEEDS_TARGET)
     if s.mtp_drafts:
         raise LocalspecError("--draft-mmproj is the draft GGUF's projector; --draft mtp has no draft GGUF")
 

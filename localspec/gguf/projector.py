@@ -89,6 +89,15 @@ def projector_facts(path: str | Path) -> ProjectorFacts:
     )
 
 
+DRAFT_NEEDS_TARGET = "--draft-mmproj needs --mmproj: the target must see the images the draft sees"
+
+
+def given_projectors(mmproj, draft_mmproj, target, draft) -> list[tuple[Path, Any, str]]:  # noqa: ANN001
+    """(projector, the model it feeds, its role) for the projectors given (None: not given)."""
+    both = ((mmproj, target, "target"), (draft_mmproj, draft, "draft"))
+    return [(Path(p), m, role) for p, m, role in both if p is not None]
+
+
 def check_fits_text(facts: ProjectorFacts, n_embd_text: int, model: str = "target") -> None:
     """The projector writes rows of the language model's width, or it was made for another model."""
     if facts.n_embd_text is not None and facts.n_embd_text != n_embd_text:

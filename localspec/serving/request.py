@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from localspec.config.settings import REQUEST, Settings
+from localspec.config.settings import REQUEST, Settings, setting_field
 from localspec.errors import LocalspecError
 from localspec.serving.errors import APIError, from_localspec
 
@@ -128,7 +128,7 @@ def until_context_end() -> dict[str, Any]:
     """The limit of a request whose API reads no limit as "until the end of text or of the context"
     (OpenAI's Responses, as llama-server's n_predict -1): the most Settings takes, which
     `clamp_max_tokens` lowers to the room the prompt leaves."""
-    return {"max_tokens": next(f for f in fields(Settings) if f.name == "max_tokens").metadata["le"]}
+    return {"max_tokens": setting_field("max_tokens").metadata["le"]}
 
 
 def grammar(text: str) -> dict[str, Any]:
