@@ -257,7 +257,8 @@ def _process_full(logits: np.ndarray, params: SamplingParams) -> Dist:
         keep = x >= x.max() + np.log(params.min_p)
         ids, x = ids[keep], x[keep]
     t = params.temperature if params.temperature > 0 else 1.0
-    return Dist(ids.astype(np.int64), _softmax(x / t))
+    # shifted before the division: a logit over a tiny temperature would overflow to inf (and NaN)
+    return Dist(ids.astype(np.int64), _softmax((x - x.max()) / t))
 
 
 def _nucleus(ids: np.ndarray, x: np.ndarray, p: np.ndarray, top_p: float):
