@@ -47,9 +47,34 @@ def mmproj_path() -> Path:
 
 
 @pytest.fixture(scope="session")
-def default_pair() -> Path:
-    """The embedded stand-in pair: INT8 SmolLM2 draft + INT4 widened SmolLM2 target."""
+def standin_pair() -> Path:
+    """The synthetic stand-in pair: INT8 SmolLM2 draft + INT4 widened SmolLM2 target (a 10x size
+    ratio, a tiny load time): for tests that need those properties, not good text."""
+    return _need(MODELS / "standin" / "pair.toml")
+
+
+@pytest.fixture(scope="session")
+def real_pair() -> Path:
+    """The embedded default pair: Qwen2.5-Coder-1.5B-Instruct Q4_K_M target, 0.5B Q8_0 draft."""
     return _need(MODELS / "default" / "pair.toml")
+
+
+@pytest.fixture(scope="session")
+def qwen_target_path() -> Path:
+    """Qwen2.5-Coder-1.5B-Instruct, Q4_K_M as shipped (tools, FIM tokens, 32k context)."""
+    return _need(MODELS / "Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf")
+
+
+@pytest.fixture(scope="session")
+def qwen_draft_path() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct, Q4_K_M as shipped (the default pair's draft is its Q8_0)."""
+    return _need(MODELS / "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf")
+
+
+@pytest.fixture(scope="session")
+def nomic_path() -> Path:
+    """nomic-embed-text-v1.5, F16 (`localspec models --embed` fetches it)."""
+    return _need(MODELS / "nomic-embed-text-v1.5.f16.gguf")
 
 
 @pytest.fixture(scope="session")

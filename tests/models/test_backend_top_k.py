@@ -39,10 +39,10 @@ def test_top_rows_are_the_whole_rows_largest(smollm2):
         assert isinstance(top.eval([9], 33), np.ndarray)  # eval and eval_batch: whole rows always
 
 
-def test_generation_is_the_same_with_top_rows(smollm2_path, default_pair):
+def test_generation_is_the_same_with_top_rows(smollm2_path, standin_pair):
     """Sampled (coupled, llama.cpp's sampler chain) and greedy, plain and speculative: the same
     tokens with the rows as their 64 largest logits as with whole rows."""
-    draft = default_pair.parent / "draft-q8_0.gguf"
+    draft = standin_pair.parent / "draft-q8_0.gguf"
     runs = {}
     for top_k in (0, 64):
         s = Settings.load(target=smollm2_path, draft=draft, n_ctx=512, backend_top_k=top_k)

@@ -93,18 +93,18 @@ def same_text_everywhere(eng: Engine, ks: list[str], n_tokens: int, seeds=(1, 2,
 
 
 @pytest.mark.parametrize("draft_file", ["q8_0", "self"])
-def test_smollm2_same_seed_same_text(smollm2_path, default_pair, draft_file):
+def test_smollm2_same_seed_same_text(smollm2_path, standin_pair, draft_file):
     """SmolLM2 Q4_1 drafted by its Q8_0 quant (the stand-in's draft) for K from 1 to 8 and the tuner, and
     drafting for itself (every draft kept: the bonus-token path) for a few K."""
     if draft_file == "self":
         draft, ks = smollm2_path, ["2", "5", "auto"]
     else:
-        draft, ks = default_pair.parent / "draft-q8_0.gguf", ["1", "2", "3", "4", "6", "8", "auto"]
+        draft, ks = standin_pair.parent / "draft-q8_0.gguf", ["1", "2", "3", "4", "6", "8", "auto"]
     with Engine(Settings.load(target=smollm2_path, draft=draft, n_ctx=1024)) as eng:
         same_text_everywhere(eng, ks, n_tokens=24, seeds=(1, 2))
 
 
 @pytest.mark.slow
-def test_standin_pair_same_seed_same_text(default_pair):
-    with Engine(Settings.load(pair=default_pair, n_ctx=1024)) as eng:
+def test_standin_pair_same_seed_same_text(standin_pair):
+    with Engine(Settings.load(pair=standin_pair, n_ctx=1024)) as eng:
         same_text_everywhere(eng, ["1", "3", "8", "auto"], n_tokens=24)

@@ -214,9 +214,9 @@ def test_draft_settings_are_checked_up_front(kw, msg):
 
 
 @pytest.mark.slow
-def test_standin_pair_four_concurrent_requests_are_lossless(default_pair):
+def test_standin_pair_four_concurrent_requests_are_lossless(standin_pair):
     # a fixed K: auto may rightly decide that a batch of four verifies best without drafts here
-    with Engine(Settings.load(pair=default_pair, n_ctx=512, parallel=4, draft_max="3")) as eng:
+    with Engine(Settings.load(pair=standin_pair, n_ctx=512, parallel=4, draft_max="3")) as eng:
         resps = _concurrently(eng, list(PROMPTS.values()), temperature=0, max_tokens=32)
         for r in resps:
             assert r is not None and len(r.tokens) >= 10

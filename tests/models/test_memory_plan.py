@@ -61,11 +61,11 @@ def test_plan_matches_llama_cpp_log(which, case, smollm2, gemma):
     assert plan.spec.file_weights_bytes == model.size_bytes  # llama_model_size agrees with the header
 
 
-def test_default_pair_plan_matches_log(default_pair):
+def test_default_pair_plan_matches_log(standin_pair):
     from localspec.config.pair_toml import read_pair
     from localspec.llama import Context, Model
 
-    pair = read_pair(default_pair)
+    pair = read_pair(standin_pair)
     plan = plan_pair(read_spec(pair.target), read_spec(pair.draft), Runtime(n_ctx=1024))
     for mp, path in ((plan.target, pair.target), (plan.draft, pair.draft)):
         with Model(path) as m, Context(m, n_ctx=1024) as ctx:

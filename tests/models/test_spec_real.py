@@ -26,10 +26,10 @@ def self_pair(smollm2_path):
 
 
 @pytest.fixture(scope="module")
-def standin(default_pair):
+def standin(standin_pair):
     # cost_bound 0: the bound prices rounds by measured time, so on a busy machine it may cut a
     # request's drafts (same text, fewer drafts); these tests count drafts
-    with Engine(Settings.load(pair=default_pair, n_ctx=1024, cost_bound=0)) as eng:
+    with Engine(Settings.load(pair=standin_pair, n_ctx=1024, cost_bound=0)) as eng:
         yield eng
 
 

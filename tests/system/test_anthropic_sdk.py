@@ -40,8 +40,8 @@ class Capital(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def server(default_pair):
-    srv = Server(default_pair, "--parallel", "1", start_timeout=600)
+def server(standin_pair):
+    srv = Server(standin_pair, "--parallel", "1", start_timeout=600)
     yield srv
     srv.stop()
 

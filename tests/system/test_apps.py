@@ -39,8 +39,8 @@ class CountryInt(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def server(default_pair):
-    srv = Server(default_pair, "--parallel", "1", "--max-tokens", "80", start_timeout=600)
+def server(standin_pair):
+    srv = Server(standin_pair, "--parallel", "1", "--max-tokens", "80", start_timeout=600)
     yield srv
     srv.stop()
 

@@ -89,8 +89,8 @@ def test_a_drafts_own_projector_is_counted_too(smollm2_path, mmproj_path):
     assert "draft mmproj mmproj-smollm2-test.gguf (mlp" in doctor(*args, "--draft-mmproj", str(mmproj_path))
 
 
-def test_default_pair_human_table(default_pair):
-    out = doctor("--pair", str(default_pair.parent))
+def test_default_pair_human_table(standin_pair):
+    out = doctor("--pair", str(standin_pair.parent))
     for word in ("plan", "verdict", "decision", "verified", "placement: CPU only", "placement as planned"):
         assert word in out
     assert "target" in out and "draft" in out

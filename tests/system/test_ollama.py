@@ -42,8 +42,8 @@ PERSON = {
 
 
 @pytest.fixture(scope="module")
-def server(default_pair):
-    srv = Server(default_pair, "--parallel", "2", "--embed-ctx", "64", start_timeout=600)
+def server(standin_pair):
+    srv = Server(standin_pair, "--parallel", "2", "--embed-ctx", "64", start_timeout=600)
     yield srv
     srv.stop()
 
@@ -62,22 +62,22 @@ def _evaluated(server: Server, run) -> int:  # noqa: ANN001
 
 
 def test_chat_and_generate_stream_what_they_answer_whole(client):
-    whole = client.chat(model="default", messages=ASK, options=GREEDY)
-    parts = list(client.chat(model="default", messages=ASK, options=GREEDY, stream=True))
+    whole = client.chat(model="standin", messages=ASK, options=GREEDY)
+    parts = list(client.chat(model="standin", messages=ASK, options=GREEDY, stream=True))
     assert "".join(p.message.content for p in parts) == whole.message.content and whole.message.content
     assert parts[-1].done and parts[-1].done_reason == whole.done_reason == "length"
     assert parts[-1].eval_count == whole.eval_count == 12 and whole.prompt_eval_count > 10
     assert whole.eval_duration > 0 and whole.total_duration >= whole.eval_duration
     g = client.generate(model="default:latest", prompt="Say hello.", options=GREEDY)
     streamed = "".join(
-        p.response for p in client.generate(model="default", prompt="Say hello.", options=GREEDY, stream=True)
+        p.response for p in client.generate(model="standin", prompt="Say hello.", options=GREEDY, stream=True)
     )
     assert streamed == g.response and g.response
 
 
 def test_a_tool_call_validates_and_its_result_goes_back_in(client):
     msgs = [{"role": "user", "content": "What is the weather in Paris? Use the get_weather tool."}]
-    r = client.chat(model="default", messages=msgs, tools=[WEATHER], options={"temperature": 0})
+    r = client.chat(model="standin", messages=msgs, tools=[WEATHER], options={"temperature": 0})
     (call,) = r.message.tool_calls
     assert call.function.name == "get_weather"
     jsonschema.validate(dict(call.function.arguments), WEATHER["function"]["parameters"])
@@ -85,13 +85,13 @@ def test_a_tool_call_validates_and_its_result_goes_back_in(client):
         r.message.model_dump(exclude_none=True),
         {"role": "tool", "content": "sunny, 24 C", "tool_name": "get_weather"},
     ]
-    after = client.chat(model="default", messages=msgs, tools=[WEATHER], options=GREEDY)
+    after = client.chat(model="standin", messages=msgs, tools=[WEATHER], options=GREEDY)
     assert after.done and after.prompt_eval_count > r.prompt_eval_count + 5  # the result is in the prompt
 
 
 def test_format_schema_holds(client):
     r = client.chat(
-        model="default", messages=[{"role": "user", "content": "Is it sunny in Rome? Answer in JSON."}],
+        model="standin", messages=[{"role": "user", "content": "Is it sunny in Rome? Answer in JSON."}],
         format=PERSON, options={"temperature": 0},
     )  # fmt: skip
     jsonschema.validate(json.loads(r.message.content), PERSON)
@@ -100,7 +100,7 @@ def test_format_schema_holds(client):
 def test_model_calls(client, server):
     (m,) = client.list().models
     assert m.model == "default:latest" and m.details.format == "gguf" and m.size > 0
-    show = client.show("default")
+    show = client.show("standin")
     assert show.modelinfo["llama.context_length"] == 1024 and "completion" in show.capabilities
     assert client.ps().models[0].context_length == 1024
     assert httpx.get(server.url + "/api/version").json()["version"]
@@ -114,7 +114,7 @@ def test_model_calls(client, server):
 
 
 def test_embeddings_in_both_clients(client, server):
-    e = client.embed(model="default", input=["The cat sat on the mat.", "Stocks fell."])
+    e = client.embed(model="standin", input=["The cat sat on the mat.", "Stocks fell."])
     assert len(e.embeddings) == 2 and len(e.embeddings[0]) == 576 and e.prompt_eval_count > 4
     oa = server.client()
     texts = [
@@ -122,8 +122,8 @@ def test_embeddings_in_both_clients(client, server):
         "A cat was sitting on the rug.",
         "Quarterly revenue rose eight percent.",
     ]
-    floats = oa.embeddings.create(model="default", input=texts, encoding_format="float")
-    b64 = oa.embeddings.create(model="default", input=texts)  # the client asks for base64 and decodes it
+    floats = oa.embeddings.create(model="standin", input=texts, encoding_format="float")
+    b64 = oa.embeddings.create(model="standin", input=texts)  # the client asks for base64 and decodes it
     v = np.array([d.embedding for d in floats.data])
     assert np.allclose(v, [d.embedding for d in b64.data]) and floats.usage.prompt_tokens > 10
     assert np.allclose(v[0], e.embeddings[0], atol=1e-5)  # one model, one vector, whatever the dialect
@@ -136,7 +136,7 @@ def test_embeddings_in_both_clients(client, server):
     too_long = httpx.post(server.url + "/v1/embeddings", json={"input": "word " * 100}, timeout=300)
     assert too_long.status_code == 400 and too_long.json()["error"]["code"] == "context_length_exceeded"
     cut = httpx.post(
-        server.url + "/api/embed", json={"model": "default", "input": "word " * 100}, timeout=300
+        server.url + "/api/embed", json={"model": "standin", "input": "word " * 100}, timeout=300
     )
     assert cut.json()["prompt_eval_count"] == 64  # Ollama's way: cut to the context
 
@@ -146,17 +146,17 @@ def test_a_second_turn_evaluates_only_its_new_tokens(client, server, first):
     turn1 = [{"role": "user", "content": f"Describe the colour {secrets.token_hex(6)} in one sentence."}]
     if first == "openai":
         r1 = server.client().chat.completions.create(
-            model="default", messages=turn1, max_tokens=12, temperature=0
+            model="standin", messages=turn1, max_tokens=12, temperature=0
         )
         reply, n1 = r1.choices[0].message.content, r1.usage.prompt_tokens
     else:
-        r1 = client.chat(model="default", messages=turn1, options=GREEDY)
+        r1 = client.chat(model="standin", messages=turn1, options=GREEDY)
         reply, n1 = r1.message.content, r1.prompt_eval_count
     turn2 = turn1 + [{"role": "assistant", "content": reply}, {"role": "user", "content": "And in French?"}]
     out = {}
     evaluated = _evaluated(
         server,
-        lambda: out.update(r=list(client.chat(model="default", messages=turn2, options=GREEDY, stream=True))),
+        lambda: out.update(r=list(client.chat(model="standin", messages=turn2, options=GREEDY, stream=True))),
     )
     n2 = out["r"][-1].prompt_eval_count  # (the client drops the last line's `timings`)
     assert 0 < evaluated <= n2 - n1, (evaluated, n1, n2)  # the first turn's prompt came from the cache

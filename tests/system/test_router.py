@@ -28,9 +28,9 @@ pytestmark = pytest.mark.slow  # runs the stand-in pair, three times (~3 min on 
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory, default_pair, smollm2_path, gemma_path) -> Path:
+def folder(tmp_path_factory, standin_pair, smollm2_path, gemma_path) -> Path:
     root = tmp_path_factory.mktemp("models")
-    (root / PAIR).symlink_to(default_pair.parent)
+    (root / PAIR).symlink_to(standin_pair.parent)
     (root / SMOL).mkdir()
     (root / SMOL / smollm2_path.name).symlink_to(smollm2_path)
     (root / gemma_path.name).symlink_to(gemma_path)
@@ -207,12 +207,12 @@ def test_metrics_are_per_model(router):
     assert gemma["vllm:generation_tokens_total"] > 0
 
 
-def test_a_pair_served_by_the_router_answers_as_serve_pair_does(router, default_pair):
+def test_a_pair_served_by_the_router_answers_as_serve_pair_does(router, standin_pair):
     """Greedy, the same request: the router's child and `serve --pair` run the same LocalModel on
     the same settings, so the text is the same (one at a time: never two copies of the pair)."""
     routed = text(ask(router, PAIR, max_tokens=24))
     httpx.post(router.url + "/models/unload", json={"model": PAIR}, timeout=60)
-    single = Server(default_pair, *ARGS)
+    single = Server(standin_pair, *ARGS)
     try:
         r = httpx.post(
             single.url + "/v1/chat/completions", json={"messages": HI, "max_tokens": 24}, timeout=LONG

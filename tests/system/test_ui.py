@@ -42,9 +42,9 @@ THREADS = ("--n-threads", "1")
 
 
 @pytest.fixture(scope="module")
-def server(default_pair):
+def server(standin_pair):
     args = ("--draft-max", "4", "--parallel", "2", "--max-tokens", "12", "--temperature", "0")
-    srv = Server(default_pair, *THREADS, *args)
+    srv = Server(standin_pair, *THREADS, *args)
     yield srv
     srv.stop()
 
@@ -174,7 +174,7 @@ def test_page_files_and_headers(keyed):
 # -- the page ---------------------------------------------------------------------------------------
 def test_loads_without_console_errors(page, server):
     page.open()
-    assert page.page.inner_text("#model-name") == "default"
+    assert page.page.inner_text("#model-name") == "standin"
     assert page.page.is_visible("#empty")
     assert page.console == []
     assert f"open {server.url}/ in a browser" in server.output()  # what `make serve` prints
