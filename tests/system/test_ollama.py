@@ -99,7 +99,7 @@ def test_format_schema_holds(client):
 
 def test_model_calls(client, server):
     (m,) = client.list().models
-    assert m.model == "default:latest" and m.details.format == "gguf" and m.size > 0
+    assert m.model == "standin:latest" and m.details.format == "gguf" and m.size > 0
     show = client.show("standin")
     assert show.modelinfo["llama.context_length"] == 1024 and "completion" in show.capabilities
     assert client.ps().models[0].context_length == 1024
