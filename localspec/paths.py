@@ -26,8 +26,13 @@ def models_dir() -> Path:
 
 
 def default_pair() -> Path:
-    """The embedded stand-in pair `localspec models` builds."""
+    """The embedded default pair `localspec models` builds (the real Qwen2.5-Coder pair)."""
     return models_dir() / "default"
+
+
+def standin_pair() -> Path:
+    """The synthetic stand-in pair `localspec models --tests` builds (a 10x size ratio, loads fast)."""
+    return models_dir() / "standin"
 
 
 def cache_dir() -> Path:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from gguf import LlamaFileType
 
 from localspec.config.pair_toml import write_pair_toml
 from localspec.convert.hf import Progress, convert_hf
@@ -11,7 +14,7 @@ from localspec.convert.quant import quantize_file
 from localspec.errors import LocalspecError
 from localspec.files import copy_atomic
 from localspec.gguf.compat import check_pair, pair_facts
-from localspec.gguf.file import GGUF_MAGIC
+from localspec.gguf.file import GGUF_MAGIC, read_header
 from localspec.gguf.projector import DRAFT_NEEDS_TARGET, given_projectors, projector_facts, projector_for
 
 RUNTIME = {"draft_max": "auto"}  # recommended settings stored with every pair
@@ -25,10 +28,25 @@ def is_gguf(src: str | Path) -> bool:
         return f.read(4) == GGUF_MAGIC
 
 
+def quant_name(path: Path) -> str:
+    """A GGUF's general.file_type as a quantize name (q4_k_m), "" when absent or unknown."""
+    try:
+        return (
+            LlamaFileType(int(read_header(path).get("general.file_type", -1)))
+            .name.removeprefix("MOSTLY_")
+            .lower()
+        )
+    except ValueError:
+        return ""
+
+
 def materialize(
     src: str, dst: Path, qtype: str, *, role: str, log: Callable[[str], None], progress: Progress | None
 ) -> Path:
     """Produce `dst` at `qtype` from a GGUF file (requantized) or a Hugging Face folder / repo id."""
+    if is_gguf(src) and quant_name(Path(src)) == qtype.lower():  # as shipped: requantizing only loses
+        log(f"{role:<8} {src} -> {dst.name} (already {qtype})")
+        return copy_atomic(src, dst)
     if is_gguf(src):
         log(f"{role:<8} {src} -> {dst.name}")
         qstage = None if progress is None else (lambda i, n, _name: progress(f"{role} {qtype}", i, n))
@@ -49,8 +67,9 @@ def build_pair(
     progress: Progress | None = None,
     mmproj: Path | None = None,
     draft_mmproj: Path | None = None,
+    info: dict[str, Any] | None = None,
 ) -> Path:
-    """The pair in out_dir; `mmproj`, the target's vision projector (and `draft_mmproj`, the
+    """The pair in out_dir (`info`: more keys for pair.toml's [pair] table); `mmproj`, the target's vision projector (and `draft_mmproj`, the
     draft's), is checked against its model and linked (or copied) beside it."""
     out_dir = Path(out_dir)
     if draft_mmproj is not None and mmproj is None:
@@ -92,7 +111,7 @@ def build_pair(
     if draft_mmproj is not None:  # both repos may name theirs mmproj-F16.gguf
         log(f"mmproj   {draft_mmproj} -> draft-{Path(draft_mmproj).name}")
         draft_mmproj = copy_atomic(draft_mmproj, out_dir / f"draft-{Path(draft_mmproj).name}")
-    info = {
+    facts = {
         "stand_in": False,
         "target_quant": target_type,
         "draft_quant": draft_type,
@@ -103,7 +122,7 @@ def build_pair(
         out_dir,
         target,
         draft,
-        info={**pair_facts(target, draft), **info},
+        info={**pair_facts(target, draft), **facts, **(info or {})},
         runtime=RUNTIME,
         mmproj=mmproj,
         draft_mmproj=draft_mmproj,

@@ -17,7 +17,7 @@ NO_AMX="$(no_amx)"
 HIDDEN="-include$ROOT/tools/build/ggml_hidden_tables.h $NO_AMX"
 COMMON=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON
         -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON)
-TARGETS=(llama-speculative-simple llama-server llama-bench llama-cli)
+TARGETS=(llama-speculative-simple llama-server llama-bench llama-cli llama-embedding)
 
 build_one() {  # NAME BUILD_DIR CFLAGS CMAKE_FLAGS...
     local name="$1" build="$2" cflags="$3"; shift 3
