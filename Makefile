@@ -89,7 +89,7 @@ chat: setup
 	$(VENV)/bin/localspec chat
 
 test: test-models rpc-server npm-clients
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=40
 
 # the agents the system tests drive, from npm into .npm-clients (git-ignored), pinned; their native
 # binaries come inside the packages. One line per agent (tests/system/test_codex.py, ...)
