@@ -15,25 +15,8 @@ from localspec.config import Settings
 from localspec.engine import Engine
 from localspec.errors import LocalspecError
 
-# six questions and the passage that answers each, written for this test: every pair shares its
-# topic and no other pair does
-PAIRS = [
-    ("How do I bake sourdough bread at home?",
-     "Mix flour, water and a starter, let the dough rise overnight, then bake it in a hot oven."),
-    ("What causes the seasons on Earth?",
-     "The tilt of the planet's axis changes how directly sunlight strikes each hemisphere over a year."),
-    ("How can I fix a flat bicycle tyre?",
-     "Take out the inner tube, find the puncture, patch it and pump the tyre back up."),
-    ("Which programming language is good for data analysis?",
-     "Python, with pandas and NumPy, is widely used to clean, explore and chart tables of data."),
-    ("Why do cats purr?",
-     "A content cat purrs, and cats also purr to soothe themselves when they are hurt or stressed."),
-    ("When did the Western Roman Empire fall?",
-     "In 476 AD Odoacer deposed Romulus Augustulus, and Rome's last western emperor was gone."),
-]  # fmt: skip
-# nomic-embed-text's model card: a query and a document each carry their task's prefix
-QUERIES = ["search_query: " + q for q, _ in PAIRS]
-DOCS = ["search_document: " + d for _, d in PAIRS]
+from ..sentence_pairs import QUERIES, TEXTS, assert_each_pair_nearest
+
 EMBED_CTX = 512
 
 
@@ -45,17 +28,13 @@ def engine(nomic_path):
 
 @pytest.fixture(scope="module")
 def vectors(engine) -> np.ndarray:
-    return engine.embed(QUERIES + DOCS).vectors
+    return engine.embed(TEXTS).vectors
 
 
 def test_each_question_is_nearest_its_own_answer(vectors):
-    q, d = vectors[: len(PAIRS)], vectors[len(PAIRS) :]
-    sim = q @ d.T  # unit vectors: cosine similarity
-    for i in range(len(PAIRS)):
-        others = np.delete(np.arange(len(PAIRS)), i)
-        assert sim[i, i] > sim[i, others].max(), (i, sim[i].round(3))  # the question's best passage
-        assert sim[i, i] > sim[others, i].max(), (i, sim[:, i].round(3))  # the passage's best question
-    assert np.diag(sim).min() > 0.6, sim.round(3)
+    assert_each_pair_nearest(vectors)
+    n = len(QUERIES)
+    assert np.diag(vectors[:n] @ vectors[n:].T).min() > 0.6  # and near in earnest
 
 
 def test_pooled_by_its_gguf_unit_length_and_packed_equals_alone(engine, vectors):
@@ -86,8 +65,7 @@ def test_vectors_equal_llama_cpps_own(nomic_path, vectors):
     binary = paths.peer_bin() / "llama-embedding"
     if not binary.is_file():
         pytest.skip(f"llama.cpp's llama-embedding is not built ({binary}): `make peer` builds it")
-    texts = QUERIES + DOCS
-    cmd = [str(binary), "-m", str(nomic_path), "-p", "\n".join(texts), "--pooling", "mean",
+    cmd = [str(binary), "-m", str(nomic_path), "-p", "\n".join(TEXTS), "--pooling", "mean",
            "--embd-normalize", "2", "--embd-output-format", "raw", "-c", str(EMBED_CTX), "-t", "2"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
