@@ -66,6 +66,9 @@ def test_generation_is_one_clear_error_in_each_dialect(alone):
         "model": NAME, "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]})  # fmt: skip
     assert r.status_code == 400 and REFUSED in r.json()["error"]["message"]
     assert alone.health()["status"] == "ok"  # and the server goes on serving embeddings
+    assert httpx.get(alone.url + "/metrics", timeout=10).status_code == 200
+    (ps,) = ollama.Client(host=alone.url).ps().models
+    assert ps.model == f"{NAME}:latest" and ps.context_length == 512  # its --embed-ctx
 
 
 @pytest.mark.slow  # loads the stand-in pair beside it
