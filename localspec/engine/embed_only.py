@@ -33,10 +33,10 @@ def load(s: Settings, log: Callable[[str], None]) -> tuple[LoadedPair, llama.Emb
         raise LocalspecError(f"{name} is an embedding model: it generates nothing, so it takes no {given[0]}")
     if s.rpc_endpoints:
         raise LocalspecError(f"{name} is an embedding model: serve it without --rpc")
-    if s.embed_ctx <= 0:
+    if s.embed_ctx <= 0:  # `run` and `chat` (serve gives 512): it has nothing to do here
         raise LocalspecError(
-            f"{name} is an embedding model, and --embed-ctx 0 turns embeddings off: give --embed-ctx N "
-            "(serve's default is 512)"
+            f"{name} is an embedding model: it generates no text, and makes embeddings with --embed-ctx "
+            f"above 0 (`localspec serve --target {s.target}` serves them, 512 tokens by default)"
         )
     out = LoadedPair(s)
     try:
@@ -53,6 +53,8 @@ def load(s: Settings, log: Callable[[str], None]) -> tuple[LoadedPair, llama.Emb
         f"embedding model {name}: {embedder.n_embd} dimensions, {embedder.pooling} pooling, inputs of up "
         f"to {embedder.n_ctx} tokens (--embed-ctx; trained for {out.target.n_ctx_train})"
     )
+    if 0 < out.target.n_ctx_train < embedder.n_ctx:
+        log(f"warning: inputs past {out.target.n_ctx_train} tokens are past what {name} was trained on")
     return out, embedder
 
 

@@ -310,7 +310,7 @@ class Engine:
     # -- embeddings ------------------------------------------------------------------------------
     def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> embed.Embeddings:
         """Unit-length embeddings of texts or token-id lists from the target's embeddings context
-        (made on the first call, --embed-ctx tokens; llama/embed.py). Each pass of it runs on the
+        (--embed-ctx tokens, llama/embed.py: made on the first call, or at load for an embedding model). Each pass of it runs on the
         engine thread between rounds. An input over --embed-ctx tokens is cut there when `truncate`,
         else refused (PromptTooLong)."""
         self._check_open()

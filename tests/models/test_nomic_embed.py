@@ -56,7 +56,7 @@ def test_generation_and_a_draft_are_refused_in_one_line(engine, nomic_path, smol
             call()
     with pytest.raises(LocalspecError, match="embedding model: it generates nothing, so it takes no --draft"):
         Engine(Settings(target=nomic_path, draft=smollm2_path, embed_ctx=64))
-    with pytest.raises(LocalspecError, match="--embed-ctx 0 turns embeddings off"):
+    with pytest.raises(LocalspecError, match="embedding model: it generates no text, and makes embeddings with --embed-ctx"):
         Engine(Settings(target=nomic_path))
 
 
