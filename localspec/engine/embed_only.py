@@ -43,7 +43,11 @@ def load(s: Settings, log: Callable[[str], None]) -> tuple[LoadedPair, llama.Emb
         out.target = out.stack.enter_context(llama.Model(s.target, n_gpu_layers=s.n_gpu_layers))
         embedder = out.stack.enter_context(
             llama.Embedder(
-                out.target, n_ctx=s.embed_ctx, n_threads=s.n_threads, flash_attn=s.flash_attn, kv_type=s.kv_type
+                out.target,
+                n_ctx=s.embed_ctx,
+                n_threads=s.n_threads,
+                flash_attn=s.flash_attn,
+                kv_type=s.kv_type,
             )
         )
     except BaseException:

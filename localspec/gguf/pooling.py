@@ -22,4 +22,6 @@ def declared_pooling(raw: object) -> str:
 
 def is_embedding_model(model: GGUFHeader | str | Path) -> bool:
     h = model if isinstance(model, GGUFHeader) else read_header(model)
-    return declared_pooling(h.get("{arch}.pooling_type")) != "none" or h.get("{arch}.attention.causal") is False
+    return (
+        declared_pooling(h.get("{arch}.pooling_type")) != "none" or h.get("{arch}.attention.causal") is False
+    )

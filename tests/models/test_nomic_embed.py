@@ -52,11 +52,15 @@ def test_pooled_by_its_gguf_unit_length_and_packed_equals_alone(engine, vectors)
 def test_generation_and_a_draft_are_refused_in_one_line(engine, nomic_path, smollm2_path):
     for call in (lambda: engine.generate("Hello", max_tokens=4),
                  lambda: engine.render_chat([{"role": "user", "content": "Hi"}])):  # fmt: skip
-        with pytest.raises(LocalspecError, match="is an embedding model .nomic-bert.: it answers /v1/embeddings"):
+        with pytest.raises(
+            LocalspecError, match="is an embedding model .nomic-bert.: it answers /v1/embeddings"
+        ):
             call()
     with pytest.raises(LocalspecError, match="embedding model: it generates nothing, so it takes no --draft"):
         Engine(Settings(target=nomic_path, draft=smollm2_path, embed_ctx=64))
-    with pytest.raises(LocalspecError, match="embedding model: it generates no text, and makes embeddings with --embed-ctx"):
+    with pytest.raises(
+        LocalspecError, match="embedding model: it generates no text, and makes embeddings with --embed-ctx"
+    ):
         Engine(Settings(target=nomic_path))
 
 

@@ -42,7 +42,9 @@ def test_both_clients_get_the_same_real_embeddings(alone, expected):
     assert_each_pair_nearest(expected)
     assert expected.shape == (12, 768) and np.allclose(np.linalg.norm(expected, axis=1), 1, atol=1e-5)
     b64 = alone.client().embeddings.create(model="text-embedding-3-small", input=TEXTS)  # base64, decoded
-    assert np.allclose([d.embedding for d in b64.data], expected, atol=1e-6) and b64.usage.prompt_tokens > 12 * 8
+    assert (
+        np.allclose([d.embedding for d in b64.data], expected, atol=1e-6) and b64.usage.prompt_tokens > 12 * 8
+    )
     o = ollama.Client(host=alone.url, timeout=120)
     e = o.embed(model=f"{NAME}:latest", input=TEXTS)
     assert np.allclose(e.embeddings, expected, atol=1e-5) and e.prompt_eval_count == b64.usage.prompt_tokens
@@ -87,7 +89,9 @@ def test_beside_a_pair_in_the_router(tmp_path, nomic_path, standin_pair, expecte
             client.chat.completions.create(model=NAME, messages=[{"role": "user", "content": "Hi"}])
         e = ollama.Client(host=srv.url, timeout=120).embed(model=NAME, input=TEXTS[:2])
         assert same(e.embeddings, expected[:2])  # with the pair loaded too
-        states = {m["id"]: m["status"]["value"] for m in httpx.get(srv.url + "/models", timeout=10).json()["data"]}
+        states = {
+            m["id"]: m["status"]["value"] for m in httpx.get(srv.url + "/models", timeout=10).json()["data"]
+        }
         assert states == {NAME: "loaded", "standin": "loaded"}
     finally:
         srv.stop()
