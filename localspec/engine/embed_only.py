@@ -41,15 +41,7 @@ def load(s: Settings, log: Callable[[str], None]) -> tuple[LoadedPair, llama.Emb
     out = LoadedPair(s)
     try:
         out.target = out.stack.enter_context(llama.Model(s.target, n_gpu_layers=s.n_gpu_layers))
-        embedder = out.stack.enter_context(
-            llama.Embedder(
-                out.target,
-                n_ctx=s.embed_ctx,
-                n_threads=s.n_threads,
-                flash_attn=s.flash_attn,
-                kv_type=s.kv_type,
-            )
-        )
+        embedder = out.stack.enter_context(embedder_for(out.target, s))
     except BaseException:
         out.close()
         raise
@@ -60,6 +52,13 @@ def load(s: Settings, log: Callable[[str], None]) -> tuple[LoadedPair, llama.Emb
     if 0 < out.target.n_ctx_train < embedder.n_ctx:
         log(f"warning: inputs past {out.target.n_ctx_train} tokens are past what {name} was trained on")
     return out, embedder
+
+
+def embedder_for(model: llama.Model, s: Settings) -> llama.Embedder:
+    """The embeddings context on `model` that `s` asks for (any model's: a pair's target too)."""
+    return llama.Embedder(
+        model, n_ctx=s.embed_ctx, n_threads=s.n_threads, flash_attn=s.flash_attn, kv_type=s.kv_type
+    )
 
 
 class NoRounds:

@@ -332,15 +332,8 @@ class Engine:
     def _embedder_made(self) -> Any:
         """The embeddings context (on the engine thread: it decodes a warm-up); its pair closes it."""
         if self._embedder is None:
-            s = self.settings
             self._embedder = self._pair.stack.enter_context(
-                llama.Embedder(
-                    self.target,
-                    n_ctx=s.embed_ctx,
-                    n_threads=s.n_threads,
-                    flash_attn=s.flash_attn,
-                    kv_type=s.kv_type,
-                )
+                embed_only.embedder_for(self.target, self.settings)
             )
         return self._embedder
 
