@@ -66,8 +66,9 @@ rpc-server: $(RPC_SERVER)
 $(RPC_SERVER): tools/build/build_rpc_server.sh tools/build/llama_source.sh | setup
 	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" tools/build/build_rpc_server.sh
 
-# llama.cpp's own tools for `bench --peer`, built as the wheel is (third_party/llama.cpp-build) and
-# as a user who compiles llama.cpp gets them (third_party/llama.cpp-native); ~20 min on 2 cores
+# llama.cpp's own tools for `bench --peer` (and llama-embedding, the embeddings tests' reference),
+# built as the wheel is (third_party/llama.cpp-build) and as a user who compiles llama.cpp gets them
+# (third_party/llama.cpp-native); ~20 min on 2 cores
 peer: tools/build/build_peer.sh tools/build/llama_source.sh | setup
 	PY=$(PY) CMAKE_ARGS="$(CMAKE_ARGS)" JOBS="$$(nproc)" tools/build/build_peer.sh
 

@@ -279,10 +279,15 @@ SERVER_N_CTX = 1024
 
 class Server:
     """`localspec serve` on loopback. `model` is one GGUF (drafting for itself, --draft-max 4 unless
-    args say otherwise), a pair folder, or a folder of models (router mode)."""
+    args say otherwise; served alone with `alone`), a pair folder, or a folder of models (router mode)."""
 
     def __init__(
-        self, model: Path, *args: str, env: dict[str, str] | None = None, start_timeout: float = 90
+        self,
+        model: Path,
+        *args: str,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 90,
+        alone: bool = False,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -290,7 +295,7 @@ class Server:
         base = {k: v for k, v in os.environ.items() if k not in ("LOCALSPEC_DEBUG", "LOCALSPEC_API_KEY")}
         model = Path(model)
         models = ["--pair", str(model)] if model.is_dir() or model.suffix == ".toml" else [
-            "--target", str(model), "--draft", str(model), "--draft-max", "4"]  # fmt: skip
+            "--target", str(model)] + ([] if alone else ["--draft", str(model), "--draft-max", "4"])  # fmt: skip
         if model.is_dir() and not (model / "pair.toml").exists():  # a folder of models: router mode
             models = ["--models-dir", str(model)]
         self.proc = subprocess.Popen(

@@ -17,13 +17,14 @@ from localspec.chat import media
 from localspec.chat import template as chat
 from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
 from localspec.draft_len.pool import TunerPool
-from localspec.engine import embed
+from localspec.engine import embed, embed_only
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
 from localspec.engine.request import Handle, Request
 from localspec.engine.scheduler import Scheduler
 from localspec.engine.thread import load_then_serve
 from localspec.engine.types import Chunk, Response
 from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
+from localspec.gguf.pooling import is_embedding_model
 from localspec.images import Image
 from localspec.text_input import require_text
 
@@ -38,7 +39,8 @@ class Engine:
             raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
         self._closed = False
         self._pair: LoadedPair | None = None
-        self._embedder: Any = None  # llama.Embedder, made on the first embed()
+        self._embedder: Any = None  # llama.Embedder, made on the first embed() (at load: embeds_only)
+        self.embeds_only = False  # an embedding model (gguf/pooling.py): no generation (embed_only.py)
         self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         # every decode of this engine, the load's warm-up and calibration included, runs on its one
@@ -62,7 +64,12 @@ class Engine:
                 self._pair.close()
             raise
 
-    def _load_scheduler(self) -> Scheduler:
+    def _load_scheduler(self) -> Scheduler | embed_only.NoRounds:
+        if is_embedding_model(self.settings.target):
+            self.embeds_only = True
+            self._pair, self._embedder = embed_only.load(self.settings, self._log)
+            self.tuners, self._sched = None, embed_only.NoRounds(embed_only.not_generative(self.target))
+            return self._sched
         self._pair = pair = load_pair(self.settings, log=self._log)
         self.tuners, self.calibration = TunerPool.for_pair(
             self.settings, pair.target_ctx, pair.draft_ctx, memory_key=memory_key(pair), log=self._log
@@ -155,6 +162,11 @@ class Engine:
         if self._closed:
             raise LocalspecError("this engine is closed; create a new Engine")
 
+    def _check_generates(self) -> None:
+        self._check_open()
+        if self.embeds_only:
+            raise embed_only.not_generative(self.target)
+
     def __enter__(self) -> "Engine":
         return self
 
@@ -177,7 +189,7 @@ class Engine:
         """A prompt's token ids with its images' ids spliced in (and the images' runs, which must be
         held while the request runs). Chat messages may hold image parts ({"type": "image", "image":
         Image}); `images` go before a string prompt's text."""
-        self._check_open()
+        self._check_generates()
         if isinstance(prompt, media.Prompt):  # tokenized here already (a chat's conversation)
             return prompt
         if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
@@ -218,6 +230,7 @@ class Engine:
     def render_chat(self, messages: list[dict], **extra: Any) -> str:
         """The conversation as text, through the model's own chat template (generation prompt added);
         `extra` are template variables (tools, enable_thinking, ...)."""
+        self._check_generates()
         return chat.render_for(self.target, messages, **extra)
 
     def tokenize_chat(self, text: str, *, continuation: bool = False) -> list[int]:
@@ -252,7 +265,7 @@ class Engine:
         `settings`: the request's settings, already built from its overrides (by the caller).
         `images`: decoded images (localspec.images) before a string prompt's text; chat messages
         carry theirs as content parts."""
-        self._check_open()
+        self._check_generates()
         s = settings or (self.settings.override(REQUEST, **overrides) if overrides else self.settings)
         s = self._capped(s)
         p = self.prompt_of(prompt, chat_mode=chat, images=images, max_images=s.max_images)
@@ -297,7 +310,7 @@ class Engine:
     # -- embeddings ------------------------------------------------------------------------------
     def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> embed.Embeddings:
         """Unit-length embeddings of texts or token-id lists from the target's embeddings context
-        (made on the first call, --embed-ctx tokens; llama/embed.py). Each pass of it runs on the
+        (--embed-ctx tokens, llama/embed.py: made on the first call, or at load for an embedding model). Each pass of it runs on the
         engine thread between rounds. An input over --embed-ctx tokens is cut there when `truncate`,
         else refused (PromptTooLong)."""
         self._check_open()
@@ -319,15 +332,8 @@ class Engine:
     def _embedder_made(self) -> Any:
         """The embeddings context (on the engine thread: it decodes a warm-up); its pair closes it."""
         if self._embedder is None:
-            s = self.settings
             self._embedder = self._pair.stack.enter_context(
-                llama.Embedder(
-                    self.target,
-                    n_ctx=s.embed_ctx,
-                    n_threads=s.n_threads,
-                    flash_attn=s.flash_attn,
-                    kv_type=s.kv_type,
-                )
+                embed_only.embedder_for(self.target, self.settings)
             )
         return self._embedder
 

@@ -18,13 +18,12 @@ import numpy as np
 
 from localspec.errors import LocalspecError
 from localspec.gguf.memory_plan import EMBED_SEQS
+from localspec.gguf.pooling import declared_pooling
 from localspec.llama.context import FLASH_ATTN, KV_TYPES, _Batch
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
 from localspec.llama.owner import Owner
 
-# GGUF pooling_type values (llama.h's enum); NONE and an absent key mean mean pooling here
-POOLING = {0: "none", 1: "mean", 2: "cls", 3: "last", 4: "rank"}
 _TO_LLAMA = {
     "mean": C.LLAMA_POOLING_TYPE_MEAN,
     "cls": C.LLAMA_POOLING_TYPE_CLS,
@@ -33,10 +32,10 @@ _TO_LLAMA = {
 
 
 def pooling_of(model: Model) -> str:
-    """How this model's embeddings are pooled: mean, cls or last (its GGUF's pooling_type)."""
+    """How this model's embeddings are pooled: mean, cls or last (its GGUF's pooling_type; none,
+    or no key, is mean here: a chat model's GGUF says none and llama.cpp would give a vector per token)."""
     arch = model.meta("general.architecture") or ""
-    raw = model.meta(f"{arch}.pooling_type")
-    kind = POOLING.get(int(raw), "none") if raw is not None and raw.strip().isdigit() else "none"
+    kind = declared_pooling(model.meta(f"{arch}.pooling_type"))
     if kind == "rank":
         raise LocalspecError(
             f"{model.path.name} is a reranker (pooling_type rank): it makes scores, not embeddings"

@@ -20,6 +20,7 @@ from localspec.engine import placement
 from localspec.errors import LocalspecError
 from localspec.gguf.file import read_header
 from localspec.gguf.memory_kind import memory_facts
+from localspec.gguf.pooling import is_embedding_model
 from localspec.serving.facade import ModelCard
 
 GGUF = ".gguf"
@@ -83,6 +84,9 @@ def entry_settings(entry: Entry, make: MakeSettings) -> Settings:
     if entry.kind == "pair":
         return make(pair=entry.path)
     mtp = memory_facts(entry.path).mtp_layers > 0  # raises LocalspecError for a bad header
+    if is_embedding_model(entry.path):  # its one context is the embeddings one (engine/embed_only.py)
+        s = make(target=entry.path)
+        return s.replace(n_ctx=max(s.embed_ctx, 8), parallel=1)  # what its plan and card count
     return make(target=entry.path, draft=Path("mtp") if mtp else None)
 
 
@@ -110,6 +114,7 @@ def measure(entry: Entry, make: MakeSettings) -> Facts:
         n_params=spec.n_params, size=spec.file_weights_bytes, target=Path(s.target).name,
         draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
         parallel=s.parallel, chat_template=tpl if isinstance(tpl := h.get("tokenizer.chat_template"), str) else None,
+        n_embd=spec.n_embd, arch=h.arch, embeds_only=is_embedding_model(h),
     )  # fmt: skip
     files = sum(m.spec.file_weights_bytes for m in plan.models)
     return Facts(s, card, plan.cpu_bytes, files, plan.device_bytes)

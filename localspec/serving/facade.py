@@ -30,6 +30,7 @@ class ModelCard:
     n_embd: int = 0  # the width of its hidden state: what an embedding of it holds
     arch: str = ""  # the target's architecture (general.architecture)
     quantization: str = ""  # the target's file type (Q4_0, Q8_0, F16, ...)
+    embeds_only: bool = False  # an embedding model: embeddings, no generation (n_ctx: its --embed-ctx)
 
 
 @dataclass(frozen=True)

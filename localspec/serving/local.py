@@ -17,7 +17,7 @@ import anyio
 from gguf import LlamaFileType
 
 from localspec.config.settings import Settings
-from localspec.engine import Engine, Response
+from localspec.engine import Engine, Response, embed_only
 from localspec.errors import LocalspecError
 from localspec.serving import plan as chat_plan
 from localspec.serving import text_ops
@@ -87,6 +87,7 @@ class LocalModel:
             raise APIError(400, f"token {bad} is not in the vocabulary (0..{n_vocab - 1})", param="tokens")
 
     async def render(self, req: Request) -> Prompt:
+        self._check_generates()
         s = settings_for(self.engine.settings, req)
         p = await anyio.to_thread.run_sync(lambda: self._plan(req, s))
         return Prompt(p.prompt_text, p.prompt_ids)
@@ -104,6 +105,7 @@ class LocalModel:
     async def submit(self, req: Request) -> EventStream:
         if self.lost is not None:
             raise self.lost
+        self._check_generates()
         parallel = self.settings.parallel
         if not 1 <= req.n <= parallel:
             raise APIError(400, f"n must be between 1 and --parallel ({parallel}); got {req.n}", param="n")
@@ -142,7 +144,12 @@ class LocalModel:
             stream.fail(self.lost)
         return stream
 
-    @staticmethod
+    def _check_generates(self) -> None:
+        """An embedding model served alone has no generation to start (engine/embed_only.py)."""
+        if self.engine.embeds_only:
+            e = embed_only.not_generative(self.engine.target)
+            raise APIError(400, str(e), param="model", code="model_not_generative")
+
     @staticmethod
     def _choices(req: Request, s: Settings) -> list[Settings]:
         """Each choice's settings (the acceptance log records them): choice i samples with seed + i
@@ -227,12 +234,14 @@ def _clamped(s: Settings, room: int) -> Settings:
 def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
     target, s = engine.target, engine.settings
     return ModelCard(
-        name=name, created=int(time.time()), n_ctx=engine.target_ctx.n_ctx,
+        name=name, created=int(time.time()),
+        n_ctx=engine.settings.embed_ctx if engine.embeds_only else engine.target_ctx.n_ctx,
         n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
         size=target.size_bytes, target=Path(s.target).name if s.target else "",
         draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
         parallel=parallel, chat_template=target.chat_template(), n_embd=target.n_embd,
         arch=target.meta("general.architecture") or "", quantization=_file_type(target.meta("general.file_type")),
+        embeds_only=engine.embeds_only,
     )  # fmt: skip
 
 

@@ -6,7 +6,7 @@
 #   native  third_party/llama.cpp-native  as a user who compiles llama.cpp gets it: its defaults
 #           (-march=native, shared libraries, no header), AMX left out (its matmul crashes on some Xeons)
 # PEER_BUILDS="wheel" (or "native") builds one; `make peer` builds both with the Makefile's flags.
-# `localspec bench --peer` runs the first; LOCALSPEC_PEER_BIN=third_party/llama.cpp-native/bin the other.
+# `localspec bench --peer` runs the first (tests/models/test_nomic_embed.py its llama-embedding); LOCALSPEC_PEER_BIN=third_party/llama.cpp-native/bin the other.
 # Idempotent: the download, the unpack and each cmake build are skipped when already done.
 set -euo pipefail
 

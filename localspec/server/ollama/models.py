@@ -83,7 +83,11 @@ async def show(body: s.ShowRequest, request: Request) -> dict[str, Any]:
         "general.file_type": c.quantization,
     }
     template = c.chat_template or ""
-    capabilities = ["completion", "tools"] + (["thinking"] if "think" in template else [])
+    capabilities = (
+        ["embedding"]  # as Ollama shows nomic-embed-text
+        if c.embeds_only
+        else ["completion", "tools"] + (["thinking"] if "think" in template else [])
+    )
     return {
         "modelfile": f"# served by localspec\nFROM {c.target}\n",
         "parameters": "",
