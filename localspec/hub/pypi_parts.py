@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,7 +192,7 @@ def _extract(archive: Path, member: str, out: Path) -> str:
     try:
         with zipfile.ZipFile(archive) as z, z.open(member) as src, out.open("wb") as dst:
             _copy(src, dst, h)
-    except (zipfile.BadZipFile, KeyError) as e:
+    except (zipfile.BadZipFile, KeyError, zlib.error, EOFError) as e:  # a damaged deflate stream too
         raise LocalspecError(f"the joined parts are not a zip holding {member} ({e})") from None
     return h.hexdigest()
 

@@ -6,6 +6,7 @@ generation refused in one line. One engine for the module: the model is 274 MB."
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from localspec.errors import LocalspecError
 from ..sentence_pairs import QUERIES, TEXTS, assert_each_pair_nearest
 
 EMBED_CTX = 512
+RPC_BUILD = Path(__file__).resolve().parents[2] / "third_party" / "rpc-build" / "bin"
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +70,15 @@ def test_vectors_equal_llama_cpps_own(nomic_path, vectors):
     """llama.cpp's llama-embedding on the same file and texts (`make peer` builds it), pooling as
     the GGUF says and scaled to unit length (--embd-normalize 2). Measured: cosine 1.000000 on every
     text; CLS pooling instead gives 0.90-0.95, so the bound tells the poolings apart."""
-    binary = paths.peer_bin() / "llama-embedding"
+    # `make peer` builds it with the other peer tools, `make rpc-server` (what `make test` runs) beside rpc-server
+    binary = next(
+        (b for b in (paths.peer_bin(), RPC_BUILD) if (b / "llama-embedding").is_file()), paths.peer_bin()
+    )
+    binary = binary / "llama-embedding"
     if not binary.is_file():
-        pytest.skip(f"llama.cpp's llama-embedding is not built ({binary}): `make peer` builds it")
+        pytest.skip(
+            f"llama.cpp's llama-embedding is not built ({binary}): `make rpc-server` or `make peer` builds it"
+        )
     cmd = [str(binary), "-m", str(nomic_path), "-p", "\n".join(TEXTS),
            "--embd-normalize", "2", "--embd-output-format", "raw", "-c", str(EMBED_CTX), "-t", "2"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
