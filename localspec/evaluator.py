@@ -40,6 +40,7 @@ class Evaluator(Protocol):
     prefix_copy: bool  # `copy_prefix` shares a cached prefix between sequences (a KV cache)
     checkpoints: bool  # `checkpoint` keeps a prompt's state for a later request (recurrent memory)
     memory_kind: str  # attention | recurrent | hybrid
+    saves_state: bool  # `seq_state` / `set_seq_state` give a sequence's cache as bytes and take it back
 
     def past(self, seq: int = 0) -> int: ...
 
@@ -64,3 +65,9 @@ class Evaluator(Protocol):
 
     def checkpoint(self, seq: int = 0, at: int | None = None) -> None:
         """Keep seq's state here, or where a later decode ends at `at` (only where `checkpoints`)."""
+
+    def seq_state(self, seq: int) -> bytearray:
+        """seq's whole cache as bytes (only where `saves_state`; a cache of text only)."""
+
+    def set_seq_state(self, seq: int, data: memoryview, tokens: Sequence[int]) -> bool:
+        """seq holds `tokens` again, from `seq_state`'s bytes; False (seq empty) when refused."""

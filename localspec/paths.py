@@ -47,6 +47,11 @@ def tuner_dir() -> Path:
     return cache_dir() / "tuner"
 
 
+def prompt_cache_dir() -> Path:
+    """Saved KV states of long prompt prefixes (--prompt-cache)."""
+    return cache_dir() / "prompts"
+
+
 def pypi_models_dir() -> Path:
     """Where the PyPI packages that carry the embedded models are unpacked."""
     return cache_dir() / "pypi-models"

@@ -21,6 +21,7 @@ class FakeContext:
     source = "draft"
     prefix_copy = True
     checkpoints = False
+    saves_state = True  # its "KV state" is the tokens it holds, as bytes
     memory_kind = "attention"
 
     def __init__(
@@ -109,6 +110,18 @@ class FakeContext:
         self._record(dst, ("copy", src, n))
         if self.hook:
             self.hook(self)
+
+    def seq_state(self, seq: int) -> bytearray:
+        """As llama.Context.seq_state: the cache's contents as bytes (here, its tokens)."""
+        return bytearray(np.asarray(self.caches[seq], np.int32).tobytes())
+
+    def set_seq_state(self, seq: int, data, tokens) -> bool:  # noqa: ANN001
+        """As llama.Context.set_seq_state: refused (the sequence emptied) unless the bytes hold tokens."""
+        held = np.frombuffer(bytes(data), np.int32).tolist() if len(data) % 4 == 0 else None
+        ok = held is not None and held == [int(t) for t in tokens]
+        self.caches[seq] = held if ok else []
+        self._record(seq, ("restore", len(self.caches[seq]), 0))
+        return ok
 
     def reset(self) -> None:
         self.caches = [[] for _ in range(self.n_seq)]

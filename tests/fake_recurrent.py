@@ -86,6 +86,7 @@ class FakeRecurrentContext:
         self.max_draft = n_rs if self.rollback == "rs" else None
         self.memory_kind = "recurrent"
         self.source, self.top_k, self.prefix_copy, self.checkpoints = "draft", 0, False, True
+        self.saves_state = False  # a recurrent state is not only its tokens'
         self._past = [0] * n_seq
         self.decodes: list[list[int]] = []
 

@@ -17,7 +17,7 @@ from localspec.cli.common import resolve_settings, settings_options
 from localspec.config.settings import API_KEY_ENV, Settings, setting_fields
 from localspec.errors import LocalspecError
 
-SERVE_DEFAULTS = {"parallel": 4, "embed_ctx": 512}  # below config files and flags
+SERVE_DEFAULTS = {"parallel": 4, "embed_ctx": 512, "prompt_cache": True}  # below config files and flags
 
 
 @click.command()

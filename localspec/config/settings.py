@@ -198,6 +198,34 @@ class Settings:
     tuner_cache: bool = _f(
         True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
     )
+    prompt_cache: bool = _f(
+        False,
+        "Keep the KV state of long prompts on disk (--prompt-cache-dir): after a restart or a "
+        "router reload, a prompt sharing a saved prefix loads it instead of evaluating it again "
+        "(target and draft). serve defaults to on.",
+        group="model",
+    )
+    prompt_cache_dir: Path | None = _f(
+        None,
+        "Where --prompt-cache keeps its files (default: the user's cache folder, "
+        "~/.cache/localspec/prompts).",
+        group="model",
+    )
+    prompt_cache_gib: float = _f(
+        4.0,
+        "The most the prompt cache folder holds, in GiB; past it the least recently used prefixes go.",
+        group="model",
+        gt=0,
+        le=1 << 20,
+    )
+    prompt_cache_min: int = _f(
+        1024,
+        "A prompt prefix is saved to disk, or loaded from it, only when that is at least this many "
+        "tokens more than the disk (saving) or the memory (loading) already holds.",
+        group="model",
+        ge=1,
+        le=1 << 24,
+    )
     cost_bound: float = _f(
         2.0,
         "A request's rounds may cost at most this many plain steps per token they emit: past it its "

@@ -19,6 +19,7 @@ from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
 from localspec.draft_len.pool import TunerPool
 from localspec.engine import embed, embed_only
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
+from localspec.engine.prompt_disk import CLOSE_WAIT_S, open_disk
 from localspec.engine.request import Handle, Request
 from localspec.engine.scheduler import Scheduler
 from localspec.engine.thread import load_then_serve
@@ -74,9 +75,11 @@ class Engine:
         self.tuners, self.calibration = TunerPool.for_pair(
             self.settings, pair.target_ctx, pair.draft_ctx, memory_key=memory_key(pair), log=self._log
         )
+        self.prompt_disk = open_disk(self.settings, pair, self._log)
         self._sched = Scheduler(
-            pair.target_ctx, pair.draft_ctx, self.settings.parallel, prefill_alone=self.settings.n_batch
-        )
+            pair.target_ctx, pair.draft_ctx, self.settings.parallel, prefill_alone=self.settings.n_batch,
+            disk=self.prompt_disk,
+        )  # fmt: skip
         return self._sched
 
     # the loaded pair, as callers and tools know it
@@ -149,6 +152,8 @@ class Engine:
             self._thread.join()
         if getattr(self, "tuners", None) is not None:
             self.tuners.flush()
+        if getattr(self, "prompt_disk", None) is not None:  # the saves still queued reach the disk
+            self.prompt_disk.flush(CLOSE_WAIT_S)
         if getattr(self, "_pair", None) is not None:
             self._pair.close()
 

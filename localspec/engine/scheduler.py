@@ -21,6 +21,7 @@ from typing import Sequence
 from localspec.decode.round import decode_round
 from localspec.decode.sources import sources_for
 from localspec.decode.state import SeqState
+from localspec.engine.prompt_disk.warm import PromptDisk
 from localspec.engine.sharing import Sharing, common_prefix
 from localspec.errors import LocalspecError
 from localspec.evaluator import Evaluator
@@ -75,6 +76,7 @@ class Scheduler:
         *,
         prefill_chunk: int = 128,
         prefill_alone: int = 512,
+        disk: PromptDisk | None = None,
     ) -> None:
         self.target, self.draft = target, draft
         self.sources = sources_for(draft)  # the draft sources every round walks
@@ -89,6 +91,7 @@ class Scheduler:
         self.marks: dict[int, list[int]] = {}  # slot -> checkpoint positions its prefill stops at
         self._recurrent = target.checkpoints  # a recurrent target: prompt checkpoints
         self.sharing = Sharing(target, draft)
+        self.disk = disk  # long prompts' states saved and loaded (prompt_disk/warm.py)
 
     @property
     def busy(self) -> bool:
@@ -167,7 +170,8 @@ class Scheduler:
     def _admit(self, job: Schedulable) -> None:
         src, n_src = self.sharing.source(self._held(), job.prompt)
         own = max(common_prefix(self.cached[s], job.prompt) for s in self.free)
-        if n_src > own:  # the prefix comes from elsewhere: take the slot whose own cache loses least
+        on_disk = self.disk.reach(job.prompt) if self.disk is not None else 0
+        if max(n_src, on_disk) > own:  # the prefix comes from elsewhere: the slot whose cache loses least
             slot = min(self.free, key=lambda s: len(self.cached[s]))
         else:
             slot = max(
@@ -180,6 +184,9 @@ class Scheduler:
                 self.cached[slot] = list(job.prompt[:n_src])
             else:
                 self._reuse_prefix(slot, job.prompt)
+            if self.disk is not None:  # where the disk holds more of the prompt than memory does
+                self.disk.restore(slot, job.prompt)
+                self.cached[slot] = list(job.prompt[: self.target.past(slot)])
             st = job.start(slot)
             self.marks[slot] = (
                 checkpoint_marks(len(job.prompt), self.target.past(slot)) if self._recurrent else []
@@ -227,6 +234,8 @@ class Scheduler:
             if self.target.past(st.seq) in self.marks.get(st.seq, ()):
                 self.target.checkpoint(st.seq)
         filled = {st for st, d in zip(states, done) if d}
+        for st in filled if self.disk is not None else ():  # the target holds the prompt now
+            self.disk.prefilled(st)
         for st in filled:  # a recurrent memory keeps the prompt's state for the next request; a
             for ctx in self._contexts():  # draft still catching up, once it gets there
                 if ctx.checkpoints:
@@ -277,6 +286,8 @@ class Scheduler:
             self._forget(st.seq)
         else:
             self.cached[st.seq] = st.tokens[: self.target.past(st.seq)]
+            if self.disk is not None:  # the draft's cache caught up on the prompt by now, if it drafted
+                self.disk.left(st)
         self.free.append(st.seq)
         if error is not None:
             job.fail(error)

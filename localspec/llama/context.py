@@ -17,7 +17,7 @@ import numpy as np
 
 from localspec.errors import LocalspecError
 from localspec.evaluator import Item
-from localspec.llama import image_rows, recurrent
+from localspec.llama import image_rows, recurrent, seq_state
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
 from localspec.llama.model import Model
 from localspec.llama.owner import Owner
@@ -165,6 +165,7 @@ class Context(Owner):
         self.max_draft = self._rollback.n_rs if self.rollback == recurrent.RS else None
         self.prefix_copy = self.rollback == recurrent.TRUNCATE  # a recurrent state is one per sequence
         self.checkpoints = self.rollback != recurrent.TRUNCATE  # a KV cache keeps every prefix anyway
+        self.saves_state = self.rollback == recurrent.TRUNCATE  # a recurrent state is not only its tokens'
         self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
         self._top_on = [self.top_k > 0] * n_seq  # whose rows come back as their top_k largest
         self._retired: list = []  # chains detached since the last decode
@@ -418,6 +419,31 @@ class Context(Owner):
         self._past[dst] = n
         self._held[dst, :n] = self._held[src, :n]
         self._at[dst, : n + 1] = self._at[src, : n + 1]
+
+    def seq_state(self, seq: int) -> bytearray:
+        """Sequence seq's whole cache as bytes (llama/seq_state.py), for the prompt cache on disk.
+        Text only: a cache holding an image's rows (M-RoPE positions, embeddings no token names) is
+        refused."""
+        n = self._past[seq]
+        if not self.saves_state or (self._held[seq, :n] < 0).any() or int(self._at[seq, n]) != n:
+            raise LocalspecError("only a KV cache of text can be saved")
+        return seq_state.read(self.ptr, seq)
+
+    def set_seq_state(self, seq: int, data: memoryview, tokens: Sequence[int]) -> bool:
+        """Sequence seq holds `tokens` again, from `data` (`seq_state` of a context like this one,
+        verified by the caller). False when llama.cpp refused it: the sequence is then empty."""
+        n = len(tokens)
+        if not self.saves_state or not 0 < n <= self.n_ctx:
+            raise LocalspecError(f"cannot restore {n} positions into this context")
+        ok = seq_state.write(self.ptr, seq, data)
+        if ok and int(C.llama_memory_seq_pos_max(self._mem, seq)) != n - 1:  # not the cells it claims
+            C.llama_memory_seq_rm(self._mem, seq, -1, -1)
+            ok = False
+        past = n if ok else 0
+        self._past[seq] = past
+        self._held[seq, :past] = tokens[:past]
+        self._at[seq, : past + 1] = np.arange(past + 1)  # text: each position is its index
+        return ok
 
     @property
     def rollback_stats(self) -> recurrent.RollbackStats:

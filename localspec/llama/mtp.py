@@ -96,6 +96,7 @@ class MtpDrafter:
     top_k = 0  # whole rows
     prefix_copy = False
     checkpoints = False
+    saves_state = False  # its cache follows the target's decodes: a restored target would leave it behind
     _ptr = None  # until llama.cpp made the context
 
     def __init__(self, target, *, n_threads: int | None = None) -> None:  # noqa: ANN001 - a llama.Context
