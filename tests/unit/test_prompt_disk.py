@@ -96,7 +96,7 @@ def test_a_damaged_file_is_refused_with_one_line_and_changes_nothing(tmp_path, s
 
     again = Run(tmp_path)
     second = again.job(prompt)
-    refused = [line for line in again.lines if "refused" in line]
+    refused = [line for line in again.lines if " refused (" in line]
     assert len(refused) == 1 and path.name in refused[0], again.lines
     assert second.got == first.got
     assert second.counters.n_prefilled == len(prompt)  # evaluated as if it were not there
@@ -114,7 +114,7 @@ def test_a_file_written_for_another_key_is_refused(tmp_path):
 
     again = Run(tmp_path)
     second = again.job(prompt)
-    assert [line for line in again.lines if "refused" in line] == [
+    assert [line for line in again.lines if " refused (" in line] == [
         f"prompt cache: {path.name} refused (written for another model, llama.cpp build or context "
         "settings); removed, the prompt is evaluated instead"
     ]

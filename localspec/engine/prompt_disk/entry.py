@@ -34,6 +34,7 @@ MAGIC = b"LSPCACHE"
 VERSION = 1
 PREFIX = struct.Struct("<8sII32s")
 MAX_HEADER = 64 << 10  # a key and three counts: ~1 KB
+FOREIGN = "written for another model, llama.cpp build or context settings"
 TOKEN = np.dtype("<i4")
 
 
@@ -104,7 +105,7 @@ def read_verified(path: Path, key: dict[str, Any], max_bytes: int, max_tokens: i
         raise Refused("its checksum does not match its contents (a changed or damaged file)")
     meta = _parse_meta(bytes(view[PREFIX.size : PREFIX.size + head]), max_tokens)
     if meta["key"] != key:
-        raise Refused("written for another model, llama.cpp build or context settings")
+        raise Refused(FOREIGN)
     n = meta["n_tokens"]
     at = PREFIX.size + head
     state = view[at + TOKEN.itemsize * n :]

@@ -62,7 +62,10 @@ class Store:
         for path in sorted(self.folder.glob(f"{self.prefix}-*{SUFFIX}")):
             try:
                 with open(path, "rb") as f:
-                    self._index[path] = entry.read_header(f, self.max_tokens).tokens
+                    header = entry.read_header(f, self.max_tokens)
+                if header.key != self.key:  # named for this key, written for another: moved or forged
+                    raise entry.Refused(entry.FOREIGN)
+                self._index[path] = header.tokens
             except entry.Refused as e:
                 self._refuse(path, str(e))
             except OSError:
