@@ -166,6 +166,18 @@ def _remove_stale_partials(dst: Path) -> None:
                     p.unlink()
 
 
+def remove_dead_partials(folder: Path, suffix: str) -> None:
+    """The partial files of `*suffix` outputs in `folder` whose writers were killed (a writer of
+    many names, such as a cache, may never write one of them again)."""
+    pattern = re.compile(rf"^\..+{re.escape(suffix)}\.(\d+){re.escape(PARTIAL_SUFFIX)}$")
+    with contextlib.suppress(OSError):
+        for p in folder.iterdir():
+            m = pattern.match(p.name)
+            if m and not _alive(int(m.group(1))):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -35,7 +35,10 @@ class Run:
         self.target = FakeContext(t, n_ctx=1024)
         self.draft = FakeContext(d, n_ctx=1024) if draft else None
         ctxs = [c for c in (self.target, self.draft) if c is not None]
-        self.stores = [Store(folder, key | {"role": i}, cap_bytes=cap, max_tokens=1024, log=self.lines.append) for i in range(len(ctxs))]
+        self.stores = [
+            Store(folder, key | {"role": i}, cap_bytes=cap, max_tokens=1024, log=self.lines.append)
+            for i in range(len(ctxs))
+        ]
         self.disk = PromptDisk(list(zip(ctxs, self.stores)), min_tokens=MIN, log=self.lines.append)
         self.sched = Scheduler(self.target, self.draft, 1, disk=self.disk)
 
@@ -100,7 +103,7 @@ def test_a_damaged_file_is_refused_with_one_line_and_changes_nothing(tmp_path, s
     assert len(refused) == 1 and path.name in refused[0], again.lines
     assert second.got == first.got
     assert second.counters.n_prefilled == len(prompt)  # evaluated as if it were not there
-    assert ("restore" not in {c[1] for c in again.target.seq_calls})  # llama.cpp never saw it
+    assert "restore" not in {c[1] for c in again.target.seq_calls}  # llama.cpp never saw it
 
 
 def test_a_file_written_for_another_key_is_refused(tmp_path):
@@ -140,13 +143,23 @@ def test_the_folder_stays_under_its_cap_least_recently_used_out(tmp_path):
 def test_the_checksum_covers_every_byte_after_the_framing(tmp_path):
     key = entry.canonical(KEY)
     path = tmp_path / "x.lsc"
-    path.write_bytes(b"".join(bytes(c) for c in entry.chunks(key, np.arange(40, dtype=np.int32), bytearray(b"s" * 64))))
+    path.write_bytes(
+        b"".join(bytes(c) for c in entry.chunks(key, np.arange(40, dtype=np.int32), bytearray(b"s" * 64)))
+    )
     tokens, state = entry.read_verified(path, key, 1 << 20, 1024)
     assert tokens.tolist() == list(range(40)) and bytes(state) == b"s" * 64
     data = path.read_bytes()
-    for i in (0, 9, 13, 20, 60, len(data) - 100, len(data) - 1):  # magic, version, header, digest, tokens, state
+    # the magic, the version, the header's length, the digest, the header, a token, the state
+    for i in (0, 9, 13, 20, 60, len(data) - 100, len(data) - 1):
         bad = bytearray(data)
         bad[i] ^= 0x40
         path.write_bytes(bytes(bad))
         with pytest.raises(entry.Refused):
             entry.read_verified(path, key, 1 << 20, 1024)
+
+
+def test_what_a_killed_writer_left_half_written_goes_at_the_next_save(tmp_path):
+    dead = tmp_path / f".abc-def{SUFFIX}.{2**22 + 12345}.partial"  # above pid_max's default: no such process
+    dead.write_bytes(b"x" * 1000)
+    Run(tmp_path, draft=False).job(prompt_of(100, seed=30))
+    assert not dead.exists() and len(list(tmp_path.glob(f"*{SUFFIX}"))) == 1

@@ -19,8 +19,8 @@ from localspec.files import fingerprint
 
 FORMAT = 1  # of the key: a change to what it names makes every older file a stranger
 # a state still being written when the engine closes is worth waiting for (the next start loads
-# it); a stuck disk is not
-CLOSE_WAIT_S = 30.0
+# it), a stuck disk is not; within the router's grace for an unloading model (STOP_GRACE_S, 15 s)
+CLOSE_WAIT_S = 10.0
 
 
 def open_disk(s: Settings, pair: LoadedPair, log: Callable[[str], None]) -> PromptDisk | None:
@@ -42,11 +42,16 @@ def open_disk(s: Settings, pair: LoadedPair, log: Callable[[str], None]) -> Prom
     cap = int(s.prompt_cache_gib * (1 << 30))
     try:
         stores = [
-            (ctx, Store(folder, key(s, ctx, Path(path), layers), cap_bytes=cap, max_tokens=ctx.n_ctx, log=log))
+            (
+                ctx,
+                Store(folder, key(s, ctx, Path(path), layers), cap_bytes=cap, max_tokens=ctx.n_ctx, log=log),
+            )
             for _, ctx, path, layers in roles
         ]
     except (OSError, LocalspecError) as e:
-        log(f"warning: prompt cache on disk: off, {folder} is not usable ({getattr(e, 'strerror', None) or e})")
+        log(
+            f"warning: prompt cache on disk: off, {folder} is not usable ({getattr(e, 'strerror', None) or e})"
+        )
         return None
     log(f"prompt cache on disk: {folder}, {len(stores[0][1])} saved prefixes for this target")
     return PromptDisk(stores, min_tokens=s.prompt_cache_min, log=log)

@@ -58,7 +58,9 @@ def canonical(key: dict[str, Any]) -> dict[str, Any]:
 def chunks(key: dict[str, Any], tokens: np.ndarray, state: bytes | bytearray) -> list[bytes | memoryview]:
     """The file's bytes, in order, without joining them (a state may be hundreds of MB)."""
     toks = np.ascontiguousarray(tokens, TOKEN)
-    header = json.dumps({"key": key, "n_tokens": len(toks), "state_bytes": len(state)}, sort_keys=True).encode()
+    header = json.dumps(
+        {"key": key, "n_tokens": len(toks), "state_bytes": len(state)}, sort_keys=True
+    ).encode()
     body = [header, memoryview(toks).cast("B"), memoryview(state)]
     digest = hashlib.sha256()
     for part in body:
@@ -81,7 +83,9 @@ def read_header(f: BinaryIO, max_tokens: int) -> Header:
     return Header(meta["key"], tokens, state_at, size)
 
 
-def read_verified(path: Path, key: dict[str, Any], max_bytes: int, max_tokens: int) -> tuple[np.ndarray, memoryview]:
+def read_verified(
+    path: Path, key: dict[str, Any], max_bytes: int, max_tokens: int
+) -> tuple[np.ndarray, memoryview]:
     """The tokens and the state of the file at `path`, read whole and checked: its framing, its
     size, its checksum and that it was written for `key`. Raises Refused (or FileNotFoundError when
     it is gone)."""

@@ -26,7 +26,7 @@ from localspec.deferred import Deferred
 from localspec.engine.prompt_disk import entry
 from localspec.engine.sharing import common_prefix
 from localspec.errors import LocalspecError
-from localspec.files import PRIVATE_FILE, atomic_output, private_dir
+from localspec.files import PRIVATE_FILE, atomic_output, private_dir, remove_dead_partials
 
 SUFFIX = ".lsc"
 PENDING = 2  # states waiting for the writer, per store: each may be hundreds of MB
@@ -49,7 +49,9 @@ class Store:
         self.prefix = hashlib.sha256(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
         self._index: dict[Path, np.ndarray] = {}  # file -> the tokens its state holds
         self._lock = threading.Lock()  # the index: the engine thread looks, the writer adds and drops
-        self._writer: Deferred = Deferred(self._write, name="localspec-prompt-cache", interval=0.0, max_items=PENDING)
+        self._writer: Deferred = Deferred(
+            self._write, name="localspec-prompt-cache", interval=0.0, max_items=PENDING
+        )
         self.saves = self.loads = self.refused = 0
         private_dir(folder)
         self._scan()
@@ -144,13 +146,17 @@ class Store:
                 self.saves += 1
             except (OSError, LocalspecError) as e:
                 self.forget(path)
-                self._log(f"warning: prompt cache: could not save to {self.folder} ({getattr(e, 'strerror', None) or e})")
+                self._log(
+                    f"warning: prompt cache: could not save to {self.folder} ({getattr(e, 'strerror', None) or e})"
+                )
         evict(self.folder, self.cap_bytes)
 
 
 def evict(folder: Path, cap_bytes: int) -> list[Path]:
-    """Remove the least recently used cache files until the folder holds at most cap_bytes."""
+    """Remove the least recently used cache files until the folder holds at most cap_bytes (and
+    what writers that were killed left half-written)."""
     with _EVICTING:
+        remove_dead_partials(folder, SUFFIX)
         files = []
         for path in folder.glob(f"*{SUFFIX}"):
             with contextlib.suppress(OSError):
