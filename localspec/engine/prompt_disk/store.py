@@ -102,10 +102,6 @@ class Store:
         self.loads += 1
         return tokens, state
 
-    def refuse(self, path: Path, reason: str) -> None:
-        """A file llama.cpp would not take although it checked out here."""
-        self._refuse(path, reason)
-
     def save(self, tokens: Sequence[int], state: bytearray) -> bool:
         """Write this state of `tokens` soon, off this thread; False when it cannot be (too large,
         or PENDING states already wait for the disk)."""

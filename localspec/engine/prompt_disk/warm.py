@@ -62,7 +62,11 @@ class PromptDisk:
             return
         tokens, state = got
         if not ctx.set_seq_state(slot, state, tokens):  # the slot is empty now: evaluated from scratch
-            store.refuse(path, "llama.cpp could not restore it into this context")
+            # the file checked out: llama.cpp found no run of free cells that long (a unified cache
+            # that other slots' rounds left fragmented), which a later load may find
+            self._log(
+                f"prompt cache: {path.name} could not be restored into this context; the prompt is evaluated"
+            )
             return
         ctx.truncate(n, slot)
 
