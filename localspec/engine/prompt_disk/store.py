@@ -47,12 +47,11 @@ class Store:
         self.folder, self.key = folder, entry.canonical(key)
         self.cap_bytes, self.max_tokens, self._log = cap_bytes, max_tokens, log
         self.prefix = hashlib.sha256(json.dumps(self.key, sort_keys=True).encode()).hexdigest()[:16]
-        self._index: dict[Path, np.ndarray] = {}  # file -> the tokens its state holds
+        self._index: dict[Path, list[int]] = {}  # file -> the tokens its state holds
         self._lock = threading.Lock()  # the index: the engine thread looks, the writer adds and drops
         self._writer: Deferred = Deferred(
             self._write, name="localspec-prompt-cache", interval=0.0, max_items=PENDING
         )
-        self.saves = self.loads = self.refused = 0
         private_dir(folder)
         self._scan()
         _STORES.add(self)
@@ -67,7 +66,7 @@ class Store:
                     header = entry.read_header(f, self.max_tokens)
                 if header.key != self.key:  # named for this key, written for another: moved or forged
                     raise entry.Refused(entry.FOREIGN)
-                self._index[path] = header.tokens
+                self._index[path] = header.tokens.tolist()
             except entry.Refused as e:
                 self._refuse(path, str(e))
             except OSError:
@@ -99,7 +98,6 @@ class Store:
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # used: the last to be evicted
-        self.loads += 1
         return tokens, state
 
     def save(self, tokens: Sequence[int], state: bytearray) -> bool:
@@ -110,8 +108,8 @@ class Store:
             return False
         name = hashlib.sha256(memoryview(toks).cast("B")).hexdigest()[:16]
         path = self.folder / f"{self.prefix}-{name}{SUFFIX}"
-        with self._lock:
-            self._index[path] = toks  # counted as there at once: the next prompt does not save it again
+        with self._lock:  # counted as there at once: the next prompt does not save it again
+            self._index[path] = toks.tolist()
         if not self._writer.put((path, toks, state)):
             self.forget(path)
             return False
@@ -125,7 +123,6 @@ class Store:
             self._index.pop(path, None)
 
     def _refuse(self, path: Path, reason: str) -> None:
-        self.refused += 1
         self.forget(path)
         with contextlib.suppress(OSError):
             path.unlink()
@@ -139,7 +136,6 @@ class Store:
                     with os.fdopen(fd, "wb") as f:
                         for part in entry.chunks(self.key, toks, state):
                             f.write(part)
-                self.saves += 1
             except (OSError, LocalspecError) as e:
                 self.forget(path)
                 self._log(
