@@ -298,6 +298,10 @@ class Server:
             "--target", str(model)] + ([] if alone else ["--draft", str(model), "--draft-max", "4"])  # fmt: skip
         if model.is_dir() and not (model / "pair.toml").exists():  # a folder of models: router mode
             models = ["--models-dir", str(model)]
+        if not any(a.startswith(("--prompt-cache", "--no-prompt-cache")) for a in args):
+            # each server its own disk prompt cache: no test is warmed by another's long prompt
+            self.cache_dir = tempfile.TemporaryDirectory(prefix="prompt-cache-")
+            args = (*args, "--prompt-cache-dir", self.cache_dir.name)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "localspec", "serve", *models,
              "--port", str(self.port), "--n-ctx", str(SERVER_N_CTX), *args],
