@@ -10,6 +10,7 @@ from typing import Any, Callable
 from localspec.chat import families, media, tool_grammar, tool_prompt
 from localspec.chat.output import answer_parser
 from localspec.config.settings import Settings
+from localspec.constrain.vocab import special_text
 from localspec.images import BadImage, Image, decode_image
 from localspec.serving.errors import APIError
 from localspec.serving.request import Message, Request
@@ -122,10 +123,10 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
     prompt = (
         engine.tokenize_images(text, images, marker) if images else media.Prompt(engine.tokenize_chat(text))
     )
-    specials = {}  # the family's markers that are control tokens (kept as text, named by id in grammars)
+    specials = {}  # the family's markers that are special tokens (kept as text, named by id in grammars)
     for marker in family.specials if tools_on else ():
         toks = engine.target.tokenize(marker, add_special=False, parse_special=True)
-        if len(toks) == 1 and not engine.target.token_bytes(toks[0]):
+        if len(toks) == 1 and special_text(engine.target, toks[0]):
             specials[marker] = toks[0]
     own = any(k in req.overrides for k in CONSTRAINTS)
     overrides = (
@@ -135,6 +136,7 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
     )
     return ChatPlan(
         text, prompt.ids, family, tools_on,
-        lambda: answer_parser(family, tools=tools_on, template=template, prompt=text, reasoning_format=s.reasoning_format),
+        lambda: answer_parser(family, tools=tools_on, template=template, prompt=text,
+                              reasoning_format=s.reasoning_format, tool_names=[t.name for t in req.tools]),
         tuple(specials.values()), overrides, prompt.runs,
     )  # fmt: skip

@@ -5,6 +5,8 @@ An answer that does not open with `{` or the tag is content."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import json
 import re
 
@@ -19,8 +21,8 @@ _ARG = re.compile(r"\s*(\w+)\s*=\s*")
 class Llama3(StepParser):
     triggers = ("{", TAG)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        super().__init__(names)
         self._state = "start"  # start | call | between | builtin | content
         self._obj = None
 
