@@ -2,7 +2,9 @@
 (the whole answer is one JSON object), a Lark grammar with the tools' schemas inlined (`%json`) for
 the others. `required` or a named function: the answer is the call(s). `auto`: any text, and once
 the family's opening marker appears the call after it must be valid - llguidance's lazy lexemes
-(docs/syntax.md, "Tool calling") arm the grammar at the marker, as llama.cpp's lazy grammars do.
+(docs/syntax.md, "Tool calling") arm the grammar at the marker, as llama.cpp's lazy grammars do (a
+marker that is a special token ends the free text by itself; Hermes also arms at the untagged calls
+Qwen2.5-Coder writes, `untagged`).
 JSON numbers in a call are bounded as llama.cpp bounds them (constrain/numbers.py: here for the
 `%json` bodies, in compile for the generic format's schema, as for every JSON schema)."""
 
@@ -131,7 +133,7 @@ def untagged(lines: list[str], fns: list[dict]) -> list[str]:
     for i, f in enumerate(fns):
         name = json.dumps(json.dumps(f["name"]))  # the name as JSON text, as a Lark string
         args = json.dumps(bounded(_call_schema(f)["properties"]["arguments"]))
-        fenced.append(f"fhead{i} rest{i} WS \"```\"")
+        fenced.append(f'fhead{i} rest{i} WS "```"')
         bare.append(f"bhead{i} rest{i}")
         lines += [
             f"fhead{i}[lazy]: TEXT FENCE {name}",

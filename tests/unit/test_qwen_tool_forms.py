@@ -104,7 +104,9 @@ def test_any_pieces_give_the_whole_answers_message(i, cuts):
     deltas = _streamed(text, [c for c in cuts if c <= len(text)])
     got = assemble(deltas)
     assert got.content == whole.content
-    assert [(c.name, c.arguments) for c in got.tool_calls] == [(c.name, c.arguments) for c in whole.tool_calls]
+    assert [(c.name, c.arguments) for c in got.tool_calls] == [
+        (c.name, c.arguments) for c in whole.tool_calls
+    ]
     heads = [d for d in deltas if d.call is not None and d.name is not None]
     assert [d.call for d in heads] == list(range(len(whole.tool_calls)))  # index, id and name once
 

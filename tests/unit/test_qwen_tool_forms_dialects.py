@@ -74,14 +74,18 @@ def _openai(client, stream: bool) -> tuple[str, dict, str]:  # noqa: ANN001
 
 def _anthropic(client, stream: bool) -> tuple[str, dict, str]:  # noqa: ANN001
     tool = {"name": TOOL["name"], "input_schema": TOOL["parameters"]}
-    r = client.post("/v1/messages", json={"max_tokens": 50, "messages": HI, "tools": [tool], "stream": stream})
+    r = client.post(
+        "/v1/messages", json={"max_tokens": 50, "messages": HI, "tools": [tool], "stream": stream}
+    )
     if not stream:
         body = r.json()
         (call,) = [b for b in body["content"] if b["type"] == "tool_use"]
         assert not [b for b in body["content"] if b["type"] == "text" and b["text"]]
         return call["name"], call["input"], body["stop_reason"]
     frames = sse_frames(r.text)
-    (start,) = [d for n, d in frames if n == "content_block_start" and d["content_block"]["type"] == "tool_use"]
+    (start,) = [
+        d for n, d in frames if n == "content_block_start" and d["content_block"]["type"] == "tool_use"
+    ]
     args = "".join(d["delta"].get("partial_json", "") for n, d in frames if n == "content_block_delta")
     reason = next(d["delta"]["stop_reason"] for n, d in frames if n == "message_delta")
     return start["content_block"]["name"], json.loads(args), reason
@@ -102,7 +106,12 @@ def _responses(client, stream: bool) -> tuple[str, dict, str]:  # noqa: ANN001
 
 
 def _ollama(client, stream: bool) -> tuple[str, dict, str]:  # noqa: ANN001
-    body = {"model": "fake", "messages": HI, "tools": [{"type": "function", "function": TOOL}], "stream": stream}
+    body = {
+        "model": "fake",
+        "messages": HI,
+        "tools": [{"type": "function", "function": TOOL}],
+        "stream": stream,
+    }
     r = client.post("/api/chat", json=body)
     lines = [json.loads(x) for x in r.text.splitlines() if x.strip()]
     (call,) = [c for x in lines for c in x["message"].get("tool_calls", [])]

@@ -29,9 +29,10 @@ class Hermes(StepParser):
         self._obj = None
         self._held = ""  # a fence's opening, held until its object is known to be a call or not
         self._tent: Tentative | None = None
+        self._fence = False  # the tentative call is in a fence (its closing ``` follows it)
 
     def _step(self) -> bool:
-        return getattr(self, "_" + self._state)()
+        return getattr(self, "_" + self._state)()  # each state is the method of its name
 
     def _lead(self) -> bool:
         rest = self._buf.lstrip()

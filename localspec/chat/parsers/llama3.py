@@ -5,10 +5,9 @@ An answer that does not open with `{` or the tag is content."""
 
 from __future__ import annotations
 
-from typing import Iterable
-
 import json
 import re
+from typing import Iterable
 
 from localspec.chat.deltas import Delta
 from localspec.chat.parsers.base import StepParser, push_all

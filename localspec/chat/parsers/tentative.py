@@ -1,5 +1,5 @@
 """A tool call written without its family's markers (Qwen2.5-Coder's ```json block, or a bare object):
-a call only when it names a declared tool and has arguments, as Ollama's parser checks the names.
+a call only when it names a declared tool (Ollama's parser checks the names too) and has arguments.
 Until that is known it is held; then its name goes out and its arguments stream on, or, once it
 cannot be a call (another name, an object that closes without arguments), it is text as written."""
 
