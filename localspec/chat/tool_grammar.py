@@ -105,9 +105,12 @@ def lark(
     if choice is not None or family.name == "llama3":
         if family.name == "llama3" and choice is None:  # auto: a JSON call first, or text that is none
             lines += ["start: calls | PROSE", "PROSE: /[^{\\s](?s:.*)/"]
-        else:
+            lead = "WS "
+        else:  # a forced call opens the answer: leading whitespace would let a model that does not
+            # want the marker (Qwen2.5-Coder and its special <tool_call>) write blanks to max_tokens
             lines.append("start: calls")
-        lines.append(f"calls: WS {opener} {call}{more} WS")
+            lead = ""
+        lines.append(f"calls: {lead}{opener} {call}{more} WS")
     elif opener.startswith("<["):  # auto, the marker a control token: TEXT cannot hold it, so it ends there
         lines += ["start: call* TEXT", f"call: TEXT {opener} {call}"]
     else:  # auto: any text, and a valid call wherever the opening marker is written

@@ -3,9 +3,10 @@ Coder's habit); a system message asking for the bare object gets one. It never w
 `<tool_call>` tags its template asks for - not when shown them in the question, nor after an
 assistant turn that used them (it writes the bare object then) - so the tagged form comes from
 `tool_choice: required`, where the grammar writes the tags (special tokens, named by id) and the
-model the call inside them. Through the chat plan and the engine, with the 0.5B drafting (K=3)
-under the tool grammar (lazy for `auto`), the answer becomes the call, and plain decoding gives the
-same tokens (greedy, tie-aware); through the server's routes each dialect hands it to the client."""
+model the call inside them. Through the chat plan and the engine, on the default pair (its 0.5B
+drafting, K=3) under the tool grammar (lazy for `auto`), the answer becomes the call, and plain
+decoding gives the same tokens (greedy, tie-aware); through the server's routes each dialect
+hands it to the client."""
 
 from __future__ import annotations
 
@@ -37,12 +38,12 @@ MAX_TOKENS = 48
 
 
 @pytest.fixture(scope="module")
-def served(qwen_target_path, qwen_draft_path):
-    """The server app in-process and its engine: the draft at K=3 (cost_bound 0: drafts are never
-    cut back on a busy machine), greedy."""
-    s = Settings(
-        target=qwen_target_path, draft=qwen_draft_path, draft_max=3, cost_bound=0, n_ctx=2048,
-        temperature=0, parallel=1, max_tokens=MAX_TOKENS,
+def served(real_pair):
+    """The server app in-process on the default pair (the 1.5B, its 0.5B Q8_0 drafting) and its
+    engine: K=3 (cost_bound 0: drafts are never cut back on a busy machine), greedy."""
+    s = Settings.load(
+        pair=real_pair, draft_max=3, cost_bound=0, n_ctx=2048, temperature=0, parallel=1,
+        max_tokens=MAX_TOKENS,
     )  # fmt: skip
     engines: list[Engine] = []
 
