@@ -92,5 +92,5 @@ def test_auto_refuses_bad_arguments_once_a_call_starts(qwen, specials):
 def test_a_forced_call_is_written_in_the_tags(qwen, specials, choice):
     g = _grammar(qwen, specials, choice)
     assert _accepts(g, qwen, TAGGED)
-    for text in [FENCE, BARE, "Prose."]:
+    for text in [FENCE, BARE, "Prose.", "\n\n" + TAGGED]:  # no blanks first: a model could loop in them
         assert not _accepts(g, qwen, text), text
