@@ -9,16 +9,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
 from localspec.chat import families
 from localspec.chat.output import answer_parser
-from localspec.config.settings import Settings
 from localspec.engine import Chunk
-from localspec.server import create_app
 from localspec.serving.answer import Answer
 
-from ..fake_engine import FakeModel, answer
+from ..fake_engine import answer
 from ..helpers import sse_frames
 
 ARGS = {"city": "Paris"}
@@ -41,17 +38,6 @@ def parsed(text: str, pieces: int = 7) -> list:
         piece = text[i : i + size]
         events += a.feed(Chunk(piece, list(piece.encode()), [False] * len(piece.encode())))
     return events + a.finish(answer(text)[-1].response)
-
-
-@pytest.fixture()
-def fake():
-    return FakeModel(n_ctx=2048)
-
-
-@pytest.fixture()
-def client(fake):
-    with TestClient(create_app(Settings(parallel=4), model=fake), base_url="http://localhost") as c:
-        yield c
 
 
 def _openai(client, stream: bool) -> tuple[str, dict, str]:  # noqa: ANN001
