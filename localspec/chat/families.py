@@ -52,16 +52,18 @@ def _generic(calls: list[ToolCall]) -> str:
 @dataclass(frozen=True)
 class Family:
     name: str
-    parser: Callable[[], Parser]
+    parser: Callable[..., Parser]  # (the declared tools' names) -> a parser for one answer
     write_calls: Callable[[list[ToolCall]], str]  # calls as the model writes them
-    specials: tuple[str, ...] = ()  # control tokens of the syntax, which detokenizing must keep as text
+    # markers of the syntax that may be special tokens: detokenizing keeps them as text, grammars
+    # name them by id (a grammar's text cannot match a special token)
+    specials: tuple[str, ...] = ()
 
     @property
     def triggers(self) -> tuple[str, ...]:
         return self.parser.triggers  # type: ignore[attr-defined]
 
 
-HERMES = Family("hermes", Hermes, _hermes)
+HERMES = Family("hermes", Hermes, _hermes, specials=("<tool_call>", "</tool_call>"))
 LLAMA3 = Family("llama3", Llama3, _llama3, specials=(TAG,))
 MISTRAL = Family("mistral", Mistral, _mistral, specials=("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"))
 GENERIC = Family("generic", Generic, _generic)

@@ -4,6 +4,8 @@ template thinks and reasoning is separated."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from localspec.chat.deltas import Delta, Message, assemble
 from localspec.chat.families import Family
 from localspec.chat.parsers.base import Parser
@@ -19,8 +21,10 @@ def answer_parser(
     template: str | None = None,
     prompt: str = "",
     reasoning_format: str = "auto",
+    tool_names: Iterable[str] = (),
 ) -> Parser | Reasoning:
-    inner = family.parser() if tools else Parser()
+    """`tool_names`: the declared tools, which a call written without its family's markers must name."""
+    inner = family.parser(tool_names) if tools else Parser()
     if reasoning_format == "none" or (reasoning_format == "auto" and not has_reasoning(template)):
         return inner  # "deepseek" splits a leading <think> block whatever the template says
     return Reasoning(inner, opened=opened_by_prompt(prompt))

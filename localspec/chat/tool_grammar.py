@@ -2,7 +2,9 @@
 (the whole answer is one JSON object), a Lark grammar with the tools' schemas inlined (`%json`) for
 the others. `required` or a named function: the answer is the call(s). `auto`: any text, and once
 the family's opening marker appears the call after it must be valid - llguidance's lazy lexemes
-(docs/syntax.md, "Tool calling") arm the grammar at the marker, as llama.cpp's lazy grammars do.
+(docs/syntax.md, "Tool calling") arm the grammar at the marker, as llama.cpp's lazy grammars do (a
+marker that is a special token ends the free text by itself; Hermes also arms at the untagged calls
+Qwen2.5-Coder writes, `untagged`).
 JSON numbers in a call are bounded as llama.cpp bounds them (constrain/numbers.py: here for the
 `%json` bodies, in compile for the generic format's schema, as for every JSON schema)."""
 
@@ -90,7 +92,9 @@ def lark(
     key = "parameters" if family.name == "llama3" else "arguments"
     body = "%json " + json.dumps(bounded(_one_of([_call_schema(f, key) for f in fns])))
     if family.name == "hermes":
-        opener, call, sep = '"<tool_call>\\n"', f'{body} "\\n</tool_call>"', "WS"
+        nl = '"\\n"'
+        opener = f"{_lit('<tool_call>', specials)} {nl}"
+        call, sep = f"{body} {nl} {_lit('</tool_call>', specials)}", "WS"
     elif family.name == "mistral":  # one array holds every call
         items = f' ("," " "? {body})*' if parallel else ""
         opener, call, sep = _lit("[TOOL_CALLS]", specials), f'"[" {body}{items} "]"', None
@@ -101,9 +105,44 @@ def lark(
     if choice is not None or family.name == "llama3":
         if family.name == "llama3" and choice is None:  # auto: a JSON call first, or text that is none
             lines += ["start: calls | PROSE", "PROSE: /[^{\\s](?s:.*)/"]
-        else:
+            lead = "WS "
+        else:  # a forced call opens the answer: leading whitespace would let a model that does not
+            # want the marker (Qwen2.5-Coder and its special <tool_call>) write blanks to max_tokens
             lines.append("start: calls")
-        lines.append(f"calls: WS {opener} {call}{more} WS")
+            lead = ""
+        lines.append(f"calls: {lead}{opener} {call}{more} WS")
+    elif opener.startswith("<["):  # auto, the marker a control token: TEXT cannot hold it, so it ends there
+        lines += ["start: call* TEXT", f"call: TEXT {opener} {call}"]
     else:  # auto: any text, and a valid call wherever the opening marker is written
         lines += ["start: call* TEXT", f"head[lazy]: TEXT {opener}", f"call: head {call}"]
+    if family.name == "hermes" and choice is None:
+        lines = untagged(lines, fns)
     return "\n".join(lines)
+
+
+# Qwen2.5-Coder's calls without the tags: a ```json fence, or a bare object that opens the answer. The
+# grammar arms where such an object names a declared tool (llama.cpp's Hermes trigger does the same),
+# so other JSON - in a fence or not - stays free; from there on the call's arguments must be valid.
+_S = "[ \\t\\r\\n]*"
+UNTAGGED = [
+    f'FENCE: /```(json)?[ \\t]*\\n{_S}\\{{{_S}"name"{_S}:{_S}/',
+    f'BARE: /{_S}\\{{{_S}"name"{_S}:{_S}/',
+]
+
+
+def untagged(lines: list[str], fns: list[dict]) -> list[str]:
+    """The auto grammar's lines with the untagged forms added."""
+    fenced, bare = [], []
+    for i, f in enumerate(fns):
+        name = json.dumps(json.dumps(f["name"]))  # the name as JSON text, as a Lark string
+        args = json.dumps(bounded(_call_schema(f)["properties"]["arguments"]))
+        fenced.append(f'fhead{i} rest{i} WS "```"')
+        bare.append(f"bhead{i} rest{i}")
+        lines += [
+            f"fhead{i}[lazy]: TEXT FENCE {name}",
+            f"bhead{i}[lazy]: BARE {name}",
+            f'rest{i}: WS "," WS "\\"arguments\\"" WS ":" WS %json {args} WS "}}"',
+        ]
+    start = lines.index("start: call* TEXT")
+    lines[start] = "start: bare? (call | fenced)* TEXT"
+    return lines + UNTAGGED + [f"fenced: {' | '.join(fenced)}", f"bare: {' | '.join(bare)}"]

@@ -50,24 +50,33 @@ class Vocabulary:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
-def token_table(model: VocabSource, n_vocab: int | None = None) -> tuple[list[bytes], frozenset[int]]:
-    """Every token's bytes, special ones marked, padded with empty (never allowed) tokens to n_vocab.
+def special_text(model: VocabSource, token: int, plain: bytes | None = None) -> bytes | None:
+    """The text llguidance sees for a special token (b"" for an unused one), None for a text token.
 
     A token is special when llama.cpp shows it only if asked to render special tokens (control and
     unknown tokens: the detokenizer, which renders without, prints nothing for them); user-defined
-    tokens that look like markup (`<start_of_image>`) are treated the same, as llguidance's own
-    llama.cpp adapter does, so a string field cannot contain one."""
+    tokens that look like markup (`<start_of_image>`, Qwen's `<tool_call>`) are treated the same, as
+    llguidance's own llama.cpp adapter does, so a string field cannot contain one. `plain`: the
+    token's bytes rendered without specials, when the caller has them."""
+    plain = model.token_bytes(token, special=False) if plain is None else plain
+    if not plain:
+        return model.token_bytes(token, special=True)
+    if plain[:1] == b"<" and plain[-1:] == b">" and model.token_attr(token) & _ATTR_USER_DEFINED:
+        return plain
+    return None
+
+
+def token_table(model: VocabSource, n_vocab: int | None = None) -> tuple[list[bytes], frozenset[int]]:
+    """Every token's bytes, special ones marked (special_text), padded with empty (never allowed)
+    tokens to n_vocab."""
     n_tok = model.n_vocab
     size = max(n_vocab or n_tok, n_tok)
     tokens: list[bytes] = []
     special: set[int] = set()
     for t in range(n_tok):
         plain = model.token_bytes(t, special=False)
-        if not plain:  # hidden unless rendering special tokens: control, unknown (or unused: stays b"")
-            shown = model.token_bytes(t, special=True)
-        elif plain[:1] == b"<" and plain[-1:] == b">" and model.token_attr(t) & _ATTR_USER_DEFINED:
-            shown = plain
-        else:
+        shown = special_text(model, t, plain)
+        if shown is None:
             tokens.append(plain)
             continue
         if shown:

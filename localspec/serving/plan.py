@@ -10,6 +10,7 @@ from typing import Any, Callable
 from localspec.chat import families, media, tool_grammar, tool_prompt
 from localspec.chat.output import answer_parser
 from localspec.config.settings import Settings
+from localspec.constrain.vocab import special_text
 from localspec.images import BadImage, Image, decode_image
 from localspec.serving.errors import APIError
 from localspec.serving.request import Message, Request
@@ -101,6 +102,17 @@ def images_of(req: Request, s: Settings, projector: Any) -> list[Image]:
     return out
 
 
+def special_markers(target: Any, family: families.Family) -> dict[str, int]:
+    """The family's markers that are one special token in the target's vocabulary, by their id: the
+    output keeps their text and grammars name them by id (Qwen's `<tool_call>`, Mistral's `[ARGS]`)."""
+    out = {}
+    for marker in family.specials:
+        toks = target.tokenize(marker, add_special=False, parse_special=True)
+        if len(toks) == 1 and special_text(target, toks[0]):
+            out[marker] = toks[0]
+    return out
+
+
 def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
     """Render and tokenize a chat request (runs off the event loop: templates, tokenizing and
     decoding images cost)."""
@@ -122,11 +134,7 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
     prompt = (
         engine.tokenize_images(text, images, marker) if images else media.Prompt(engine.tokenize_chat(text))
     )
-    specials = {}  # the family's markers that are control tokens (kept as text, named by id in grammars)
-    for marker in family.specials if tools_on else ():
-        toks = engine.target.tokenize(marker, add_special=False, parse_special=True)
-        if len(toks) == 1 and not engine.target.token_bytes(toks[0]):
-            specials[marker] = toks[0]
+    specials = special_markers(engine.target, family) if tools_on else {}
     own = any(k in req.overrides for k in CONSTRAINTS)
     overrides = (
         tool_grammar.constraint(family, tools, choice, parallel=req.parallel_tool_calls, specials=specials)
@@ -135,6 +143,7 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
     )
     return ChatPlan(
         text, prompt.ids, family, tools_on,
-        lambda: answer_parser(family, tools=tools_on, template=template, prompt=text, reasoning_format=s.reasoning_format),
+        lambda: answer_parser(family, tools=tools_on, template=template, prompt=text,
+                              reasoning_format=s.reasoning_format, tool_names=[t.name for t in req.tools]),
         tuple(specials.values()), overrides, prompt.runs,
     )  # fmt: skip

@@ -3,14 +3,18 @@ be arriving; tool-call objects turned into numbered call deltas."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from localspec.chat.deltas import Delta, new_call_id
 from localspec.chat.jsonstream import CallObject
 
 
 class Parser:
-    """Content only: what a family parses when no tool may be called."""
+    """Content only: what a family parses when no tool may be called. `names`: the declared tools'
+    names, for a family whose calls may come without their markers (hermes.py)."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self.names = frozenset(names)
         self.out: list[Delta] = []
         self.n_calls = 0
 
@@ -55,8 +59,8 @@ class StepParser(Parser):
     """A family parsed by a state machine over buffered text: `_step` moves it on, False when it
     needs more text."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        super().__init__(names)
         self._buf = ""
 
     def feed(self, text: str) -> list[Delta]:

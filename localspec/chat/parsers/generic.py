@@ -5,6 +5,8 @@ streams as content while it is decoded. An answer that is not such an object is 
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from localspec.chat.deltas import Delta
 from localspec.chat.jsonstream import StringText, Value
 from localspec.chat.parsers.base import Parser, push_all
@@ -13,8 +15,8 @@ from localspec.chat.parsers.base import Parser, push_all
 class Generic(Parser):
     triggers = ("{",)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        super().__init__(names)
         self._buf = ""
         self._raw = ""  # everything read: an answer that turns out not to be the format is content
         self._state = "start"  # start | key | keystr | colon | value | text | call | calls | done | content

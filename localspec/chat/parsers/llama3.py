@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Iterable
 
 from localspec.chat.deltas import Delta
 from localspec.chat.parsers.base import StepParser, push_all
@@ -19,8 +20,8 @@ _ARG = re.compile(r"\s*(\w+)\s*=\s*")
 class Llama3(StepParser):
     triggers = ("{", TAG)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        super().__init__(names)
         self._state = "start"  # start | call | between | builtin | content
         self._obj = None
 

@@ -4,6 +4,8 @@ before `[ARGS]`), a `[TOOL_CALLS]` per call."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from localspec.chat.deltas import Delta
 from localspec.chat.jsonstream import Value
 from localspec.chat.parsers.base import StepParser, cut, push_all
@@ -14,8 +16,8 @@ OPEN, ARGS, CALL_ID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
 class Mistral(StepParser):
     triggers = (OPEN,)
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        super().__init__(names)
         self._state = "content"  # content | after | array | item | name | args
         self._obj = None
         self._val: Value | None = None
