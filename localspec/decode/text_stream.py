@@ -32,9 +32,7 @@ class TextStream:
     ) -> None:
         self._detok = Detokenizer(token_bytes)
         self._stops = StopMatcher(stop)
-        self._indent = Indent(n_indent) if n_indent > 0 else None
-        self._t_max_s = t_max_predict_ms / 1e3
-        self._cut = False  # ended by a code completion stop: nothing held back comes out
+        self._code = CodeStops(n_indent, t_max_predict_ms)
         self._is_eog = is_eog
         self.tokens: list[int] = []  # emitted tokens (EOG excluded)
         self.dropped: list[Step] = []  # steps made after the output was decided (stop string, EOG)
@@ -69,22 +67,19 @@ class TextStream:
             piece = self._detok.push(step.token)
             self._decoded += len(piece)
             delta = self._stops.push(piece)
-            cut = self._indent.push(delta) if self._indent is not None else None
+            cut = self._code.indent_cut(delta)
             if cut is not None:
                 delta = delta[:cut]
             self._emitted += len(delta)
             if self._stops.hit is not None or cut is not None:
-                self.finish, self.done, self._cut = ("stop", True, False) if cut is None else ("length", True, True)
+                self.finish, self.done = "stop" if cut is None else "length", True
                 out.append((delta, self._cut_at_stop()))
             elif delta:
                 out.append((delta, self._pending))
                 self._pending = []
-                if self._t_max_s and "\n" in delta and clock is not None and self._late(clock):
-                    self.done = True  # finish stays "length": llama-server's limit
+                # finish stays "length": llama-server's limit
+                self.done = self._code.late(delta, self.first_token_at, clock)
         return out
-
-    def _late(self, clock: Callable[[], float]) -> bool:
-        return self.first_token_at is not None and clock() - self.first_token_at > self._t_max_s
 
     @property
     def stop_hit(self) -> str | None:
@@ -106,7 +101,7 @@ class TextStream:
 
     def close(self) -> list[tuple[str, list[Step]]]:
         """The end of the steps: flush held-back text."""
-        if self._stops.hit is not None or self._cut:
+        if self._stops.hit is not None or self._code.cut:
             return []
         tail = self._stops.push(self._detok.flush())
         if self._stops.hit is not None:
@@ -115,6 +110,27 @@ class TextStream:
         tail += self._stops.flush()
         pending, self._pending = self._pending, []
         return [(tail, pending)] if tail or pending else []
+
+
+class CodeStops:
+    """The code completion stops (llama-server's n_indent and t_max_predict_ms); 0 turns one off."""
+
+    def __init__(self, n_indent: int = 0, t_max_predict_ms: int = 0) -> None:
+        self._indent = Indent(n_indent) if n_indent > 0 else None
+        self._t_max_s = t_max_predict_ms / 1e3
+        self.cut = False  # the indentation ended the text: nothing held back comes out
+
+    def indent_cut(self, text: str) -> int | None:
+        """Where the next emitted `text` ends the output, or None."""
+        at = self._indent.push(text) if self._indent is not None else None
+        self.cut |= at is not None
+        return at
+
+    def late(self, text: str, first_at: float | None, clock: Callable[[], float] | None) -> bool:
+        """Emitted `text` holds a newline after the time limit: the output ends with it."""
+        if not self._t_max_s or "\n" not in text or clock is None or first_at is None:
+            return False
+        return clock() - first_at > self._t_max_s
 
 
 class Indent:
