@@ -55,20 +55,23 @@ def test_greedy_takes_the_merged_distributions_argmax():
     assert d.ids.tolist() == [0] and d.probs.tolist() == [1.0]
 
 
-def _run(t, d, sp, mode, k, n, seed):  # noqa: ANN001, ANN202
+def _run(t, d, sp, mode, k, n, seed, prompt=(0,)):  # noqa: ANN001, ANN202
     steps = speculative_steps(
-        FakeContext(t), FakeContext(d), [0], sp, SpecConfig(mode=mode), np.random.default_rng(seed),
+        FakeContext(t), FakeContext(d), list(prompt), sp, SpecConfig(mode=mode), np.random.default_rng(seed),
         Counters(), FixedK(k), max_new=n, lookup=True,
     )  # fmt: skip
     return [s.token for s in steps]
 
 
 def test_greedy_fim_under_speculation_is_plain_greedy_fim():
-    t, d = markov_tables(v=6, noise=2.0, seed=3, scale=1.5)
+    t, d = markov_tables(v=6, noise=2.0, seed=4, scale=0.8)
+    t[:, EOT] -= 4
+    d[:, EOT] -= 4
     sp = SamplingParams(temperature=0.0, top_k=6, top_p=1.0, min_p=0.0, infill=VOCAB)
-    want = plain(t, [0], sp=sp, n=30)
-    for k in (1, 3, 5):
-        assert _run(t, d, sp, "pq", k, 30, seed=k) == want
+    want = plain(t, [2], sp=sp, n=30)
+    assert want != plain(t, [2], n=30)  # the merge changes the greedy path here: a test that can fail
+    for mode, k in (("pq", 1), ("pq", 3), ("coupled", 5), ("match", 3)):
+        assert _run(t, d, sp, mode, k, 30, seed=k, prompt=[2]) == want
 
 
 @pytest.mark.parametrize("mode", ["pq", "coupled", "match"])
