@@ -7,8 +7,9 @@ token), and its prompt as llama-server's format_infill lays it out, from the mod
 
 cut to the context as llama-server cuts it: the prefix keeps its 3/4 of a batch nearest the cursor,
 the suffix the rest of the batch from its start (the batch: llama-server's default, 2048 tokens,
-less where the context and the answer leave less), and the extra chunks what the context leaves after
-the batch and twice the answer, the oldest tokens dropped first. The text the cut dropped is given
+less where the context and the answer leave less), and the extra chunks what the context leaves
+after those and twice the answer, the oldest tokens dropped first (llama-server leaves them what is
+left after a whole batch: in a 2048-token context, nothing). The text the cut dropped is given
 back (`lookup_text`): the lookup drafts from it too."""
 
 from __future__ import annotations
@@ -80,14 +81,12 @@ def layout(
     extra = _extra(fill.extra, vocab, tokenize)
     n_prefix = min(len(prefix), 3 * (n_batch // 4))
     n_suffix = min(len(suffix), max(0, n_batch // 4 - (2 + len(prompt))))
-    n_extra = min(max(0, n_ctx - n_batch - 2 * n_predict), len(extra))
-    cut_prefix, cut_suffix = prefix[: len(prefix) - n_prefix], suffix[n_suffix:]
-    cut_extra = extra[: len(extra) - n_extra]
-    ids = extra[len(extra) - n_extra :] + ([bos] if bos is not None else [])
+    ids = [bos] if bos is not None else []
     ids += [vocab["pre"], *prefix[len(prefix) - n_prefix :], *prompt, vocab["suf"], *suffix[:n_suffix]]
     ids.append(vocab["mid"])
-    dropped = cut_extra + cut_prefix + cut_suffix
-    return Layout(ids, bool(dropped), dropped[-LOOKUP_MAX:])
+    n_extra = min(max(0, n_ctx - len(ids) - 2 * n_predict), len(extra))
+    dropped = extra[: len(extra) - n_extra] + prefix[: len(prefix) - n_prefix] + suffix[n_suffix:]
+    return Layout(extra[len(extra) - n_extra :] + ids, bool(dropped), dropped[-LOOKUP_MAX:])
 
 
 def _extra(chunks: tuple[Extra, ...], vocab: Mapping[str, int | None], tokenize) -> list[int]:  # noqa: ANN001

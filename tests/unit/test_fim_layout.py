@@ -51,11 +51,12 @@ def test_the_cut_keeps_the_prefix_nearest_the_cursor_and_the_suffix_start():
 
 def test_extra_chunks_go_first_and_the_oldest_tokens_first():
     chunks = tuple(Extra(c * 1000, f"{c}.py") for c in "abc")
-    n_ctx, n_predict = 4096, 64
+    n_ctx, n_predict = 2048, 64
     out = lay(Fill("x", "y", chunks), n_ctx=n_ctx, n_predict=n_predict)
-    room = n_ctx - BATCH - 2 * n_predict  # what llama-server leaves the extra chunks
+    fim_part = [PRE, "x", SUF, "y", MID]
+    room = n_ctx - len(fim_part) - 2 * n_predict  # what the context leaves the extra chunks
     head = text(out.ids).split("<P>", 1)[0]
-    assert len(out.ids) - len([PRE, "x", SUF, "y", MID]) == room  # the chunks fill exactly their room
+    assert len(out.ids) - len(fim_part) == room  # the chunks fill exactly their room
     assert head.endswith("c" * 1000 + "<F>filename\n") and "<R>" not in head and "a.py" not in head
     assert out.truncated and out.lookup_text[:4] == [REP, *chars("myp")]
     assert len(out.ids) + n_predict <= n_ctx
