@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator, ClassVar, Sequence
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+
 from localspec.server import framing
 from localspec.server.auth import require_key
 from localspec.server.fields import Checked, refuse_unsupported
@@ -30,7 +31,12 @@ router = APIRouter(dependencies=[Depends(require_key)])
 error_response = errors.error_response
 
 # llama-server's sampler names (and their one-letter forms): what each one turns off when left out
-FILTERS = {"top_k": ("top_k", 0), "top_p": ("top_p", 1.0), "min_p": ("min_p", 0.0), "temperature": ("temperature", 1.0)}
+FILTERS = {
+    "top_k": ("top_k", 0),
+    "top_p": ("top_p", 1.0),
+    "min_p": ("min_p", 0.0),
+    "temperature": ("temperature", 1.0),
+}
 NEUTRAL = frozenset({"penalties", "dry", "typ_p", "typical_p", "xtc", "top_n_sigma"})  # off at their defaults
 LETTERS = {"e": "penalties", "d": "dry", "k": "top_k", "y": "typ_p", "p": "top_p", "s": "top_n_sigma",
            "x": "xtc", "i": "infill", "t": "temperature", "m": "min_p"}  # fmt: skip
@@ -92,7 +98,9 @@ def chain(samplers: list[str] | str | None, given: dict[str, Any]) -> dict[str, 
     unknown = [n for n in names if n not in FILTERS and n not in NEUTRAL and n != "infill"]
     if unknown:
         known = ", ".join([*FILTERS, "infill", *sorted(NEUTRAL)])
-        raise APIError(400, f"samplers: {unknown[0]!r} is not a sampler here (known: {known})", param="samplers")
+        raise APIError(
+            400, f"samplers: {unknown[0]!r} is not a sampler here (known: {known})", param="samplers"
+        )
     out: dict[str, Any] = {"infill": "infill" in names}
     for name, (field, off) in FILTERS.items():
         if name not in names and not (name == "temperature" and "temperature" in given):

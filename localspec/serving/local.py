@@ -122,7 +122,8 @@ class LocalModel:
         started = time.time()
         cut = raw is not None and raw.truncated
         answers = [
-            Answer(i, plan.make_parser() if plan else None, self.token_bytes, truncated=cut) for i in range(req.n)
+            Answer(i, plan.make_parser() if plan else None, self.token_bytes, truncated=cut)
+            for i in range(req.n)
         ]
         stream = EventStream(answers, self.loop, functools.partial(self._finished, choices, started))
         self.streams.add(stream)

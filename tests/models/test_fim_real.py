@@ -32,7 +32,9 @@ def pair(qwen_target_path, qwen_draft_path):
 def _ids(eng: Engine) -> list[int]:
     t = eng.target
     fill = fim.Fill(PREFIX, SUFFIX, (fim.Extra(EXTRA[0]["text"], "util.py"),), "    ")
-    return fim.layout(fill, t.fim_tokens(), lambda x: t.tokenize(x, add_special=False), n_ctx=N_CTX, n_predict=N, bos=None).ids
+    return fim.layout(
+        fill, t.fim_tokens(), lambda x: t.tokenize(x, add_special=False), n_ctx=N_CTX, n_predict=N, bos=None
+    ).ids
 
 
 def _same_or_near_tie(eng: Engine, ids: list[int], a: list[int], b: list[int]) -> None:
@@ -76,7 +78,9 @@ def test_infill_answers_the_middle_and_reuses_the_prefix(qwen_target_path):
         again = client.post("/infill", json=body | {"prompt": "    r"}).json()  # the next keystroke
         # the cache holds up to the prefix's end: the typed text, the suffix and the FIM tokens follow
         assert t["prompt_n"] - 16 <= again["timings"]["cache_n"] < again["timings"]["prompt_n"]
-        r = client.post("/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16, "temperature": 0})
+        r = client.post(
+            "/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 16, "temperature": 0}
+        )
         assert r.status_code == 200 and r.json()["choices"][0]["text"].strip()
 
 
@@ -84,6 +88,9 @@ def test_a_model_without_fim_tokens_is_one_400(smollm2_path):
     s = Settings(target=smollm2_path, n_ctx=512)
     with TestClient(create_app(s, lambda: Engine(s)), base_url="http://localhost") as client:
         r = client.post("/infill", json={"input_prefix": "a", "input_suffix": "b"})
-        assert r.status_code == 400 and "no fill-in-the-middle tokens (missing: prefix, suffix, middle)" in r.text
+        assert (
+            r.status_code == 400
+            and "no fill-in-the-middle tokens (missing: prefix, suffix, middle)" in r.text
+        )
         r = client.post("/v1/completions", json={"prompt": "a", "suffix": "b"})
         assert r.status_code == 400 and "missing: prefix, suffix, middle" in r.json()["error"]["message"]

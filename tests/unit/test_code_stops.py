@@ -21,7 +21,7 @@ def feed(ts: TextStream, tokens: list[int], times: list[float] | None = None) ->
     out = []
     for i, t in enumerate(tokens):
         now = times[i] if times else 0.0
-        out += [d for d, _ in ts.feed([Step(t, False)], lambda: now)]
+        out += [d for d, _ in ts.feed([Step(t, False)], lambda now=now: now)]
         if ts.done:
             break
     return "".join(out) + "".join(d for d, _ in ts.close())

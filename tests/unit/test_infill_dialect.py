@@ -48,7 +48,9 @@ def test_llama_vims_request_becomes_the_fim_request(client, fake):
     r = client.post("/infill", json=LLAMA_VIM)
     assert r.status_code == 200, r.text
     req, s = fake.requests[-1], fake.settings[-1]
-    assert req.fill == Fill(LLAMA_VIM["input_prefix"], LLAMA_VIM["input_suffix"], (Extra("import math\n", "util.py"),), "    ")
+    assert req.fill == Fill(
+        LLAMA_VIM["input_prefix"], LLAMA_VIM["input_suffix"], (Extra("import math\n", "util.py"),), "    "
+    )
     assert (s.max_tokens, s.n_indent, s.t_max_predict_ms, s.infill) == (128, 4, 1500, True)
     # its chain names no min-p and no temperature: both off, as llama-server runs it
     assert (s.top_k, s.top_p, s.min_p, s.temperature) == (40, 0.99, 0.0, 1.0)
@@ -64,8 +66,12 @@ def test_the_whole_completion_object(client, fake):
     assert body["stopping_word"] == "\n\n" and body["tokens_evaluated"] == 7 and body["tokens_predicted"] == 1
     assert {"prompt_n", "predicted_per_second", "draft_n", "draft_n_accepted"} <= set(body["timings"])
     fake.queue(*answer("y", finish="length"))
-    assert client.post("/infill", json={"input_prefix": "a", "input_suffix": "b"}).json()["stop_type"] == "limit"
-    assert client.post("/infill", json={"input_prefix": "a", "input_suffix": "b"}).json()["stop_type"] == "eos"
+    assert (
+        client.post("/infill", json={"input_prefix": "a", "input_suffix": "b"}).json()["stop_type"] == "limit"
+    )
+    assert (
+        client.post("/infill", json={"input_prefix": "a", "input_suffix": "b"}).json()["stop_type"] == "eos"
+    )
     assert fake.settings[-1].infill is False  # no samplers: llama-server's default chain, no infill
 
 

@@ -29,7 +29,10 @@ def dist(probs: dict[int, float]) -> dict[int, float]:
 
 def test_prefixes_share_their_probability_with_the_likelier_token():
     # "a" takes "ab" and "abc" (it is their prefix and likelier); "b" and "c" stand alone
-    assert dist({0: 0.3, 1: 0.15, 3: 0.05, 2: 0.4, 4: 0.1}) == {0: round(0.5 / 0.9, 6), 2: round(0.4 / 0.9, 6)}
+    assert dist({0: 0.3, 1: 0.15, 3: 0.05, 2: 0.4, 4: 0.1}) == {
+        0: round(0.5 / 0.9, 6),
+        2: round(0.4 / 0.9, 6),
+    }
     # "ab" is likelier than "a": the merged mass goes to "ab"
     assert dist({0: 0.2, 1: 0.4, 2: 0.4}) == {1: 0.6, 2: 0.4}
 

@@ -47,7 +47,9 @@ async def _respond(request: Request, body: s.GenerationBase, req: internal.Reque
     model = request.app.state.models.get(req.model)
     if body.options is not None:
         body.options.check_context(model.card.n_ctx)
-    if not (req.messages or req.prompt or req.fill):  # Ollama's way of asking for the model to be loaded: it is
+    if not (
+        req.messages or req.prompt or req.fill
+    ):  # Ollama's way of asking for the model to be loaded: it is
         return JSONResponse(
             _object(model.name, kind, {"content": ""}) | {"done": True, "done_reason": "load"}
         )

@@ -44,7 +44,9 @@ def parse(body: s.CompletionRequest) -> internal.Request:
     fill = None
     if body.suffix is not None:  # fill-in-the-middle: the prompt is the text before the middle
         if not isinstance(prompt, str):
-            raise APIError(400, "with suffix, the prompt is text (the code before the middle)", param="prompt")
+            raise APIError(
+                400, "with suffix, the prompt is text (the code before the middle)", param="prompt"
+            )
         fill, prompt = Fill(prompt, body.suffix), None
     return internal.Request(
         prompt=tuple(prompt) if isinstance(prompt, list) else prompt,
