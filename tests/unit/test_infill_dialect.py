@@ -7,13 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
-from localspec.config.settings import Settings
-from localspec.server import create_app
 from localspec.serving.fim import Extra, Fill
 
-from ..fake_engine import FakeModel, answer
+from ..fake_engine import answer
 
 # llama.vim's s:fim request (autoload/llama.vim), with one ring-buffer chunk
 LLAMA_VIM = {
@@ -30,17 +27,6 @@ LLAMA_VSCODE_WARMUP = {
     "prompt": "", "n_predict": 0, "samplers": [], "cache_prompt": True, "t_max_prompt_ms": 500,
     "t_max_predict_ms": 1,
 }  # fmt: skip
-
-
-@pytest.fixture()
-def fake():
-    return FakeModel()
-
-
-@pytest.fixture()
-def client(fake):
-    with TestClient(create_app(Settings(), model=fake), base_url="http://localhost") as c:
-        yield c
 
 
 def test_llama_vims_request_becomes_the_fim_request(client, fake):
