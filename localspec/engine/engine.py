@@ -286,10 +286,13 @@ class Engine:
                 raise LocalspecError(f"logit_bias: token {tok} is not in the vocabulary (0..{n_vocab - 1})")
         # an id only the target knows (its vocabulary may be padded beyond the draft's): never drafts
         draft_model = self.draft is None or max(ids) < self.draft.n_vocab
+        lookup_text = self._checked_ids(lookup_text) if lookup_text else ()
+        if lookup_text and self.draft is not None and max(lookup_text) >= self.draft.n_vocab:
+            lookup_text = ()  # its drafts would reach the draft model: ids it does not have
         req = Request(
             ids, s, self._pair, self.tuners, frozenset(keep_special),
             draft_model=draft_model, sink=sink, images=p.runs,
-            lookup_text=self._checked_ids(lookup_text) if lookup_text else (), infill=self._infill_of(s),
+            lookup_text=lookup_text, infill=self._infill_of(s),
         )  # fmt: skip
         self._inbox.put(req)
         if self._closed:  # closed meanwhile: the engine thread may be gone
