@@ -1,8 +1,9 @@
 """`localspec bench --kinds fim`: code completion as an editor asks for it. Each problem
 (data/fim_problems.jsonl, written for this benchmark) is a file with a hole: the text before and
 after it, other files' chunks as context, the reference middle, and a test. Every request goes
-through the same FIM layout as /infill (serving/fim.py), greedy, plain and speculative interleaved,
-each from a cold cache; per request: time to first token, total latency, tokens, acceptance, and
+through the same FIM layout as /infill (serving/fim.py), greedy, ending where a line is less
+indented than the cursor's (llama.vim's n_indent), plain and speculative interleaved, each from a
+cold cache; per request: time to first token, total latency, tokens, acceptance, and
 whether prefix + middle + suffix passes the problem's test (run in a child Python, 10 s at most)."""
 
 from __future__ import annotations
@@ -38,6 +39,13 @@ class Problem:
 
     def fill(self) -> fim.Fill:
         return fim.Fill(self.prefix, self.suffix, self.extra)
+
+    @property
+    def indent(self) -> int:
+        """The cursor line's indentation: the answer ends at a line less indented (llama.vim's
+        n_indent), as an editor shows it."""
+        line = self.prefix.rsplit("\n", 1)[-1]
+        return len(line) - len(line.lstrip(" \t"))
 
 
 @dataclass(frozen=True)
@@ -114,7 +122,7 @@ def run_fim(
                 order = CONFIGS if (r + i) % 2 == 0 else CONFIGS[::-1]  # interleaved, alternating
                 for name in order:
                     eng.clear_cache()  # each from a cold cache: the second would reuse the first's
-                    out.append(_one(eng, p, name, r, lay, kinds[name]))
+                    out.append(_one(eng, p, name, r, lay, kinds[name].replace(n_indent=p.indent)))
                     say(f"{p.id} {name}: {out[-1].latency_ms:.0f} ms, passed={out[-1].passed}")
     return out
 

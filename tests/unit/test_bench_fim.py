@@ -17,6 +17,10 @@ def test_the_reference_middle_passes_and_an_empty_one_fails(p):
     assert p.middle not in p.prefix + p.suffix  # the answer is not given away verbatim
 
 
+def test_each_hole_is_on_an_indented_line():
+    assert all(p.indent in (4, 8) for p in PROBLEMS)
+
+
 def test_a_problem_with_extra_files_sees_them():
     p = next(p for p in PROBLEMS if p.extra)
     assert p.setup and all(c.filename in p.setup for c in p.extra)
