@@ -82,7 +82,7 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
     "kinds",
     default=None,
     help="Only prompts of these kinds, comma-separated (chat, chinese, code, long, copy, json, completion, edit, summary); "
-    "default: all.",
+    "default: all. `fim` alone: code completion (fill-in-the-middle) problems, latency and pass rate per request.",
 )
 @click.option(
     "--peer-spec",
@@ -213,6 +213,9 @@ def bench(
     settings = resolve_settings(kwargs)
     if settings.target is None:
         raise LocalspecError("no model to benchmark: pass --pair DIR or --target T.gguf [--draft D.gguf]")
+    if kinds == "fim":  # code completion: its own problems, latency per request and a pass rate
+        _fim(settings, runs, gen_tokens, progress, json_out, md_out)
+        return
     if prompt_tokens + gen_tokens > settings.n_ctx:  # refused before the models load
         raise LocalspecError(
             f"--prompt-tokens + --gen-tokens = {prompt_tokens + gen_tokens} exceeds the context "
@@ -265,6 +268,18 @@ def _round_overhead(kwargs: dict, progress, json_out: Path | None, md_out: Path 
         json_out.write_text(json.dumps(round_cost.to_dicts(rows), indent=2) + "\n")
     if md_out:
         md_out.write_text(round_cost.markdown(rows))
+
+
+def _fim(settings, runs: int, gen_tokens: int, progress, json_out: Path | None, md_out: Path | None) -> None:  # noqa: ANN001
+    from localspec.bench import fim  # noqa: PLC0415
+
+    samples = fim.run_fim(settings, runs=runs, gen_tokens=gen_tokens, progress=progress)
+    table = fim.markdown(fim.summary(samples))
+    click.echo(table)
+    if json_out:
+        write_text_atomic(json_out, fim.to_json(samples))
+    if md_out:
+        write_text_atomic(md_out, table)
 
 
 def _levels(value: str) -> list[int]:

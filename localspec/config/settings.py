@@ -266,6 +266,20 @@ class Settings:
     stop: tuple[str, ...] = _f(
         (), "Stop string (repeatable); never emitted.", group="sampling", multiple=True
     )
+    # code completion's stops and sampler, as llama-server's /infill has them
+    n_indent: int = _f(
+        0, "Stop at a line (after the first newline) indented less than N spaces or tabs; the text "
+        "ends before its first character (0 = off).", group="sampling", ge=0, le=INT32_MAX,
+    )  # fmt: skip
+    t_max_predict_ms: int = _f(
+        0, "Stop at the first newline once generating has taken this many ms (0 = off).",
+        group="sampling", ge=0, le=INT32_MAX,
+    )  # fmt: skip
+    infill: bool = _f(
+        False, "llama.cpp's infill sampler (fill-in-the-middle): tokens that are prefixes of one "
+        "another share their probability, then weak text gives way to end-of-text (greedy too).",
+        group="sampling",
+    )  # fmt: skip
     # penalties and biases change the logits before top-k, as llama.cpp's sampler chain does
     repeat_penalty: float = _f(
         1.0, "Divide the logit of every token in the last --repeat-last-n by this (1 = off; 0.01 to 100).",

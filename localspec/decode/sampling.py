@@ -2,11 +2,13 @@
 draft and the verifier. Speculative sampling is only lossless if target and draft distributions are
 processed identically, so there is exactly one definition of "the distribution".
 
-Order follows llama.cpp's default sampler chain: top-k -> top-p -> min-p -> temperature.
+Order follows llama.cpp's default sampler chain: top-k -> top-p -> min-p -> temperature, then,
+for fill-in-the-middle, the infill sampler (infill.py) where the request asks for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -14,6 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
+from localspec.decode.infill import Infill, argmax_of, infill
 from localspec.top_logits import TopLogits
 
 try:  # the compiled row kernels (setup.py, _kernels.c): the same arithmetic as the numpy below, the
@@ -29,10 +32,13 @@ class SamplingParams:
     top_k: int = 40
     top_p: float = 0.95
     min_p: float = 0.05
+    infill: Infill | None = None  # llama.cpp's infill sampler last (infill.py)
 
     @property
     def greedy(self) -> bool:
-        return self.temperature <= 0.0
+        """Greedy on the raw logits' argmax. With the infill sampler, temperature 0 takes its
+        distribution's argmax instead (process_rows: a one-point distribution), sampled as such."""
+        return self.temperature <= 0.0 and self.infill is None
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ def process_rows(rows: np.ndarray | TopLogits | list, params: SamplingParams) ->
     the row: their top-k is the row's when top_k <= their width.
     (Array methods rather than np.* functions, and no call that can be skipped: at k = 40 each
     call costs more than its arithmetic.)"""
+    if params.infill is not None:
+        return _infilled(process_rows(rows, dataclasses.replace(params, infill=None)), params)
     k = params.top_k
     if isinstance(rows, list):
         if KERNEL is not None and k and all(_whole_f32(b) for b in rows):  # the kernel takes blocks
@@ -148,6 +156,17 @@ def process_rows(rows: np.ndarray | TopLogits | list, params: SamplingParams) ->
         e = np.exp(d / t)
     e[_consts(n, k)[1] >= keep[:, None]] = 0.0
     return Dists(ids, e / e.sum(axis=1, keepdims=True), keep)
+
+
+def _infilled(dists: Dists, params: SamplingParams) -> Dists:
+    """Each row through the infill sampler; at temperature 0, its most likely token alone."""
+    out = []
+    for d in dists:
+        ids, p = infill(d.ids, d.probs, params.infill)  # type: ignore[arg-type] - checked by the caller
+        if params.temperature <= 0.0:
+            ids, p = np.array([argmax_of(ids, p)], np.int64), np.ones(1)
+        out.append(Dist(ids, p))
+    return Dists.of(out)
 
 
 def _kernel(fn, n: int, k: int, params: SamplingParams, *rows: np.ndarray) -> Dists:  # noqa: ANN001

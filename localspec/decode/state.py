@@ -108,10 +108,13 @@ class SeqState:
         post_sampling_probs: bool = False,
         draft_model: bool = True,
         bound: CostBound | None = None,
+        lookup_text: Sequence[int] = (),
     ) -> "SeqState":
+        """`lookup_text`: more tokens the lookup may match against, before the prompt (the text a
+        fill-in-the-middle prompt was cut from: the rest of the file, the other files)."""
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
-        index = Lookup(prompt) if lookup and speculative else None
+        index = Lookup([*lookup_text, *prompt]) if lookup and speculative else None
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
             draft_model=draft_model, noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,

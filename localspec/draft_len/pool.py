@@ -78,7 +78,12 @@ class TunerPool:
         not know), and greedy or sampled (drafts are kept less often when sampling: their evidence
         and priors are kept apart)."""
         has_model = self.has_draft and s.lookup != "only" and draft_model
-        return max(1, s.draft_min), min(AUTO_K_MAX, self.n_batch - 1), has_model, s.temperature > 0
+        return (
+            max(1, s.draft_min),
+            min(AUTO_K_MAX, self.n_batch - 1),
+            has_model,
+            s.temperature > 0 or s.infill,
+        )
 
     def controller(self, s: Any, speculative: bool, *, draft_model: bool = True) -> KController:
         """One request's controller. One tuner per kind: what it measured of this machine's costs

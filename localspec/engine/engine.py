@@ -16,6 +16,7 @@ from localspec import llama
 from localspec.chat import media
 from localspec.chat import template as chat
 from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
+from localspec.decode.infill import Infill
 from localspec.draft_len.pool import TunerPool
 from localspec.engine import embed, embed_only
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
@@ -42,6 +43,7 @@ class Engine:
         self._pair: LoadedPair | None = None
         self._embedder: Any = None  # llama.Embedder, made on the first embed() (at load: embeds_only)
         self.embeds_only = False  # an embedding model (gguf/pooling.py): no generation (embed_only.py)
+        self._infill: Infill | None = None  # the infill sampler's view of the vocabulary
         self.calibration = "none"  # measured | remembered | none (no draft, or a fixed K)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         # every decode of this engine, the load's warm-up and calibration included, runs on its one
@@ -260,6 +262,7 @@ class Engine:
         sink: Callable[[object], None] | None = None,
         settings: Settings | None = None,
         images: Sequence[Image] = (),
+        lookup_text: Sequence[int] = (),
         **overrides: Any,
     ) -> Handle:
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
@@ -269,7 +272,8 @@ class Engine:
         instead of the handle's queue (the server hands them to its event loop; it must not block).
         `settings`: the request's settings, already built from its overrides (by the caller).
         `images`: decoded images (localspec.images) before a string prompt's text; chat messages
-        carry theirs as content parts."""
+        carry theirs as content parts. `lookup_text`: more token ids the lookup may draft from (a
+        fill-in-the-middle request's file and other files, where its prompt was cut)."""
         self._check_generates()
         s = settings or (self.settings.override(REQUEST, **overrides) if overrides else self.settings)
         s = self._capped(s)
@@ -282,14 +286,28 @@ class Engine:
                 raise LocalspecError(f"logit_bias: token {tok} is not in the vocabulary (0..{n_vocab - 1})")
         # an id only the target knows (its vocabulary may be padded beyond the draft's): never drafts
         draft_model = self.draft is None or max(ids) < self.draft.n_vocab
+        lookup_text = self._checked_ids(lookup_text) if lookup_text else ()
+        if lookup_text and self.draft is not None and max(lookup_text) >= self.draft.n_vocab:
+            lookup_text = ()  # its drafts would reach the draft model: ids it does not have
         req = Request(
             ids, s, self._pair, self.tuners, frozenset(keep_special),
             draft_model=draft_model, sink=sink, images=p.runs,
+            lookup_text=lookup_text, infill=self._infill_of(s),
         )  # fmt: skip
         self._inbox.put(req)
         if self._closed:  # closed meanwhile: the engine thread may be gone
             req.fail(LocalspecError("this engine is closed; create a new Engine"))
         return Handle(req)
+
+    def _infill_of(self, s: Settings) -> Infill | None:
+        """The target vocabulary's infill sampler (made on the first request that asks for it)."""
+        if not s.infill:
+            return None
+        if self._infill is None:
+            t = self.target
+            end = t.fim_tokens()["eot"]
+            self._infill = Infill(t.is_eog, t.token_bytes, end if end is not None else t.vocab.eos)
+        return self._infill
 
     def _capped(self, s: Settings) -> Settings:
         """A request's fixed K no larger than the engine's own (auto's most, or its fixed K): a

@@ -12,6 +12,7 @@ import numpy as np
 
 from localspec.config.settings import Settings
 from localspec.constrain import Constraint, Grammar, compile_constraint, vocabulary_for
+from localspec.decode.infill import Infill
 from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.state import SeqState, SpecConfig, Step
 from localspec.decode.stats import Counters, Stats
@@ -37,11 +38,17 @@ class Request(Schedulable):
         draft_model: bool = True,
         sink: Callable[[object], None] | None = None,
         images: Sequence[object] = (),
+        lookup_text: Sequence[int] = (),
+        infill: Infill | None = None,
     ) -> None:
         """`draft_model=False`: the prompt holds an id the draft model does not know; only the lookup
         may draft for it. `sink`: where the chunks go instead of the handle's queue (Engine.submit).
-        `images`: the image runs (llama.ImageRun) the prompt's image ids come from, held while it runs."""
+        `images`: the image runs (llama.ImageRun) the prompt's image ids come from, held while it runs.
+        `lookup_text`: more tokens the lookup drafts from; `infill`: the vocabulary's infill sampler
+        (decode/infill.py), used when the settings ask for it."""
         self.prompt, self.settings, self.tuners = ids, s, tuners
+        self.lookup_text = lookup_text
+        self.sampling = sampling_of(s, infill if s.infill else None)
         self.images = images
         self.seed = s.seed if s.seed is not None else secrets.randbits(32)
         self.lookup = s.uses_lookup
@@ -60,7 +67,9 @@ class Request(Schedulable):
             if keep_special
             else target.token_bytes
         )
-        self.text = TextStream(token_bytes, target.is_eog, s.stop)
+        self.text = TextStream(
+            token_bytes, target.is_eog, s.stop, n_indent=s.n_indent, t_max_predict_ms=s.t_max_predict_ms
+        )
         self.parts: list[str] = []
         self.logprobs: list | None = [] if s.logprobs else None
         self.t_start = time.perf_counter()
@@ -79,13 +88,13 @@ class Request(Schedulable):
         )
         rng = np.random.default_rng(self.seed)
         return SeqState.start(
-            seq, self.prompt, sampling_of(s), cfg, rng, self.counters, self.k_ctl,
+            seq, self.prompt, self.sampling, cfg, rng, self.counters, self.k_ctl,
             max_new=s.max_tokens, speculative=self.speculative, lookup=self.lookup,
             matcher=self.grammar.matcher() if self.grammar is not None else None,
             penalties=penalties_of(s),
             logprobs=s.top_logprobs if s.logprobs else -1, post_sampling_probs=s.post_sampling_probs,
             draft_model=self.draft_model,
-            bound=self.tuners.bound(s) if self.speculative else None,
+            bound=self.tuners.bound(s) if self.speculative else None, lookup_text=self.lookup_text,
         )  # fmt: skip
 
     def _put(self, deltas: list[tuple[str, list[Step]]]) -> None:
@@ -141,8 +150,10 @@ class Request(Schedulable):
         self.post(None)
 
 
-def sampling_of(s: Settings) -> SamplingParams:
-    return SamplingParams(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p)
+def sampling_of(s: Settings, infill: Infill | None = None) -> SamplingParams:
+    return SamplingParams(
+        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p, infill=infill
+    )
 
 
 def penalties_of(s: Settings) -> Penalties:

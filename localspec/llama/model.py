@@ -154,6 +154,18 @@ class Model(Owner):
     def is_eog(self, token: int) -> bool:
         return token in self.vocab.eog
 
+    def fim_tokens(self) -> dict[str, int | None]:
+        """The vocabulary's fill-in-the-middle tokens (llama.cpp's llama_vocab_fim_*: from the GGUF's
+        tokenizer.ggml.fim_*_token_id, or found by their text at load), None where it has none;
+        with `eot`, the token the infill sampler ends on."""
+        v = self._live_vocab()
+        raw = {
+            "pre": C.llama_vocab_fim_pre(v), "suf": C.llama_vocab_fim_suf(v), "mid": C.llama_vocab_fim_mid(v),
+            "pad": C.llama_vocab_fim_pad(v), "rep": C.llama_vocab_fim_rep(v), "sep": C.llama_vocab_fim_sep(v),
+            "eot": C.llama_vocab_eot(v),
+        }  # fmt: skip
+        return {k: int(t) if 0 <= t < self.n_vocab else None for k, t in raw.items()}
+
     # -- text ----------------------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
         # a buffer per call: ctypes releases the GIL inside llama_tokenize, so a shared one would let

@@ -3,7 +3,7 @@
 error on its paths) and, optionally, `PREFIX` (paths no route matches that still take its shape).
 docs/architecture.md ("Adding a dialect") says how to write one."""
 
-from localspec.server import llama_server, ops
+from localspec.server import infill, llama_server, ops
 from localspec.server.anthropic import messages
 from localspec.server.ollama import chat as ollama_chat
 from localspec.server.ollama import embed as ollama_embed
@@ -17,6 +17,7 @@ DIALECTS = (
     completions,  # OpenAI: POST /v1/completions
     responses,  # OpenAI: POST /v1/responses
     llama_server,  # POST /tokenize, /detokenize
+    infill,  # llama-server's POST /infill (fill-in-the-middle: llama.vim, llama.vscode)
     embeddings,  # OpenAI: POST /v1/embeddings
     ollama_chat,  # Ollama: POST /api/chat, /api/generate
     ollama_embed,  # Ollama: POST /api/embed, /api/embeddings

@@ -14,9 +14,13 @@ from localspec.serving.events import Delta, Event, Finished, TokenLogprob, finis
 
 
 class Answer:
-    def __init__(self, choice: int, parser: Any | None, token_bytes: Callable[[int], bytes]) -> None:
-        """`parser`: feed(text) / finish() -> chat Deltas, or None for a raw prompt's completion."""
+    def __init__(
+        self, choice: int, parser: Any | None, token_bytes: Callable[[int], bytes], *, truncated: bool = False
+    ) -> None:
+        """`parser`: feed(text) / finish() -> chat Deltas, or None for a raw prompt's completion;
+        `truncated`: its prompt was cut to the context (a fill-in-the-middle request's)."""
         self.choice, self.parser, self.token_bytes = choice, parser, token_bytes
+        self.truncated = truncated
         self.parts: list[Part] = []
         self.logprobs: list[TokenLogprob] = []
         self._held: list[bool] = []
@@ -39,7 +43,9 @@ class Answer:
         message = assemble(self.parts)
         reason = finish_reason(resp, bool(message.tool_calls))
         every = tuple(self.logprobs) if resp.logprobs is not None else None
-        events.append(Finished(self.choice, reason, message, resp, every, tuple(self._held_lp)))
+        events.append(
+            Finished(self.choice, reason, message, resp, every, tuple(self._held_lp), self.truncated)
+        )
         return events
 
     def _out(self, parts: list[Part]) -> list[Event]:

@@ -39,6 +39,7 @@ class Finished:
     response: Response  # text, tokens, seed, Stats (usage, timings, speculation)
     logprobs: tuple[TokenLogprob, ...] | None = None  # every token's, when the request asked
     tail_logprobs: tuple[TokenLogprob, ...] = ()  # the last tokens', which no Delta carried
+    truncated: bool = False  # a fill-in-the-middle prompt was cut to the context (serving/fim.py)
 
     @property
     def usage(self) -> "Usage":

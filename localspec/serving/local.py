@@ -19,8 +19,8 @@ from gguf import LlamaFileType
 from localspec.config.settings import Settings
 from localspec.engine import Engine, Response, embed_only
 from localspec.errors import LocalspecError
+from localspec.serving import fim, text_ops
 from localspec.serving import plan as chat_plan
-from localspec.serving import text_ops
 from localspec.serving.answer import Answer
 from localspec.serving.errors import APIError, from_localspec
 from localspec.serving.facade import Embedded, ModelCard, Prompt
@@ -28,6 +28,7 @@ from localspec.serving.request import Request, settings_for
 from localspec.serving.stream import EventStream
 from localspec.serving.totals import Counting
 from localspec.telemetry.acclog import AccLog
+from localspec.text_input import require_text
 
 log = logging.getLogger("localspec.server")
 RETRY_AFTER_S = 1
@@ -115,19 +116,25 @@ class LocalModel:
             s = s.replace(**plan.overrides)
         if req.clamp_max_tokens and plan is not None:
             s = _clamped(s, self.card.n_ctx - len(plan.prompt_ids))
+        raw = await anyio.to_thread.run_sync(lambda: self._raw(req, s)) if not req.chat else None
         choices = self._choices(req, s)
         self._admit(req.n)
         started = time.time()
-        answers = [Answer(i, plan.make_parser() if plan else None, self.token_bytes) for i in range(req.n)]
+        cut = raw is not None and raw.truncated
+        answers = [
+            Answer(i, plan.make_parser() if plan else None, self.token_bytes, truncated=cut)
+            for i in range(req.n)
+        ]
         stream = EventStream(answers, self.loop, functools.partial(self._finished, choices, started))
         self.streams.add(stream)
-        prompt = plan.prompt if plan else req.prompt
+        prompt = plan.prompt if plan else (raw.ids if raw is not None else req.prompt)
         keep = plan.keep_special if plan else ()
+        also = raw.lookup_text if raw is not None else ()
 
         def start() -> None:  # n choices: n sequences from one prompt (the slots share its cache)
             for i, si in enumerate(choices):
                 stream.handles[i] = self.engine.submit(
-                    prompt, keep_special=keep, sink=stream.sink(i), settings=si
+                    prompt, keep_special=keep, sink=stream.sink(i), settings=si, lookup_text=also
                 )
 
         try:
@@ -149,6 +156,28 @@ class LocalModel:
         if self.engine.embeds_only:
             e = embed_only.not_generative(self.engine.target)
             raise APIError(400, str(e), param="model", code="model_not_generative")
+
+    def _raw(self, req: Request, s: Settings) -> fim.Layout | None:
+        """A raw prompt's tokens where the model lays them out: a fill-in-the-middle request's
+        (serving/fim.py), or text whose special tokens are read as such (None: the engine's)."""
+        target = self.engine.target
+        try:
+            if req.fill is not None:
+                f = req.fill
+                for text in (f.prefix, f.suffix, f.prompt, *(c.text for c in f.extra)):
+                    text_ops.check_text(require_text(text))
+                bos = target.vocab.bos if target.vocab.add_bos else None
+                return fim.layout(
+                    f, target.fim_tokens(), lambda t: target.tokenize(t, add_special=False),
+                    n_ctx=self.card.n_ctx, n_predict=s.max_tokens, bos=bos,
+                )  # fmt: skip
+            if req.special and isinstance(req.prompt, str):
+                text_ops.check_text(require_text(req.prompt))
+                ids = target.tokenize(req.prompt, add_special=True, parse_special=True)
+                return fim.Layout(ids, False) if ids else None  # none: the engine says it is empty
+        except LocalspecError as e:
+            raise from_localspec(e, "prompt") from None
+        return None
 
     @staticmethod
     def _choices(req: Request, s: Settings) -> list[Settings]:

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 from localspec.config.settings import REQUEST, Settings, setting_field
 from localspec.errors import LocalspecError
 from localspec.serving.errors import APIError, from_localspec
+from localspec.serving.fim import Fill
 
 TOOL_CHOICES = ("auto", "none", "required")
 
@@ -74,6 +75,8 @@ class Tool:
 class Request:
     messages: tuple[Message, ...] = ()
     prompt: str | tuple[int, ...] | None = None  # a raw prompt (no template): text or token ids
+    fill: Fill | None = None  # fill-in-the-middle: the prompt is laid out from it (serving/fim.py)
+    special: bool = False  # a raw prompt's text may hold special tokens (Ollama's raw FIM prompts)
     overrides: Mapping[str, Any] = field(default_factory=dict)
     tools: tuple[Tool, ...] = ()
     tool_choice: str = "auto"  # auto | none | required
@@ -95,7 +98,7 @@ class Request:
 
     @property
     def chat(self) -> bool:
-        return self.prompt is None
+        return self.prompt is None and self.fill is None
 
 
 def settings_for(base: Settings, req: Request) -> Settings:

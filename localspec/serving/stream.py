@@ -16,6 +16,9 @@ from localspec.serving.errors import APIError
 from localspec.serving.events import Event, Finished
 
 _END = object()
+# how often a whole response's request checks that its client is still there: an editor drops a
+# stale completion at the next keystroke, and its slot should be free for the one that follows
+DISCONNECT_POLL_S = 0.05
 SHUT_DOWN = "the server is shutting down; the generation was cancelled"
 # (the stream, the choice, its Response or None when cancelled, the error it ended with); given the
 # stream rather than closing over it, so that nothing holds a finished stream in a cycle
@@ -124,7 +127,7 @@ async def collect_finished(stream: Any, is_disconnected: Callable[[], Awaitable[
 
     async def watch() -> None:
         while not await is_disconnected():
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(DISCONNECT_POLL_S)
         stream.cancel()
 
     watcher = asyncio.ensure_future(watch())

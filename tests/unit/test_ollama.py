@@ -208,7 +208,6 @@ def test_errors_take_ollama_shape(client, fake):
         400,
     )
     for field, value in (
-        ("suffix", "x"),
         ("template", "{{ .Prompt }}"),
         ("context", [1, 2]),
     ):

@@ -44,7 +44,7 @@ def test_a_prompt_becomes_the_internal_request(client, fake):
 @pytest.mark.parametrize(
     "body, param",
     [({"prompt": []}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "a", "echo": True}, "echo"),
-     ({"prompt": "a", "suffix": "z"}, "suffix"), ({"prompt": "a", "functions": []}, "functions")],
+     ({"prompt": [1, 2], "suffix": "z"}, "prompt"), ({"prompt": "a", "functions": []}, "functions")],
 )  # fmt: skip
 def test_what_it_refuses(client, fake, body, param):
     r = client.post(URL, json=body)

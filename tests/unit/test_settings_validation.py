@@ -257,6 +257,8 @@ def test_fuzz_raw_toml_text(tmp_path, text):
 # -- every sampling value Settings accepts keeps the arithmetic finite (issue #45) -----------------
 def _within(f) -> st.SearchStrategy:  # noqa: ANN001 - a Settings field: any value its bounds allow
     m = f.metadata
+    if str(f.type) == "bool":  # a switch (infill): either
+        return st.booleans()
     if "int" in str(f.type):
         return st.integers(m.get("ge", m.get("gt", 0) + 1), m.get("le", m.get("lt", 2**31) - 1))
     lo, hi = m.get("ge", m.get("gt")), m.get("le", m.get("lt"))

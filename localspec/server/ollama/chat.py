@@ -24,6 +24,7 @@ from localspec.server.openai.common import timings
 from localspec.serving import Delta, Finished, Stream, TokenLogprob
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
+from localspec.serving.fim import Fill
 from localspec.serving.images import from_base64
 
 router = APIRouter(dependencies=[Depends(require_key)])
@@ -46,7 +47,9 @@ async def _respond(request: Request, body: s.GenerationBase, req: internal.Reque
     model = request.app.state.models.get(req.model)
     if body.options is not None:
         body.options.check_context(model.card.n_ctx)
-    if not (req.messages or req.prompt):  # Ollama's way of asking for the model to be loaded: it is
+    if not (
+        req.messages or req.prompt or req.fill
+    ):  # Ollama's way of asking for the model to be loaded: it is
         return JSONResponse(
             _object(model.name, kind, {"content": ""}) | {"done": True, "done_reason": "load"}
         )
@@ -81,10 +84,10 @@ def parse_chat(body: s.ChatRequest) -> internal.Request:
 
 
 def parse_generate(body: s.GenerateRequest) -> internal.Request:
-    """A prompt through the model's template as one user turn (after `system`), or as it is with `raw`."""
+    """A prompt through the model's template as one user turn (after `system`), as it is with `raw`,
+    or with `suffix` the text before a middle the model fills (its own FIM tokens)."""
     refuse_unsupported(body)
     for name, why in (
-        ("suffix", "fill-in-the-middle is not supported"),
         ("template", "the model's own chat template is used; a template of your own is not supported"),
         ("context", "the older conversation memory is not kept; send the conversation to /api/chat"),
     ):
@@ -101,8 +104,12 @@ def parse_generate(body: s.GenerateRequest) -> internal.Request:
         "overrides": body.overrides(), "reasoning": reasoning, "template_vars": extra,
         "stream": body.stream, "model": model_name(body.model), "keep_alive": internal.keep_alive(body.keep_alive),
     }  # fmt: skip
-    if body.raw:
-        return internal.Request(prompt=body.prompt or None, **common)
+    if body.suffix:  # fill-in-the-middle: Ollama's templates put the prompt before the middle
+        if body.images:
+            raise APIError(400, "images: a fill-in-the-middle request is text only", param="images")
+        return internal.Request(fill=Fill(body.prompt, body.suffix), **common)
+    if body.raw:  # as it is, its special tokens read as such (a client's own FIM prompt)
+        return internal.Request(prompt=body.prompt or None, special=True, **common)
     msgs = []  # none: Ollama's way of asking for the model to be loaded
     if body.prompt or body.images:
         content, images = _content(body.prompt, body.images, "images")

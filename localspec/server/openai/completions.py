@@ -1,4 +1,5 @@
-"""OpenAI's legacy completions, POST /v1/completions: a raw prompt (text or token ids, no template)
+"""OpenAI's legacy completions, POST /v1/completions: a raw prompt (text or token ids, no template),
+or with `suffix` a fill-in-the-middle request (the prompt before the middle, the suffix after it)
 -> the internal request (`parse`); the events -> one text_completion object (`render`) or its chunk
 stream (`render_stream`: text pieces with optional draft marks and logprobs in the legacy shape,
 each choice's finish with timings, the include_usage chunk, [DONE])."""
@@ -16,6 +17,7 @@ from localspec.server.openai import schemas as s
 from localspec.serving import Delta, Finished, Stream
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
+from localspec.serving.fim import Fill
 
 router = APIRouter(dependencies=[Depends(require_key)])
 error_response = errors.error_response
@@ -30,8 +32,8 @@ async def completions(body: s.CompletionRequest, request: Request) -> Any:
 
 def parse(body: s.CompletionRequest) -> internal.Request:
     refuse_unsupported(body)
-    if body.echo or body.suffix:
-        raise APIError(400, "echo and suffix are not supported", param="echo" if body.echo else "suffix")
+    if body.echo:
+        raise APIError(400, "echo is not supported", param="echo")
     prompt: Any = body.prompt
     if isinstance(prompt, list) and not prompt:
         raise APIError(400, "the prompt is empty", param="prompt")
@@ -39,8 +41,16 @@ def parse(body: s.CompletionRequest) -> internal.Request:
         if len(prompt) != 1:
             raise APIError(400, "one prompt per request (a list of prompts is not supported)", param="prompt")
         prompt = prompt[0]
+    fill = None
+    if body.suffix is not None:  # fill-in-the-middle: the prompt is the text before the middle
+        if not isinstance(prompt, str):
+            raise APIError(
+                400, "with suffix, the prompt is text (the code before the middle)", param="prompt"
+            )
+        fill, prompt = Fill(prompt, body.suffix), None
     return internal.Request(
         prompt=tuple(prompt) if isinstance(prompt, list) else prompt,
+        fill=fill,
         overrides=body.overrides(),
         n=body.n,
         stream=body.stream,
