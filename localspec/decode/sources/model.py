@@ -49,12 +49,13 @@ class ModelSource(DraftSource):
             p.behind = len(st.tokens) - 1 - self.ctx.past(st.seq)
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
-        is_eog = self.ctx.is_eog  # drafts that end the output (EOG) leave nothing to add
+        is_eog, n_vocab = self.ctx.is_eog, self.ctx.n_vocab  # drafts ending the output add nothing
         active = [
             p
             for p in plans
             if p.model and p.total > len(p.drafts) and not (p.drafts and is_eog(p.drafts[-1]))
-        ]
+            and _known(p.drafts, n_vocab)  # a forced id only the target has: the draft cannot go on
+        ]  # fmt: skip
         clock.caught = clock.timed("catch", self._catch_up, [p.st for p in active])
         items = [self._first_item(p) for p in active]
         while active:
@@ -125,7 +126,8 @@ class ModelSource(DraftSource):
         end, run = self.ctx.is_eog(x), []
         if aware and not end:  # what the grammar forces next: free, it rides in the next draft step
             run = self._forced_after(p)
-            end = bool(run) and self.ctx.is_eog(run[-1])
+            # ... and the draft's part ends where it is an id only the target has (it verifies it)
+            end = bool(run) and (self.ctx.is_eog(run[-1]) or not _known(run, self.ctx.n_vocab))
         if len(p.drafts) < p.total and not end:
             return Item(st.seq, [x, *run], len(st.tokens) + i, 1)
         return None
@@ -166,6 +168,11 @@ class ModelSource(DraftSource):
             for st in behind:
                 ctx.truncate(len(st.tokens) - 1, st.seq)
         return {} if replay_only else {st: len(it.tokens) for st, it in zip(behind, items)}
+
+
+def _known(tokens: Sequence[int], n_vocab: int) -> bool:
+    """Whether the draft has every id of `tokens` (a target's vocabulary may be wider)."""
+    return not tokens or max(tokens) < n_vocab
 
 
 def _count_prompt(st: SeqState, have: int, end: int) -> None:
