@@ -36,6 +36,6 @@ def begin_shutdown(app: Any) -> None:
         loop.call_soon_threadsafe(lambda: loop.create_task(_wind_down(app)))
 
 
-async def _wind_down(app: Any) -> None:
+async def _wind_down(app: Any, grace: float = SHUTDOWN_GRACE_S) -> None:
     models = list(getattr(app.state, "models", ()))
-    await asyncio.gather(*(m.wind_down(SHUTDOWN_GRACE_S) for m in models))
+    await asyncio.gather(*(m.wind_down(grace) for m in models))

@@ -4,7 +4,9 @@ of its own (remote.py) and unloaded by use and by memory. `Router` is the regist
 is its facade, whose `submit` and `render` wait for the model to load.
 
 A model's states: unloaded -> loading -> loaded -> unloading -> unloaded, and error (with its
-reason) when a load fails or its process dies. An error stays until `load` retries it.
+reason) when a load fails or its process dies. A failed load stays an error until `load` retries
+it; a process that died (an OOM kill) is loaded again by the next request after a back-off that
+doubles with each death in a row (a 503 with Retry-After until then).
 
 Making room (room.py), under one lock so two loads never count the same free memory: past
 --models-max, or when the incoming model's memory plan is more than is free, the least recently
@@ -36,6 +38,7 @@ UNLOADED, LOADING, LOADED, UNLOADING, ERROR = "unloaded", "loading", "loaded", "
 LOAD_TIMEOUT_S = 600.0  # a load that takes longer is killed; requests wait for it at most this long
 REAP_EVERY_S = 1.0
 RETRY_AFTER_S = 5
+BACKOFF_S, BACKOFF_MAX_S = 2.0, 300.0  # a dead model's next load waits this, doubled per death in a row
 _SAME = object()  # a release that leaves the model's keep_alive as the last request set it
 
 
@@ -54,6 +57,11 @@ class Served:
         self.load_s: float | None = None
         self.loaded_at: float | None = None
         self.changed = asyncio.Event()
+        self.died_at: float | None = None  # its process died while serving (retried after a back-off)
+        self.deaths = 0  # in a row: each doubles the back-off; a clean unload or `load` resets it
+        self.streams: set[Any] = set()  # its requests in flight (a shutdown cancels what is left)
+        self.quiet = asyncio.Event()  # set whenever none is
+        self.quiet.set()
 
     def _set(self, state: str, error: str | None = None) -> None:
         self.state, self.error = state, error
@@ -113,11 +121,39 @@ class Served:
 
     async def submit(self, req: Request) -> RemoteStream:
         child = await self.router._acquire(self)
+        stream: Any = None
+        released = False
+
+        def ended() -> None:  # once, whether the process refused it, answered it or died
+            nonlocal released
+            if not released:
+                released = True
+                self.router._release(self, req.keep_alive)
+            self.streams.discard(stream)
+            if not self.streams:
+                self.quiet.set()
+
         try:
-            return await child.submit(req, lambda: self.router._release(self, req.keep_alive))
+            stream = await child.submit(req, ended)
         except BaseException:
-            self.router._release(self)
+            if not released:  # a refusal has ended it already (its on_end ran)
+                released = True
+                self.router._release(self)
             raise
+        if not released:
+            self.streams.add(stream)
+            self.quiet.clear()
+        return stream
+
+    async def wind_down(self, grace: float) -> None:
+        """The server is shutting down (LocalModel.wind_down, for a model in its own process): no
+        load starts any more; its requests get `grace` seconds to finish, then what still runs is
+        cancelled in the process, which answers each with its 503 (a stream: its error frame)."""
+        self.router._closing = True
+        with anyio.move_on_after(grace):
+            await self.quiet.wait()
+        for stream in list(self.streams):
+            stream.cancel()
 
     def status(self, idle_unload: float) -> Status:
         f, c = self.facts, self.child
@@ -181,6 +217,7 @@ class Router:
         """POST /models/load: load it now (an error is retried)."""
         served = self.get(name)
         if served.state == ERROR:
+            served.died_at, served.deaths = None, 0
             served._set(UNLOADED)
         return await self.ready(name)
 
@@ -257,6 +294,9 @@ class Router:
         while True:
             if s.state == LOADED and s.child is not None:
                 return s.child
+            if s.state == ERROR and s.died_at is not None:
+                self._retry(s)
+                continue
             if s.state == ERROR:
                 raise APIError(
                     500,
@@ -275,6 +315,19 @@ class Router:
                     503, f"{s.name} is still {s.state}; retry shortly", code="model_loading",
                     headers={"Retry-After": str(RETRY_AFTER_S)},
                 )  # fmt: skip
+
+    def _retry(self, s: Served) -> None:
+        """A model whose process died: loaded again once its back-off has passed, else a 503."""
+        assert s.died_at is not None
+        wait = s.died_at + min(BACKOFF_S * 2 ** (s.deaths - 1), BACKOFF_MAX_S) - time.monotonic()
+        if wait > 0:
+            raise APIError(
+                503, f"{s.name} is restarting after {s.error}; retry in {math.ceil(wait)} s",
+                param="model", code="model_restarting", headers={"Retry-After": str(math.ceil(wait))},
+            )  # fmt: skip
+        self._say(f"loading {s.name} again: {s.error}")
+        s.died_at = None
+        s._set(UNLOADED)
 
     async def _begin_load(self, s: Served) -> None:
         async with self._lock:
@@ -390,10 +443,11 @@ class Router:
         if s.child is not child:
             return
         if s.state == UNLOADING:
-            s.child = None
+            s.child, s.deaths = None, 0
             s._set(UNLOADED)
         elif s.state == LOADED:  # it died while serving: every other model goes on
             self._fail(s, reason)
+            s.died_at, s.deaths = time.monotonic(), s.deaths + 1
 
     async def _reap(self) -> None:
         """Unload the models idle past their keep_alive (or --idle-unload)."""

@@ -19,6 +19,7 @@ from localspec.serving.catalog import Entry, Facts, scan
 from localspec.serving.request import keep_alive
 from localspec.serving.room import Held, make_room
 from localspec.serving.router import Router
+from localspec.serving.stream import SHUT_DOWN
 
 from ..fake_engine import FakeModel, answer
 
@@ -72,13 +73,18 @@ class FakeChild:
         return await getattr(self.model, method)(*args, **kwargs)
 
     async def submit(self, req: Request, on_end: Callable[[], None]) -> Any:
-        inner = await self.model.submit(req)
+        try:
+            inner = await self.model.submit(req)
+        except APIError:
+            on_end()  # as remote.Child's: a refusal ends the stream, then raises
+            raise
         return Streamed(inner, on_end, self.hold)
 
 
 class Streamed:
     def __init__(self, inner: Any, on_end: Callable[[], None], hold: asyncio.Event | None) -> None:
         self.inner, self.on_end, self.hold = inner, on_end, hold
+        self.cancelled = asyncio.Event()
 
     def __aiter__(self) -> Any:
         return self._events()
@@ -86,7 +92,12 @@ class Streamed:
     async def _events(self) -> Any:
         try:
             if self.hold is not None:
-                await self.hold.wait()
+                waits = [asyncio.ensure_future(e.wait()) for e in (self.hold, self.cancelled)]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for w in waits:
+                    w.cancel()
+            if self.cancelled.is_set():  # as the process answers a cancel at shutdown
+                raise APIError(503, SHUT_DOWN)
             async for e in self.inner:
                 yield e
         finally:
@@ -96,7 +107,7 @@ class Streamed:
         return [e async for e in self]
 
     def cancel(self) -> None:
-        pass
+        self.cancelled.set()
 
 
 GATES: dict[str, asyncio.Event] = {}
@@ -328,6 +339,61 @@ def test_a_crash_while_serving_marks_only_that_model_error():
         assert await ask(r, "b") == "ok"
         with pytest.raises(APIError, match="SIGSEGV"):
             await ask(r, "a")
+
+    run(go)
+
+
+def test_a_killed_model_is_loaded_again_by_a_request_after_a_back_off(monkeypatch):
+    monkeypatch.setattr(router_mod, "BACKOFF_S", 0.2)
+
+    async def go():
+        r = make_router()
+        for deaths, backoff in ((1, 0.2), (2, 0.4)):  # doubled for each death in a row
+            await ask(r, "a")
+            CHILDREN["a"].crash()
+            await settle()
+            with pytest.raises(APIError) as e:
+                await ask(r, "a")
+            assert e.value.status == 503 and "SIGSEGV" in e.value.message
+            assert e.value.code == "model_restarting" and "Retry-After" in e.value.headers
+            await asyncio.sleep(backoff)
+        assert await ask(r, "a") == "ok" and states(r)["a"] == "loaded"
+        assert FakeChild.log.count("start a") == 3
+
+    run(go)
+
+
+def test_a_refused_request_releases_its_model_once():
+    async def go():
+        r = make_router()
+        await ask(r, "a")
+        CHILDREN["a"].model.refuse(APIError(400, "bad field", param="x"))
+        with pytest.raises(APIError, match="bad field"):
+            await ask(r, "a")
+        assert r.get("a").users == 0  # not -1: the refusal's end and the raise count it out once
+
+    run(go)
+
+
+def test_a_shutdown_answers_what_is_still_running_with_a_503_within_the_grace():
+    from localspec.server.shutdown import _wind_down  # noqa: PLC0415
+
+    async def go():
+        r = make_router()
+        await ask(r, "a")
+        CHILDREN["a"].hold = asyncio.Event()  # the next request runs until cancelled
+        busy = asyncio.ensure_future(ask(r, "a"))
+        await settle()
+        started = asyncio.get_running_loop().time()
+        app = type("App", (), {"state": type("State", (), {"models": r})()})()
+        await asyncio.wait_for(_wind_down(app, grace=0.2), 2)
+        with pytest.raises(APIError) as e:
+            await busy
+        assert e.value.status == 503 and "shutting down" in e.value.message
+        assert asyncio.get_running_loop().time() - started < 1.5
+        assert r.get("a").users == 0
+        with pytest.raises(APIError, match="shutting down"):  # and nothing loads any more
+            await ask(r, "b")
 
     run(go)
 
