@@ -18,6 +18,7 @@ from typing import Literal
 import llguidance
 
 from ..errors import Busy
+from .depth import too_deep
 from .errors import ConstraintError
 from .matcher import Matcher
 from .numbers import bounded
@@ -166,6 +167,8 @@ def _schema(text: str) -> dict | bool:
         schema = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConstraintError(f"the JSON schema is not JSON: {e}") from None
+    except RecursionError:  # json.loads nests by recursion: deeper than any limit we take
+        raise ConstraintError(too_deep("the JSON schema")) from None
     if not isinstance(schema, (dict, bool)):
         raise ConstraintError(f"a JSON schema is an object (or true/false), not {type(schema).__name__}")
     return schema

@@ -20,6 +20,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from localspec.constrain.depth import depth_error
+from localspec.constrain.errors import ConstraintError
+
 INT_LIMIT = 10**16
 NUMBER_LIMIT = 1e16
 FRACTION_STEP = 1e-10
@@ -48,6 +51,9 @@ def bounded(schema: Any) -> Any:
     """A copy of a JSON schema (parsed) whose numbers are bounded as above; nothing else changes."""
     if schema is False:
         return schema
+    too_deep = depth_error(schema)
+    if too_deep:
+        raise ConstraintError(too_deep)
     out = _schema(copy.deepcopy(schema))
     if isinstance(out, dict):
         out.setdefault("$defs", {})[ANY] = copy.deepcopy(_ANY_VALUE)

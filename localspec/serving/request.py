@@ -6,11 +6,13 @@ by `Settings` itself, when the model builds the request's settings (LocalModel.s
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NoReturn, Sequence
 
 from localspec.config.settings import REQUEST, Settings, setting_field
+from localspec.constrain.depth import depth_error
 from localspec.errors import LocalspecError
 from localspec.serving.errors import APIError, from_localspec
 from localspec.serving.fim import Fill
@@ -70,6 +72,11 @@ class Tool:
     parameters: Mapping[str, Any] | None = None
     strict: bool | None = None
 
+    def __post_init__(self) -> None:
+        too_deep = depth_error(self.parameters, f"the parameters of tool {self.name!r}")
+        if too_deep:
+            raise APIError(400, too_deep, param="tools")
+
 
 @dataclass(frozen=True)
 class Request:
@@ -113,9 +120,12 @@ def settings_for(base: Settings, req: Request) -> Settings:
 
 
 # the constraint, as overrides: every dialect's JSON mode and schema end up as these
-def json_schema(schema: Any, *, strict: bool | None = None) -> dict[str, Any]:
+def json_schema(schema: Any, *, strict: bool | None = None, param: str = "json_schema") -> dict[str, Any]:
     """The answer is JSON following `schema`; strict: refuse keywords that cannot be enforced
-    (None: the setting's default, on)."""
+    (None: the setting's default, on). One nested too deep is a 400 before anything recurses."""
+    too_deep = depth_error(schema)
+    if too_deep:
+        raise APIError(400, too_deep, param=param, code="schema_too_deep")
     out: dict[str, Any] = {"json_schema": json.dumps(schema)}
     if strict is not None:
         out["json_strict"] = strict
@@ -146,19 +156,23 @@ _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0,
 def keep_alive(value: Any, param: str = "keep_alive") -> float | None:
     """Ollama's keep_alive in seconds: a number of seconds, or a Go duration ("5m", "1h30m",
     "-1", "0"); negative: until evicted. None stays None (the server's --idle-unload)."""
-    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
+    if isinstance(value, float):  # JSON's NaN and Infinity parse as floats: no duration
+        return value if math.isfinite(value) else _not_a_duration(value, param)
     text = value.strip() if isinstance(value, str) else ""
     try:
         seconds = float(text)
     except ValueError:
         seconds = None
-    if seconds is not None and seconds == seconds:  # not NaN
+    if seconds is not None and math.isfinite(seconds):  # not "nan", "inf", "Infinity"
         return seconds
     sign, body = (-1.0, text[1:]) if text[:1] == "-" else (1.0, text.lstrip("+"))
     parts = _DURATION.findall(body)
     if not body or "".join(n + u for n, u in parts) != body:
-        raise APIError(
-            400, f"{param} is seconds or a duration like 5m, 1h30m or -1; got {value!r}", param=param
-        )
+        _not_a_duration(value, param)
     return sign * sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def _not_a_duration(value: Any, param: str) -> NoReturn:
+    raise APIError(400, f"{param} is seconds or a duration like 5m, 1h30m or -1; got {value!r}", param=param)

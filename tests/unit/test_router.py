@@ -421,7 +421,9 @@ def test_keep_alive_is_seconds_or_a_go_duration(value, seconds):
     assert keep_alive(value) == seconds
 
 
-@pytest.mark.parametrize("value", ["", "5 minutes", "m", "5x", "nan", "1h-5m", True, [5]])
+@pytest.mark.parametrize(
+    "value", ["", "5 minutes", "m", "5x", "nan", "1h-5m", True, [5], float("nan"), float("inf"), "inf", "-Infinity"]
+)
 def test_a_keep_alive_that_is_not_a_duration_is_a_400_naming_it(value):
     with pytest.raises(APIError) as e:
         keep_alive(value)

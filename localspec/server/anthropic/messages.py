@@ -161,4 +161,4 @@ def _tools(tools: list[s.Tool]) -> tuple[internal.Tool, ...]:
 def _format(body: s.CountBody) -> dict[str, Any]:
     """Structured output: output_config.format (or the beta's output_format) -> the JSON constraint."""
     fmt = (body.output_config.format if body.output_config else None) or body.output_format
-    return internal.json_schema(fmt.schema_, strict=True) if fmt else {}
+    return internal.json_schema(fmt.schema_, strict=True, param="output_config.format.schema") if fmt else {}

@@ -147,7 +147,7 @@ class GenerationBase(Checked):
         if self.format == "json":
             out.update(internal.json_object())
         elif isinstance(self.format, dict):
-            out.update(internal.json_schema(self.format))
+            out.update(internal.json_schema(self.format, param="format"))
         elif self.format not in (None, ""):
             raise APIError(400, f"format is 'json' or a JSON schema (got {self.format!r})", param="format")
         if self.logprobs:

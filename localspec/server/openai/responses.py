@@ -89,7 +89,7 @@ def overrides(body: s.ResponsesRequest) -> dict[str, Any]:
     if fmt is not None and fmt.type == "json_schema":
         if fmt.schema_ is None:
             raise APIError(400, "text.format json_schema needs a 'schema'", param="text.format.schema")
-        out.update(internal.json_schema(fmt.schema_, strict=bool(fmt.strict)))
+        out.update(internal.json_schema(fmt.schema_, strict=bool(fmt.strict), param="text.format.schema"))
     elif fmt is not None and fmt.type == "json_object":
         out.update(internal.json_object())
     return out
