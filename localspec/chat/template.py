@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from localspec.chat import isolated
+from localspec.chat import isolated, verbatim
 from localspec.chat.compiled import compile_template as _compile  # noqa: F401 - tests compare with it
 from localspec.errors import LocalspecError
 from localspec.text_input import require_text
@@ -52,21 +52,25 @@ def render(
 
 def render_for(model: Any, messages: list[dict], *, template: str | None = None, **extra: Any) -> str:
     """The prompt text for `messages` through the model's own template and special tokens; `extra`
-    are further template variables (tools, enable_thinking, ...)."""
+    are further template variables (tools, enable_thinking, ...). Control tokens' text in messages
+    and variables comes back marked as text (verbatim.py): `tokenize_rendered` spells it as text,
+    `verbatim.plain` gives the text a person reads."""
     v = model.vocab
     bos = model.token_text(v.bos) if v.bos >= 0 else ""
     eos = model.token_text(v.eos) if v.eos >= 0 else ""
+    messages, extra = verbatim.protect(model, messages), verbatim.protect(model, extra)
     return render(template or model.chat_template(), messages, bos_token=bos, eos_token=eos, **extra)
 
 
 def tokenize_rendered(model: Any, text: str, *, continuation: bool = False) -> list[int]:
-    """Tokens of rendered chat text (special tokens parsed). Templates that write the BOS text
+    """Tokens of rendered chat text (special tokens parsed, not in what verbatim.py marked as
+    text: the messages' own). Templates that write the BOS text
     themselves (Llama 3, Gemma) must not get a second BOS from the tokenizer, and a continuation of
     a conversation already tokenized gets none."""
     v = model.vocab
     bos = model.token_text(v.bos) if v.bos >= 0 else ""
     add_bos = not continuation and v.add_bos and not (bos and text.startswith(bos))
-    return model.tokenize(text, add_special=add_bos, parse_special=True)
+    return verbatim.tokenize(model, text, add_special=add_bos)
 
 
 def prompt_tokens(model: Any, messages: list[dict], *, template: str | None = None) -> list[int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from localspec.chat import families, media, tool_grammar, tool_prompt
+from localspec.chat import families, media, tool_grammar, tool_prompt, verbatim
 from localspec.chat.output import answer_parser
 from localspec.config.settings import Settings
 from localspec.constrain.vocab import special_text
@@ -130,10 +130,11 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
             choice=choice if choice != "none" else None, parallel=req.parallel_tool_calls,
         )  # fmt: skip
         extra.update(tool_vars)
-    text = engine.render_chat(msgs, **extra)
+    marked = engine.render_chat(msgs, **extra)  # the messages' control-token text marked as text
     prompt = (
-        engine.tokenize_images(text, images, marker) if images else media.Prompt(engine.tokenize_chat(text))
+        engine.tokenize_images(marked, images, marker) if images else media.Prompt(engine.tokenize_chat(marked))
     )
+    text = verbatim.plain(engine.target, marked)
     specials = special_markers(engine.target, family) if tools_on else {}
     own = any(k in req.overrides for k in CONSTRAINTS)
     overrides = (
