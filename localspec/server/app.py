@@ -18,6 +18,7 @@ from localspec.config.settings import Settings
 from localspec.server import browser, errors, page
 from localspec.server.body_text import lone_surrogate
 from localspec.server.dialects import DIALECTS
+from localspec.server.offload import LARGE_BODY
 from localspec.server.openai.errors import error_response as openai_error
 from localspec.serving.errors import APIError
 from localspec.serving.facade import Model
@@ -121,7 +122,12 @@ class BodyLimit:
             if size > self.max_bytes:
                 return await self._too_large(scope, receive, send)
         data, replayed = b"".join(body), False
-        where = lone_surrogate(data)
+        # a body holding a surrogate's escape is parsed to find it: a large one off the event loop
+        where = (
+            await anyio.to_thread.run_sync(lone_surrogate, data)
+            if len(data) > LARGE_BODY
+            else lone_surrogate(data)
+        )
         if where is not None:
             error = APIError(
                 400,

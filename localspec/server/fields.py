@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict
 
 from localspec.serving.errors import APIError
 
+MAX_ITEMS = 100_000  # messages, input items or tools in one request, at most (Anthropic's own limit)
+
 
 class Checked(BaseModel):
     model_config = ConfigDict(extra="allow")  # kept, to be named by unsupported()

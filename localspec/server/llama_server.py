@@ -13,12 +13,13 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
+from localspec.server import offload
 from localspec.server.auth import require_key
 from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
 from localspec.server.openai.models import card
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from localspec.server import framing
+from localspec.server import framing, offload
 from localspec.server.anthropic import blocks, errors
 from localspec.server.anthropic import schemas as s
 from localspec.server.auth import require_key
@@ -19,7 +19,7 @@ from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 from localspec.serving.images import from_base64
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 PREFIX = "/v1/messages"  # its unrouted paths (batches) answer in Anthropic's shape too
 TOOL_CHOICES = {"auto": "auto", "any": "required", "tool": "required", "none": "none"}
@@ -31,7 +31,7 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 
 @router.post("/v1/messages")
 async def messages(body: s.MessagesBody, request: Request) -> Any:
-    req = parse(body)
+    req = await offload.run(parse, body)
     model = request.app.state.models.get(req.model, fallback=True)
     stream = await model.submit(req)
     reply = blocks.Reply(model.name, body)
@@ -43,7 +43,7 @@ async def messages(body: s.MessagesBody, request: Request) -> Any:
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: s.CountBody, request: Request) -> dict[str, int]:
-    req = parse(body)
+    req = await offload.run(parse, body)
     prompt = await request.app.state.models.get(req.model, fallback=True).render(req)
     return {"input_tokens": len(prompt.ids)}
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import Discriminator, Field, Tag
 
-from localspec.server.fields import Checked
+from localspec.server.fields import MAX_ITEMS, Checked
 
 CACHED = frozenset({"cache_control"})
 
@@ -145,9 +145,9 @@ class CountBody(Checked):
         {"metadata", "context_management", "service_tier", "speed", "inference_geo"}
     )
     model: str | None = None
-    messages: list[InputMessage] = Field(min_length=1)
+    messages: list[InputMessage] = Field(min_length=1, max_length=MAX_ITEMS)
     system: str | list[Text] | None = None
-    tools: list[Tool] | None = None
+    tools: list[Tool] | None = Field(None, max_length=MAX_ITEMS)
     tool_choice: ToolChoice | None = None
     thinking: ThinkingConfig | None = None
     output_config: OutputConfig | None = None

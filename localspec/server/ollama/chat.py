@@ -7,6 +7,7 @@ body says `"stream": false`. An empty message list or prompt only says the model
 
 from __future__ import annotations
 
+import collections
 import json
 import time
 from datetime import datetime, timezone
@@ -15,7 +16,7 @@ from typing import Any, AsyncIterator, Sequence
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from localspec.server import framing
+from localspec.server import framing, offload
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.ollama import errors
@@ -27,19 +28,19 @@ from localspec.serving.errors import APIError
 from localspec.serving.fim import Fill
 from localspec.serving.images import from_base64
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 PREFIX = "/api/"
 
 
 @router.post("/api/chat")
 async def chat(body: s.ChatRequest, request: Request) -> Any:
-    return await _respond(request, body, parse_chat(body), "chat")
+    return await _respond(request, body, await offload.run(parse_chat, body), "chat")
 
 
 @router.post("/api/generate")
 async def generate(body: s.GenerateRequest, request: Request) -> Any:
-    return await _respond(request, body, parse_generate(body), "generate")
+    return await _respond(request, body, await offload.run(parse_generate, body), "generate")
 
 
 async def _respond(request: Request, body: s.GenerationBase, req: internal.Request, kind: str) -> Any:
@@ -121,7 +122,7 @@ def parse_generate(body: s.GenerateRequest) -> internal.Request:
 
 def _messages(msgs: Sequence[s.Message]) -> tuple[internal.Message, ...]:
     """Ollama's messages; a tool result without an id answers its assistant turn's calls in order."""
-    out, pending = [], []
+    out, pending = [], collections.deque()  # the last calls' ids, answered from the left
     for i, m in enumerate(msgs):
         role = m.role.lower()
         content, images = _content(m.content, m.images, f"messages.{i}.images")
@@ -134,8 +135,8 @@ def _messages(msgs: Sequence[s.Message]) -> tuple[internal.Message, ...]:
             for j, c in enumerate(m.tool_calls or ())
         )
         if calls:
-            pending = [c.id for c in calls]
-        call_id = m.tool_call_id or (pending.pop(0) if role == "tool" and pending else None)
+            pending = collections.deque(c.id for c in calls)
+        call_id = m.tool_call_id or (pending.popleft() if role == "tool" and pending else None)
         out.append(internal.Message(
             role=role, content=content, images=images, tool_calls=calls, reasoning=m.thinking or "",
             tool_call_id=call_id if role == "tool" else None, name=m.tool_name if role == "tool" else None,

@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
+from localspec.server import offload
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.ollama import errors
@@ -19,7 +20,7 @@ from localspec.server.ollama.chat import model_name
 from localspec.server.openai.embeddings import check_dimensions
 from localspec.serving.errors import APIError
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 PREFIX = "/api/"
 
@@ -27,7 +28,7 @@ PREFIX = "/api/"
 @router.post("/api/embed")
 async def embed(body: s.EmbedRequest, request: Request) -> dict[str, Any]:
     started = time.monotonic()
-    inputs = parse(body)
+    inputs = await offload.run(parse, body)
     model = request.app.state.models.get(model_name(body.model))
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
     if not inputs:

@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from localspec import __version__
+from localspec.server import offload
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.ollama import errors
@@ -21,7 +22,7 @@ from localspec.server.ollama.chat import model_name
 from localspec.serving import ModelCard
 from localspec.serving.errors import APIError
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 PREFIX = "/api/"
 # the Ollama release whose API this one follows (clients compare it to decide what to send)

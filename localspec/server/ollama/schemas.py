@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from localspec.server.fields import Checked
+from localspec.server.fields import MAX_ITEMS, Checked
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 
@@ -113,7 +113,7 @@ class Message(Checked):
     content: str = ""
     thinking: str | None = None
     images: list[str] | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall] | None = Field(None, max_length=MAX_ITEMS)
     tool_name: str | None = None
     tool_call_id: str | None = None
 
@@ -167,8 +167,8 @@ class GenerationBase(Checked):
 
 
 class ChatRequest(GenerationBase):
-    messages: list[Message] = Field(default_factory=list)
-    tools: list[Tool] | None = None
+    messages: list[Message] = Field(default_factory=list, max_length=MAX_ITEMS)
+    tools: list[Tool] | None = Field(None, max_length=MAX_ITEMS)
 
 
 class GenerateRequest(GenerationBase):

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from fastapi import APIRouter, Depends, Request
 
+from localspec.server import offload
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import common, errors
@@ -19,14 +20,14 @@ from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 from localspec.serving.images import from_data_url
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(body: s.ChatRequest, request: Request) -> Any:
     return await common.respond(
-        request, parse(body), "chatcmpl-", render, lambda stream, ids: render_stream(stream, ids, body)
+        request, await offload.run(parse, body), "chatcmpl-", render, lambda stream, ids: render_stream(stream, ids, body)
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
+from localspec.server import offload
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import errors
@@ -19,13 +20,13 @@ from localspec.server.openai import schemas as s
 from localspec.serving import Embedded
 from localspec.serving.errors import APIError
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 
 
 @router.post("/v1/embeddings")
 async def embeddings(body: s.EmbeddingRequest, request: Request) -> dict[str, Any]:
-    inputs = parse(body)
+    inputs = await offload.run(parse, body)
     model = request.app.state.models.get(body.model, fallback=True)
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
     return render(await model.embed(inputs), body.encoding_format, model.name)

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from localspec.server import framing
+from localspec.server import framing, offload
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import errors, responses_out
@@ -21,7 +21,7 @@ from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 from localspec.serving.images import from_data_url
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 IGNORED_TOOLS_HEADER = "X-Localspec-Ignored-Tools"
 # a custom tool (free text in) is offered as a function of one string argument
@@ -31,8 +31,8 @@ ASSISTANT_ITEMS = ("message", "reasoning", "function_call", "custom_tool_call")
 
 @router.post("/v1/responses")
 async def responses(body: s.ResponsesRequest, request: Request) -> Any:
-    tools = Tools(body)
-    req = parse(body, tools)
+    tools = await offload.run(Tools, body)
+    req = await offload.run(parse, body, tools)
     model = request.app.state.models.get(req.model)
     stream = await model.submit(req)
     out = responses_out.Output(model.name, body, tools)
@@ -109,16 +109,25 @@ def messages(body: s.ResponsesRequest) -> tuple[internal.Message, ...]:
     if isinstance(body.input, str):
         out.append(internal.Message("user", body.input))
     else:
+        turn: _Turn | None = None  # an assistant's consecutive items (its reasoning, text and calls)
         for i, item in enumerate(body.input):
+            if item.type in ASSISTANT_ITEMS and (item.type != "message" or item.role == "assistant"):
+                turn = turn or _Turn()
+                turn.add(item, f"input.{i}")
+                continue
+            if turn is not None:
+                out.append(turn.message())
+                turn = None
             _add(out, item, f"input.{i}")
+        if turn is not None:
+            out.append(turn.message())
     if not out:
         raise APIError(400, "'input' is empty: send a string or at least one item", param="input")
     return tuple(out)
 
 
 def _add(out: list[internal.Message], item: s.Item, at: str) -> None:
-    """Append `item` to the conversation; an assistant's consecutive items (its reasoning, text and
-    calls) are one assistant message, as a chat request writes them."""
+    """Append `item` (not an assistant's: `_Turn` gathers those) to the conversation."""
     kind = item.type
     if kind == "message" and item.role in ("user", "system", "developer"):
         role = "system" if item.role == "developer" else item.role
@@ -128,10 +137,6 @@ def _add(out: list[internal.Message], item: s.Item, at: str) -> None:
             out.append(internal.Message(role, _text(item.content, at + ".content", ("input_text",))))
     elif kind == "function_call_output" or kind == "custom_tool_call_output":
         out.append(_output(item, at))
-    elif kind in ASSISTANT_ITEMS and (kind != "message" or item.role == "assistant"):
-        last = out[-1] if out and out[-1].role == "assistant" else None
-        merged = _assistant(last or internal.Message("assistant"), item, at)
-        out[-1 if last else len(out) :] = [merged]
     elif kind == "item_reference":
         raise APIError(
             400, "item references need stored responses, which this server does not keep", param=at
@@ -158,14 +163,31 @@ def _output(item: s.Item, at: str) -> internal.Message:
     )
 
 
-def _assistant(m: internal.Message, item: s.Item, at: str) -> internal.Message:
-    if item.type == "message":
-        text = _text(item.content, at + ".content", ("output_text", "input_text", "refusal"))
-        return internal.Message("assistant", m.content + text, tool_calls=m.tool_calls, reasoning=m.reasoning)
-    if item.type == "reasoning":
-        parts = [p.text or "" for p in item.content or ()] if isinstance(item.content, list) else []
-        text = "".join(parts) or "".join(p.text or "" for p in item.summary or ())
-        return internal.Message("assistant", m.content, tool_calls=m.tool_calls, reasoning=m.reasoning + text)
+class _Turn:
+    """An assistant's consecutive items as one assistant message, as a chat request writes them:
+    each item's part is appended, the message made once (95k calls were merged a message per item)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[internal.ToolCall] = []
+
+    def add(self, item: s.Item, at: str) -> None:
+        if item.type == "message":
+            self.text.append(_text(item.content, at + ".content", ("output_text", "input_text", "refusal")))
+        elif item.type == "reasoning":
+            parts = [p.text or "" for p in item.content or ()] if isinstance(item.content, list) else []
+            self.reasoning.append("".join(parts) or "".join(p.text or "" for p in item.summary or ()))
+        else:
+            self.calls.append(_call(item, at))
+
+    def message(self) -> internal.Message:
+        return internal.Message(
+            "assistant", "".join(self.text), tool_calls=tuple(self.calls), reasoning="".join(self.reasoning)
+        )
+
+
+def _call(item: s.Item, at: str) -> internal.ToolCall:
     call_id = _need(item.call_id, at + ".call_id")
     name = _need(item.name, at + ".name")
     if item.type == "custom_tool_call":
@@ -173,8 +195,7 @@ def _assistant(m: internal.Message, item: s.Item, at: str) -> internal.Message:
     else:
         args = item.arguments if item.arguments is not None else "{}"
     name = f"{item.namespace}.{name}" if item.namespace else name
-    call = internal.ToolCall(call_id, name, args)
-    return internal.Message("assistant", m.content, tool_calls=(*m.tool_calls, call), reasoning=m.reasoning)
+    return internal.ToolCall(call_id, name, args)
 
 
 def _text(content: str | list[s.Part] | None, at: str, kinds: tuple[str, ...]) -> str:

@@ -4,11 +4,12 @@ send back the items a response gave them (ids, statuses, annotations) and those 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 
+from localspec.server.fields import MAX_ITEMS
 from localspec.server.openai.schemas import LocalspecOptions, Overrides
 
 # sent by Codex, the Agents SDK and the openai SDK, and without effect on the answer here
@@ -94,9 +95,9 @@ class ReasoningConfig(_Loose):
 class ResponsesRequest(Overrides):
     IGNORED: ClassVar[frozenset[str]] = IGNORED_FIELDS
     model: str | None = None
-    input: str | list[Item]
+    input: str | Annotated[list[Item], Field(max_length=MAX_ITEMS)]
     instructions: str | None = None
-    tools: list[ToolIn] | None = None
+    tools: list[ToolIn] | None = Field(None, max_length=MAX_ITEMS)
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceObject | None = None
     parallel_tool_calls: bool = True
     text: TextConfig | None = None

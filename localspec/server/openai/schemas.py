@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from localspec.config.settings import Settings, setting_fields
-from localspec.server.fields import Checked
+from localspec.server.fields import MAX_ITEMS, Checked
 from localspec.serving import request as internal
 
 
@@ -179,7 +179,7 @@ class ToolCallIn(_Base):
 class Message(_Base):
     role: str
     content: str | list[ContentPart] | None = None
-    tool_calls: list[ToolCallIn] | None = None
+    tool_calls: list[ToolCallIn] | None = Field(None, max_length=MAX_ITEMS)
     tool_call_id: str | None = None
     name: str | None = None
 
@@ -206,10 +206,10 @@ class NamedToolChoice(_Base):
 
 
 class ChatRequest(RequestBase):
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1, max_length=MAX_ITEMS)
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
-    tools: list[Tool] | None = None
+    tools: list[Tool] | None = Field(None, max_length=MAX_ITEMS)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
