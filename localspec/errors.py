@@ -22,3 +22,7 @@ class GenerationFailed(LocalspecError):
 class Busy(LocalspecError):
     """Good input that cannot be taken now (a shared resource is at its bound): retry shortly - the
     server's 503 with Retry-After, not a 400."""
+
+
+class Cancelled(LocalspecError):
+    """The work was given up part way (its client left): nobody is waiting for the answer."""

@@ -170,7 +170,9 @@ class FakeModel:
         self.streams.append(FakeStream(reply))
         return self.streams[-1]
 
-    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+    async def embed(
+        self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False, is_disconnected: Any = None
+    ) -> Embedded:
         """A text's tokens are its UTF-8 bytes, cut or refused past `embed_ctx` as the real model
         does; its vector counts its tokens by value mod 4, scaled to unit length."""
         self.embedded.append((list(inputs), truncate))

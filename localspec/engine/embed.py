@@ -15,6 +15,8 @@ from localspec.text_input import require_text
 
 MAX_INPUTS = 2048  # one request's inputs at most (OpenAI's bound)
 MAX_TOKENS = 300_000  # and its tokens in all (OpenAI's)
+MAX_CHARS = 1 << 20  # characters of one input tokenized whole (/tokenize's bound): more is refused ...
+CUT_CHARS = 4  # ... or, with truncate, cut first: n_ctx * this many characters, more if they fall short
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ def token_lists(
     out, total = [], 0
     for i, x in enumerate(inputs):
         if isinstance(x, str):
-            ids = target.tokenize(require_text(x), add_special=True, parse_special=False)
+            ids = _tokens(target, require_text(x, f"input {i}"), n_ctx if truncate else None, i)
         else:
             bad = next((t for t in x if not 0 <= t < target.n_vocab), None)
             if bad is not None:
@@ -59,6 +61,24 @@ def token_lists(
         if total > MAX_TOKENS:
             raise LocalspecError(f"the inputs hold more than {MAX_TOKENS} tokens in all; send them in parts")
     return out
+
+
+def _tokens(target: Any, text: str, cut: int | None, i: int) -> list[int]:
+    """A text's tokens: whole (at most MAX_CHARS characters), or with `cut` at least its first cut
+    tokens from a prefix of the text, never all of a long one (7.8 MB took 10-16 s to embed 512)."""
+    if cut is None:
+        if len(text) > MAX_CHARS:
+            raise LocalspecError(
+                f"input {i} is {len(text)} characters; at most {MAX_CHARS} are tokenized "
+                "(or let it be truncated to the embeddings context)"
+            )
+        return target.tokenize(text, add_special=True, parse_special=False)
+    size = cut * CUT_CHARS
+    while True:  # a prefix long enough that its first `cut` tokens are those of the whole text
+        ids = target.tokenize(text[:size], add_special=True, parse_special=False)
+        if size >= len(text) or len(ids) > cut + 1:
+            return ids
+        size *= 2
 
 
 def passes(lengths: Sequence[int], n_ctx: int, max_seqs: int) -> list[range]:

@@ -25,7 +25,7 @@ from localspec.engine.request import Handle, Request
 from localspec.engine.scheduler import Scheduler
 from localspec.engine.thread import load_then_serve
 from localspec.engine.types import Chunk, Response
-from localspec.errors import GenerationFailed, LocalspecError, PromptTooLong
+from localspec.errors import Cancelled, GenerationFailed, LocalspecError, PromptTooLong
 from localspec.gguf.pooling import is_embedding_model
 from localspec.images import Image
 from localspec.text_input import require_text
@@ -331,11 +331,17 @@ class Engine:
         raise AssertionError("stream ended without a response")
 
     # -- embeddings ------------------------------------------------------------------------------
-    def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> embed.Embeddings:
+    def embed(
+        self,
+        inputs: Sequence[str | Sequence[int]],
+        *,
+        truncate: bool = False,
+        stop: threading.Event | None = None,
+    ) -> embed.Embeddings:
         """Unit-length embeddings of texts or token-id lists from the target's embeddings context
         (--embed-ctx tokens, llama/embed.py: made on the first call, or at load for an embedding model). Each pass of it runs on the
         engine thread between rounds. An input over --embed-ctx tokens is cut there when `truncate`,
-        else refused (PromptTooLong)."""
+        else refused (PromptTooLong). `stop` set (the client left): no further pass runs (Cancelled)."""
         self._check_open()
         n_ctx = self.settings.embed_ctx
         if n_ctx <= 0:
@@ -348,8 +354,11 @@ class Engine:
             except LocalspecError as e:  # the context or its decode failed: ours, not the input's
                 raise GenerationFailed(str(e)) from None
 
-        passes = embed.passes([len(x) for x in ids], n_ctx, llama.EMBED_SEQS)
-        parts = [self.on_engine_thread(lambda part=part: run(part)) for part in passes]
+        parts = []
+        for part in embed.passes([len(x) for x in ids], n_ctx, llama.EMBED_SEQS):
+            if stop is not None and stop.is_set():
+                raise Cancelled("the embeddings were cancelled")
+            parts.append(self.on_engine_thread(lambda part=part: run(part)))
         return embed.Embeddings(embed.unit(np.concatenate(parts)), [len(x) for x in ids])
 
     def _embedder_made(self) -> Any:

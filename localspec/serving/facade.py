@@ -91,7 +91,8 @@ class Model(Protocol):
         ...
 
     async def render(self, req: Request) -> Prompt:
-        """The chat template applied to a chat request (nothing is generated)."""
+        """The chat template applied to a chat request (nothing is generated); admitted as a
+        request is (a 503 past slots + queue)."""
         ...
 
     async def wind_down(self, grace: float) -> None:
@@ -103,7 +104,14 @@ class Model(Protocol):
         """Admit and start a request; bad input raises APIError here, before anything streams."""
         ...
 
-    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+    async def embed(
+        self,
+        inputs: Sequence[str | Sequence[int]],
+        *,
+        truncate: bool = False,
+        is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Embedded:
         """Embeddings of texts or token-id lists; an input longer than the model's embeddings context
-        is cut to it when `truncate`, else refused (APIError 400, param "input")."""
+        is cut to it when `truncate`, else refused (APIError 400, param "input"). Admitted as a
+        request is; stops at its next pass once `is_disconnected()` says the client left."""
         ...

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import anyio
 from gguf import LlamaFileType
@@ -48,6 +49,7 @@ class LocalModel:
         self._idle = asyncio.Event()
         self._idle.set()
         self._text = text_ops.OffLoop()  # tokenizing for clients: bounded, off the loop, one at a time
+        self._big = text_ops.Large()  # a large prompt's render and tokenizing: one at a time
 
     def load(self) -> tuple[int, int]:
         running = min(self._admitted, self.settings.parallel)
@@ -90,16 +92,38 @@ class LocalModel:
     async def render(self, req: Request) -> Prompt:
         self._check_generates()
         s = settings_for(self.engine.settings, req)
-        p = await anyio.to_thread.run_sync(lambda: self._plan(req, s))
+        self._admit(1)  # a count of tokens costs what a request's plan does: it takes a place too
+        try:
+            p = await anyio.to_thread.run_sync(lambda: self._plan(req, s))
+        finally:
+            self._release()
         return Prompt(p.prompt_text, p.prompt_ids)
 
-    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+    async def embed(
+        self,
+        inputs: Sequence[str | Sequence[int]],
+        *,
+        truncate: bool = False,
+        is_disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> Embedded:
         if self.lost is not None:
             raise self.lost
+        self._admit(1)
+        stop = threading.Event()  # the client left: no further pass
+        watcher = asyncio.ensure_future(_watch(is_disconnected, stop)) if is_disconnected else None
+
+        def work() -> Any:
+            with self._big.one(sum(len(x) for x in inputs if isinstance(x, str))):
+                return self.engine.embed(inputs, truncate=truncate, stop=stop)
+
         try:  # off the loop: tokenizing, then each pass waits for the engine thread
-            e = await anyio.to_thread.run_sync(lambda: self.engine.embed(inputs, truncate=truncate))
+            e = await anyio.to_thread.run_sync(work)
         except LocalspecError as err:
             raise from_localspec(err, "input") from None
+        finally:
+            self._release()
+            if watcher is not None:
+                watcher.cancel()
         return Embedded(e.vectors.tolist(), e.n_tokens)
 
     # -- generation ------------------------------------------------------------------------------
@@ -111,14 +135,20 @@ class LocalModel:
         if not 1 <= req.n <= parallel:
             raise APIError(400, f"n must be between 1 and --parallel ({parallel}); got {req.n}", param="n")
         s = settings_for(self.engine.settings, req)
-        plan = await anyio.to_thread.run_sync(lambda: self._plan(req, s)) if req.chat else None
-        if plan is not None and plan.overrides:  # the constraint a forced tool call needs
-            s = s.replace(**plan.overrides)
-        if req.clamp_max_tokens and plan is not None:
-            s = _clamped(s, self.card.n_ctx - len(plan.prompt_ids))
-        raw = await anyio.to_thread.run_sync(lambda: self._raw(req, s)) if not req.chat else None
+        self._admit(req.n)  # before any costly step (images, render, tokenize): past slots + queue a 503 now
+        try:
+            plan = await anyio.to_thread.run_sync(lambda: self._plan(req, s)) if req.chat else None
+            if plan is not None and plan.overrides:  # the constraint a forced tool call needs
+                s = s.replace(**plan.overrides)
+            if req.clamp_max_tokens and plan is not None:
+                s = _clamped(s, self.card.n_ctx - len(plan.prompt_ids))
+            raw = await anyio.to_thread.run_sync(lambda: self._raw(req, s)) if not req.chat else None
+        except BaseException as e:
+            self._release(req.n)
+            if isinstance(e, LocalspecError):
+                raise from_localspec(e, "messages") from None
+            raise
         choices = self._choices(req, s)
-        self._admit(req.n)
         started = time.time()
         cut = raw is not None and raw.truncated
         answers = [
@@ -132,10 +162,13 @@ class LocalModel:
         also = raw.lookup_text if raw is not None else ()
 
         def start() -> None:  # n choices: n sequences from one prompt (the slots share its cache)
-            for i, si in enumerate(choices):
-                stream.handles[i] = self.engine.submit(
-                    prompt, keep_special=keep, sink=stream.sink(i), settings=si, lookup_text=also
-                )
+            chars = len(prompt) if isinstance(prompt, str) else 0  # a raw prompt is tokenized here
+            self._big.check(chars, self.card.n_ctx, "prompt")
+            with self._big.one(chars):
+                for i, si in enumerate(choices):
+                    stream.handles[i] = self.engine.submit(
+                        prompt, keep_special=keep, sink=stream.sink(i), settings=si, lookup_text=also
+                    )
 
         try:
             await anyio.to_thread.run_sync(start)  # tokenizing and the fit check run off the loop
@@ -188,8 +221,13 @@ class LocalModel:
         ]
 
     def _plan(self, req: Request, s: Settings) -> chat_plan.ChatPlan:
+        """The chat plan (in a worker): its text bounded before anything is rendered or tokenized,
+        and a large one's made one at a time (text_ops.Large)."""
+        size = text_ops.chars_of(req)
+        self._big.check(size, self.card.n_ctx, "messages")
         try:
-            return chat_plan.plan(self.engine, req, s)
+            with self._big.one(size):
+                return chat_plan.plan(self.engine, req, s)
         except LocalspecError as e:
             raise from_localspec(e, "messages") from None
 
@@ -252,6 +290,12 @@ class LocalModel:
         with anyio.move_on_after(timeout):
             await self._idle.wait()
         return self._idle.is_set()
+
+
+async def _watch(is_disconnected: Callable[[], Awaitable[bool]], stop: threading.Event) -> None:
+    while not await is_disconnected():
+        await asyncio.sleep(0.25)
+    stop.set()
 
 
 def _clamped(s: Settings, room: int) -> Settings:

@@ -132,7 +132,9 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
         extra.update(tool_vars)
     marked = engine.render_chat(msgs, **extra)  # the messages' control-token text marked as text
     prompt = (
-        engine.tokenize_images(marked, images, marker) if images else media.Prompt(engine.tokenize_chat(marked))
+        engine.tokenize_images(marked, images, marker)
+        if images
+        else media.Prompt(engine.tokenize_chat(marked))
     )
     text = verbatim.plain(engine.target, marked)
     specials = special_markers(engine.target, family) if tools_on else {}

@@ -107,7 +107,10 @@ class Served:
     async def render(self, req: Request) -> Prompt:
         return await self._forward("render", req)
 
-    async def embed(self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False) -> Embedded:
+    async def embed(
+        self, inputs: Sequence[str | Sequence[int]], *, truncate: bool = False, is_disconnected: Any = None
+    ) -> Embedded:
+        # the model's process admits it; a client that leaves is not told across the pipe (yet)
         return await self._forward("embed", list(inputs), truncate=truncate)
 
     async def _forward(self, method: str, *args: Any, **kwargs: Any) -> Any:

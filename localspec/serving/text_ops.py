@@ -5,7 +5,9 @@ answer); 2.6M ids to detokenize froze it 6 s."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+import contextlib
+import threading
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import anyio
 
@@ -15,6 +17,8 @@ T = TypeVar("T")
 MAX_TEXT = 1 << 20  # characters one request may tokenize (~1 s of a CPU's time)
 MAX_TOKENS = 1 << 20  # ids one request may detokenize
 MAX_PIECES = 1 << 16  # tokens one request may have spelled out piece by piece
+CHARS_PER_TOKEN = 8  # a prompt's characters per token of its context, at most (above MAX_TEXT)
+LARGE = 1 << 16  # characters: a prompt this long is rendered and tokenized one at a time
 
 
 def check_text(text: str) -> None:
@@ -39,3 +43,42 @@ class OffLoop:
 
     async def run(self, fn: Callable[[], T]) -> T:
         return await anyio.to_thread.run_sync(fn, limiter=self._one)
+
+
+def chars_of(req: Any) -> int:
+    """The text a chat request or a raw prompt holds, in characters (what its render and tokenizing
+    cost grows with): its messages' content, reasoning and calls' arguments, its tools' words."""
+    n = len(req.prompt) if isinstance(req.prompt, str) else 0
+    for m in req.messages:
+        n += len(m.content) + len(m.reasoning) + sum(len(c.arguments) for c in m.tool_calls)
+    return n + sum(len(t.description or "") for t in req.tools)
+
+
+class Large:
+    """Prompts past LARGE characters, rendered and tokenized one at a time (a 7.8 MB one took 4-5 s
+    of a core; three at once slowed a neighbour's decoding to a quarter), and none past what the
+    context could hold (`check`, before anything is rendered or tokenized)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def check(size: int, n_ctx: int, param: str) -> None:
+        most = max(MAX_TEXT, n_ctx * CHARS_PER_TOKEN)
+        if size > most:
+            raise APIError(
+                400,
+                f"{param}: {size} characters; at most {most} are rendered and tokenized "
+                f"(the context holds {n_ctx} tokens)",
+                param=param,
+                code="context_length_exceeded",
+            )
+
+    @contextlib.contextmanager
+    def one(self, size: int) -> Iterator[None]:
+        """Held while a prompt of `size` characters is worked on (in a worker thread)."""
+        if size <= LARGE:
+            yield
+            return
+        with self._lock:
+            yield

@@ -47,7 +47,9 @@ def test_health_answers_within_a_second_while_a_large_body_is_taken(client, fake
     data = json.dumps(body).encode()
     done: dict = {}
     post = threading.Thread(
-        target=lambda: done.update(r=client.post(path, content=data, headers={"content-type": "application/json"}))
+        target=lambda: done.update(
+            r=client.post(path, content=data, headers={"content-type": "application/json"})
+        )
     )
     t0 = time.monotonic()
     post.start()

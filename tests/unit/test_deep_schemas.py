@@ -33,16 +33,27 @@ CASES = {  # path, body, the parameter the error names
     "ollama format": ("/api/chat", {"model": "fake", "messages": HI, "format": DEEP, "stream": False}, None),
     "responses text.format": (
         "/v1/responses",
-        {"model": "fake", "input": "Hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": DEEP}}},
+        {
+            "model": "fake",
+            "input": "Hi",
+            "text": {"format": {"type": "json_schema", "name": "x", "schema": DEEP}},
+        },
         "text.format.schema",
     ),
     "chat response_format": (
         "/v1/chat/completions",
-        {"model": "fake", "messages": HI,
-         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": DEEP}}},
+        {
+            "model": "fake",
+            "messages": HI,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": DEEP}},
+        },
         "response_format.json_schema.schema",
     ),  # fmt: skip
-    "completion json_schema": ("/v1/completions", {"model": "fake", "prompt": "Hi", "json_schema": DEEP}, "json_schema"),
+    "completion json_schema": (
+        "/v1/completions",
+        {"model": "fake", "prompt": "Hi", "json_schema": DEEP},
+        "json_schema",
+    ),
     "chat tool": (
         "/v1/chat/completions",
         {"model": "fake", "messages": HI, "tools": [{"type": "function", "function": TOOL}]},

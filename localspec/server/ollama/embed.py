@@ -33,7 +33,7 @@ async def embed(body: s.EmbedRequest, request: Request) -> dict[str, Any]:
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
     if not inputs:
         return {"model": body.model, "embeddings": []}
-    done = await model.embed(inputs, truncate=body.truncate)
+    done = await model.embed(inputs, truncate=body.truncate, is_disconnected=request.is_disconnected)
     return {
         "model": body.model,
         "embeddings": done.vectors,
@@ -49,7 +49,9 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> dict[str, A
     model = request.app.state.models.get(model_name(body.model))
     if not body.prompt:
         return {"embedding": []}
-    return {"embedding": (await model.embed([body.prompt])).vectors[0]}
+    return {
+        "embedding": (await model.embed([body.prompt], is_disconnected=request.is_disconnected)).vectors[0]
+    }
 
 
 def parse(body: s.EmbedRequest) -> list[str]:

@@ -29,7 +29,8 @@ async def embeddings(body: s.EmbeddingRequest, request: Request) -> dict[str, An
     inputs = await offload.run(parse, body)
     model = request.app.state.models.get(body.model, fallback=True)
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
-    return render(await model.embed(inputs), body.encoding_format, model.name)
+    done = await model.embed(inputs, is_disconnected=request.is_disconnected)
+    return render(done, body.encoding_format, model.name)
 
 
 def parse(body: s.EmbeddingRequest) -> list[str | list[int]]:
