@@ -379,6 +379,7 @@ def make_bad_images(d: Path, good: bytes) -> dict[str, BadFile]:
         "decompression-bomb": (_bomb(), ("decompression bomb", "over the limit")),
         "absurd-dimensions": (_png_header(2**31 - 1, 2**31 - 1), ("decompression bomb", "over the limit", "cannot be read")),
         "too-many-pixels": (_png_header(5000, 5000), ("over the limit",)),
+        "strip": (_png_header(1, 1 << 24), ("a side of more than",)),  # within the pixels: refused by its side
         "zero-width": (_png_header(0, 64), ("not an image localspec reads", "cannot be read")),
     }  # fmt: skip
     out = {}

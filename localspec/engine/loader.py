@@ -151,6 +151,9 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
             )
             log(f"draft vision projector: {s.draft_mmproj.name} ({out.draft_projector.facts.projector_type})")
         out.draft_ctx = st.enter_context(llama.Context(out.draft, **common, projector=out.draft_projector))
+    for ctx in (out.target_ctx, out.draft_ctx) if out.projector is not None else ():
+        if ctx is not None:
+            out.projector.watch(ctx)  # the image ids they cache keep their numbers
     out.report = placement.verify(
         out.plan,
         dec,

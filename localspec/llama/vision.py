@@ -37,7 +37,7 @@ from localspec.llama.owner import Owner
 
 ID_BITS = 13  # an image chunk's rows are ids -(1 + (index << 13) + row): 8192 rows at most
 MAX_ROWS = 1 << ID_BITS
-MAX_INDEX = (2**31 - 1) >> ID_BITS  # distinct image chunks one process can name
+MAX_INDEX = (2**31 - 1) >> ID_BITS  # image chunks named at once (ids are int32 in the caches)
 RECENT = 16  # images whose embeddings stay encoded after their requests end
 
 
@@ -109,7 +109,7 @@ class Projector(Owner):
         self.non_causal = bool(M.mtmd_decode_use_non_causal(ctx, None))  # Gemma 3: images see both ways
         self.n_embd = int(C.llama_model_n_embd_inp(model.ptr))
         self._marker = M.mtmd_default_marker()
-        self._index: dict[tuple[str, int], int] = {}  # (image hash, chunk ordinal) -> index
+        self._numbers = _Numbering(self._chunks)  # (image hash, chunk ordinal) -> index, an LRU
         self._recent: collections.OrderedDict[str, tuple] = collections.OrderedDict()  # hash -> pieces
         if follows is not None:
             try:
@@ -122,11 +122,17 @@ class Projector(Owner):
         """Feed `follower` (the draft's projector) every image this one takes, under the same ids, so
         the draft's context decodes them into its own rows and its token list stays the target's.
         Refused, one line, when the two would cut an image differently."""
-        follower._lock, follower._index = self._lock, self._index  # one numbering, one lock
+        follower._lock, follower._numbers = self._lock, self._numbers  # one numbering, one lock
+        self._numbers.live.append(follower._chunks)
         probe = Image(np.full((64, 64, 3), 128, np.uint8), "localspec:projector-probe")
         with self._lock:
             _paired(self._own(probe), follower._own(probe), follower.path)
         self.follower = follower
+
+    def watch(self, ctx: object) -> None:
+        """`ctx` caches this projector's image ids (the target's context, a draft's reading them as
+        fillers): an index they hold is never given to another image."""
+        self._numbers.caches.append(weakref.ref(ctx))
 
     def close(self) -> None:
         with self._lock:
@@ -200,7 +206,7 @@ class Projector(Owner):
                 raise BadImage(
                     f"an image of {n_tok} embedding rows is more than localspec takes ({MAX_ROWS})"
                 )
-            index = self._index_of((digest, n_runs))
+            index = self._numbers.index_of((digest, n_runs))
             n_runs += 1
             chunk = self._chunks.get(index)
             if chunk is None:
@@ -209,14 +215,6 @@ class Projector(Owner):
             base = -(1 + (index << ID_BITS))
             pieces.append(ImageRun(tuple(range(base, base - n_tok, -1)), chunk))
         return tuple(pieces)
-
-    def _index_of(self, key: tuple[str, int]) -> int:
-        index = self._index.get(key)
-        if index is None:
-            if len(self._index) >= MAX_INDEX:
-                raise LocalspecError(f"this process has seen {MAX_INDEX} different images; restart it")
-            index = self._index[key] = len(self._index)
-        return index
 
     # -- rows out ----------------------------------------------------------------------------------
     def rows(self, ids: Sequence[int]) -> np.ndarray:
@@ -260,6 +258,47 @@ class Projector(Owner):
                 chunk.rows = np.ctypeslib.as_array(embd, shape=(chunk.n_tokens, self.n_embd)).copy()
                 chunk.close()  # the preprocessed pixels are not needed again
             return chunk.rows
+
+
+class _Numbering:
+    """Which index names each image chunk, as an LRU: a new chunk takes a fresh index while there
+    are any, then the least recently used one that nothing holds - no request (its chunk is alive)
+    and no cache (a context's cached ids: a prefix holding the old image's rows must never match
+    the new one's). A lifetime counter refused every new image once 262,143 had been seen."""
+
+    def __init__(self, chunks: weakref.WeakValueDictionary) -> None:
+        self.index: collections.OrderedDict[tuple[str, int], int] = collections.OrderedDict()
+        self.fresh = 0
+        self.live = [chunks]  # each projector's chunks by index (alive: a request holds them)
+        self.caches: list[weakref.ref] = []
+
+    def index_of(self, key: tuple[str, int]) -> int:
+        index = self.index.get(key)
+        if index is not None:
+            self.index.move_to_end(key)
+        else:
+            index = self.index[key] = self._free()
+        return index
+
+    def _free(self) -> int:
+        if self.fresh < MAX_INDEX:
+            self.fresh += 1
+            return self.fresh - 1
+        held = {i for chunks in self.live for i in chunks.keys()} | self._cached()
+        for key, index in self.index.items():  # the least recently used first
+            if index not in held:
+                del self.index[key]
+                return index
+        raise LocalspecError(f"{MAX_INDEX} images are in use at once; retry when some requests have ended")
+
+    def _cached(self) -> set[int]:
+        out: set[int] = set()
+        for ref in self.caches:
+            ctx = ref()
+            for seq in range(ctx.n_seq) if ctx is not None else ():
+                ids = np.asarray(ctx.cached_tokens(seq), np.int64)
+                out.update(((-ids[ids < 0] - 1) >> ID_BITS).tolist())
+        return out
 
 
 def _paired(ours: tuple, theirs: tuple, path: Path) -> tuple:
