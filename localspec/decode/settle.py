@@ -110,10 +110,12 @@ def _settle_matcher(st: SeqState, n_acc: int, new: list[Step]) -> None:
     """Move the matcher to where the sequence now ends: back to the kept drafts, on by the target's
     token. A grammar now complete ends the output as the target would: only EOG is allowed next, so
     it is emitted without a pass (any EOG; they all end the text the same way) - and never counts
-    as cached: no decode evaluated it (`_agreeing`)."""
+    as cached: no decode evaluated it (`_agreeing`). Not past max_new: a grammar complete at the
+    limit ends at the limit, as plain decoding does (an EOG there made usage max_tokens + 1)."""
     kept = min(n_acc, len(new))
     constrained(st, st.track.settle, kept, [s.token for s in new[kept:]])
-    if st.finish is None and st.track.done:
+    room = st.max_new is None or st.n_new + len(new) < st.max_new
+    if st.finish is None and st.track.done and room:
         eog = st.track.matcher.vocab.eog[0]
         new.append(Step(eog, False))
         constrained(st, st.track.matcher.consume, [eog])

@@ -392,3 +392,16 @@ def test_a_grammar_that_cannot_go_on_ends_with_an_error():
     t, d = _tables(1)
     with pytest.raises(ConstraintStuck, match="cannot continue"):
         spec(t, d, grammar=stuck)
+
+
+@pytest.mark.parametrize("draft", [True, False])
+def test_a_grammar_complete_exactly_at_max_tokens_ends_there_without_an_eog(draft):
+    """The EOG a complete grammar adds comes within max_tokens or not at all (it made usage say
+    max_tokens + 1, finish stop; issue 60)."""
+    for seed in range(4):
+        t, d = _tables(seed)
+        whole = spec(t, d if draft else None, n=40, lookup=not draft)[0]
+        assert whole[-1] == EOG
+        cut, _ = spec(t, d if draft else None, n=len(whole) - 1, lookup=not draft)
+        assert cut == whole[:-1]  # the whole answer but its EOG: the limit ends it
+        _valid(whole)
