@@ -56,9 +56,8 @@ def test_write_never_waits_on_the_disk(tmp_path):
     )
     t0 = time.monotonic()
     t.start()
-    t.join(2.0)
-    assert not t.is_alive(), "write() blocked its caller"
-    assert time.monotonic() - t0 < 1.0
+    t.join(10.0)  # the old open() never returned: no bound tighter than that under load
+    assert not t.is_alive(), f"write() blocked its caller ({time.monotonic() - t0:.1f} s)"
     assert log.flush(5.0)
     assert len(warned) == 1 and "cannot write the acceptance log" in warned[0]
 
@@ -134,7 +133,9 @@ def test_an_absurd_memory_file_is_refused_quickly(tmp_path, extra, why):
     mem = _stored(tmp_path, {"schema": 1, "key": KEY, "verify_s": {"1": 0.02}, **extra})
     t0 = time.monotonic()
     assert mem.load() is None
-    assert time.monotonic() - t0 < 1.0
+    # parsing 3 MB of JSON takes 0.1 s on a quiet machine and over a second on a loaded one (the
+    # one-second bound is a coin toss under load); the cost this guards against was 27.8 s
+    assert time.monotonic() - t0 < 5.0
     assert len(mem.notes) == 1 and why in mem.notes[0]
 
 
