@@ -88,11 +88,18 @@ def test_noise_neighbours_are_independent(neighbour):
 
 
 def test_noise_costs_well_under_a_tenth_of_a_millisecond():
+    """~11 us on a quiet CPU. On the shared 2-core machine the best of 5 reached 137 us (a tests/unit
+    run failed on it, issue 60): the bound is a tenth of a millisecond or, on a machine slowed down
+    now, 40 times a reference of numpy work of about its size measured beside it."""
     noise = KeyedGumbel(1)
     for n in (40, 200):
         ids = np.sort(np.random.default_rng(n).choice(49152, n, replace=False))
-        best = min(timeit.repeat(lambda ids=ids: noise.gumbel(9, ids), number=200, repeat=5)) / 200
-        assert best < 1e-4, (n, best)  # measured ~11 us on a loaded CPU
+        x = np.arange(float(n))
+        best, ref = float("inf"), float("inf")
+        for _ in range(10):  # interleaved: a slow moment slows both
+            best = min(best, timeit.timeit(lambda ids=ids: noise.gumbel(9, ids), number=200) / 200)
+            ref = min(ref, timeit.timeit(lambda x=x: np.log(np.exp(x)), number=200) / 200)
+        assert best < 1e-4 or best < 40 * ref, (n, best, ref)  # quiet: ~10 us, ~12x the reference
 
 
 def test_gumbel_max_samples_the_distribution():
