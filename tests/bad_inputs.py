@@ -342,6 +342,20 @@ BAD_REQUESTS = [
                '{"content": "' + "a " * 70_000 + '", "with_pieces": true}', ("at most",)),
     BadRequest("detokenize/too-many", "/detokenize", '{"tokens": [' + "1," * (1 << 20) + "1]}", ("at most",)),
     BadRequest("detokenize/not-a-token", "/detokenize", '{"tokens": [1, 1000000000]}', ("not in the vocabulary",)),
+    # issue 60 (OpenAI's shape here; Ollama's and Anthropic's are in tests/unit/test_deep_schemas.py and
+    # test_big_bodies.py): a schema nested past the limit, a keep_alive that is no duration, too many items
+    BadRequest("chat/deep-schema", "/v1/chat/completions",
+               '{"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", '
+               '"json_schema": {"name": "x", "schema": ' + '{"type": "object", "properties": {"x": ' * 150
+               + '{"type": "string"}' + "}}" * 150 + "}}}", ("levels deep",)),
+    BadRequest("responses/deep-schema", "/v1/responses",
+               '{"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": '
+               + '{"type": "array", "items": ' * 150 + "{}" + "}" * 150 + "}}}", ("levels deep",)),
+    BadRequest("completion/keep-alive-nan", "/v1/completions", '{"prompt": "hi", "keep_alive": NaN}',
+               ("is seconds or a duration",)),
+    BadRequest("chat/too-many-messages", "/v1/chat/completions",
+               '{"messages": [' + '{"role": "user", "content": "x"},' * 100_000
+               + '{"role": "user", "content": "x"}]}', ("at most 100000 items",)),
 ]  # fmt: skip
 
 

@@ -19,7 +19,9 @@ lost. The abusers, while the well-behaved ones run ("abused" phases):
 In "costly" phases one abuser sends valid requests that are expensive to serve, one at a time (it
 holds at most one slot, as one more client would): 16 stop strings of 4,096 characters; the
 knobs draft_max 64 and draft_min 64 with the end of text banned by logit_bias; a logit_bias over
-the whole vocabulary; and the largest /tokenize and /detokenize bodies the server takes. Each must
+the whole vocabulary; the largest /tokenize and /detokenize bodies the server takes; a Responses
+body of 60,000 function calls, a count_tokens of 7.8 MB, an embedding truncated from 7.8 MB and an
+Ollama format schema nested 400 deep (issue 60: each froze or slowed the server before). Each must
 cost the others no more than one more ordinary client would: the well-behaved keep >= 70% of their
 clean throughput (`--costly-min`; the exit status says so).
 And in "overloaded" phases, bursts of more requests than slots plus queue: the excess must get
@@ -264,6 +266,10 @@ def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
     no_end = {"0": -100, "1": -100, "2": -100}  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>
     # the most a tokenize may ask (serving/text_ops.py): 1,048,576 characters; pieces for 65,536 tokens
     text = ("the quick brown fox jumps over the lazy dog " * 24_000)[: 1 << 20]
+    calls = [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"} for i in range(60_000)]
+    big, deep = "lorem ipsum dolor sit amet " * 290_000, {"type": "string"}
+    for _ in range(400):
+        deep = {"type": "object", "properties": {"x": deep}}
     return [
         ("stops", "/v1/completions", {"prompt": "Once upon a time", "max_tokens": 64,
                                       "stop": [chr(ord("a") + i) * 4095 + "!" for i in range(16)]}),
@@ -274,6 +280,12 @@ def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
         ("huge tokenize", "/tokenize", {"content": text}),
         ("huge pieces", "/tokenize", {"content": text[: 1 << 18], "with_pieces": True}),
         ("huge detokenize", "/detokenize", {"tokens": [28] * (1 << 20)}),
+        # issue 60's: a Responses body of 60k calls, a count of 7.8 MB, an embedding cut from 7.8 MB
+        ("many calls", "/v1/responses", {"input": [*calls, {"role": "user", "content": "go"}], "max_output_tokens": 4}),
+        ("huge count", "/v1/messages/count_tokens", {"model": "x", "messages": [{"role": "user", "content": big}]}),
+        ("huge truncate", "/api/embed", {"model": "x", "input": big, "truncate": True}),
+        ("deep schema", "/api/chat", {"model": "x", "messages": [{"role": "user", "content": "hi"}], "format": deep,
+                                      "stream": False}),
     ]  # fmt: skip
 
 
