@@ -266,7 +266,9 @@ def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
     no_end = {"0": -100, "1": -100, "2": -100}  # SmolLM2's <|endoftext|>, <|im_start|>, <|im_end|>
     # the most a tokenize may ask (serving/text_ops.py): 1,048,576 characters; pieces for 65,536 tokens
     text = ("the quick brown fox jumps over the lazy dog " * 24_000)[: 1 << 20]
-    calls = [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"} for i in range(60_000)]
+    calls = [
+        {"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"} for i in range(60_000)
+    ]
     big, deep = "lorem ipsum dolor sit amet " * 290_000, {"type": "string"}
     for _ in range(400):
         deep = {"type": "object", "properties": {"x": deep}}

@@ -19,7 +19,9 @@ from typing import Any, Callable, Iterable
 _NONCE = secrets.token_hex(6)
 _MARK = re.compile(f"\ue000{_NONCE}:(\\d+)\ue001")
 _ATTR_CONTROL = 1 << 3  # llama.h's LLAMA_TOKEN_ATTR_CONTROL: tokenized as one only with parse_special
-_found: "weakref.WeakKeyDictionary[Any, tuple[re.Pattern | None, dict[str, int]]]" = weakref.WeakKeyDictionary()
+_found: "weakref.WeakKeyDictionary[Any, tuple[re.Pattern | None, dict[str, int]]]" = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _controls(model: Any) -> tuple[re.Pattern | None, dict[str, int]]:

@@ -19,7 +19,12 @@ def test_sigterm_answers_a_whole_request_in_flight_in_a_router(smollm2_path, tmp
     (tmp_path / "smol").mkdir()
     (tmp_path / "smol" / smollm2_path.name).symlink_to(smollm2_path)
     srv = Server(tmp_path, "--n-ctx", "4096", "--n-threads", "1", "--no-log")
-    body = {"model": "smol", "prompt": "Once upon a time", "max_tokens": 4000, "logit_bias": {"0": -100, "2": -100}}
+    body = {
+        "model": "smol",
+        "prompt": "Once upon a time",
+        "max_tokens": 4000,
+        "logit_bias": {"0": -100, "2": -100},
+    }
     done: dict = {}
     worker = threading.Thread(
         target=lambda: done.update(r=httpx.post(srv.url + "/v1/completions", json=body, timeout=300)),

@@ -356,6 +356,7 @@ def test_a_killed_model_is_loaded_again_by_a_request_after_a_back_off(monkeypatc
                 await ask(r, "a")
             assert e.value.status == 503 and "SIGSEGV" in e.value.message
             assert e.value.code == "model_restarting" and "Retry-After" in e.value.headers
+            assert r.get("a").deaths == deaths
             await asyncio.sleep(backoff)
         assert await ask(r, "a") == "ok" and states(r)["a"] == "loaded"
         assert FakeChild.log.count("start a") == 3
@@ -422,7 +423,8 @@ def test_keep_alive_is_seconds_or_a_go_duration(value, seconds):
 
 
 @pytest.mark.parametrize(
-    "value", ["", "5 minutes", "m", "5x", "nan", "1h-5m", True, [5], float("nan"), float("inf"), "inf", "-Infinity"]
+    "value",
+    ["", "5 minutes", "m", "5x", "nan", "1h-5m", True, [5], float("nan"), float("inf"), "inf", "-Infinity"],
 )
 def test_a_keep_alive_that_is_not_a_duration_is_a_400_naming_it(value):
     with pytest.raises(APIError) as e:

@@ -27,7 +27,11 @@ error_response = errors.error_response
 @router.post("/v1/chat/completions")
 async def chat_completions(body: s.ChatRequest, request: Request) -> Any:
     return await common.respond(
-        request, await offload.run(parse, body), "chatcmpl-", render, lambda stream, ids: render_stream(stream, ids, body)
+        request,
+        await offload.run(parse, body),
+        "chatcmpl-",
+        render,
+        lambda stream, ids: render_stream(stream, ids, body),
     )
 
 

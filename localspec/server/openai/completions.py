@@ -27,7 +27,11 @@ error_response = errors.error_response
 @router.post("/v1/completions")
 async def completions(body: s.CompletionRequest, request: Request) -> Any:
     return await common.respond(
-        request, await offload.run(parse, body), "cmpl-", render, lambda stream, ids: render_stream(stream, ids, body)
+        request,
+        await offload.run(parse, body),
+        "cmpl-",
+        render,
+        lambda stream, ids: render_stream(stream, ids, body),
     )
 
 

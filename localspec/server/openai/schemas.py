@@ -79,7 +79,9 @@ class ResponseFormat(BaseModel):
             return {}
         if self.type == "json_schema" and self.json_schema is not None:
             return internal.json_schema(
-                self.json_schema.schema_, strict=bool(self.json_schema.strict), param="response_format.json_schema.schema"
+                self.json_schema.schema_,
+                strict=bool(self.json_schema.strict),
+                param="response_format.json_schema.schema",
             )
         if self.schema_ is not None:
             return internal.json_schema(self.schema_, strict=False, param="response_format.schema")
