@@ -11,13 +11,8 @@ import threading
 import time
 
 import pytest
-from fastapi.testclient import TestClient
 
-from localspec.config.settings import Settings
-from localspec.server import create_app
 from localspec.server.fields import MAX_ITEMS
-
-from ..fake_engine import FakeModel
 
 N = 60_000
 CALLS = [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"} for i in range(N)]
@@ -28,17 +23,6 @@ BODIES = {
         {"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": OLLAMA_CALLS},
         *({"role": "tool", "content": "ok"} for _ in range(N // 10))]}),
 }  # fmt: skip
-
-
-@pytest.fixture()
-def fake():
-    return FakeModel()
-
-
-@pytest.fixture()
-def client(fake):
-    with TestClient(create_app(Settings(parallel=2), model=fake), base_url="http://localhost") as c:
-        yield c
 
 
 @pytest.mark.parametrize("dialect", BODIES)

@@ -7,15 +7,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from fastapi.testclient import TestClient
 
-from localspec.config.settings import Settings
 from localspec.constrain import Constraint, ConstraintError, compile_constraint
 from localspec.constrain.depth import MAX_DEPTH
-from localspec.server import create_app
 from tests.toy_json import VOCAB
-
-from ..fake_engine import FakeModel
 
 HI = [{"role": "user", "content": "Hi"}]
 
@@ -65,12 +60,6 @@ CASES = {  # path, body, the parameter the error names
         None,
     ),
 }
-
-
-@pytest.fixture()
-def client():
-    with TestClient(create_app(Settings(parallel=2), model=FakeModel()), base_url="http://localhost") as c:
-        yield c
 
 
 @pytest.mark.parametrize("case", CASES)
