@@ -80,19 +80,19 @@ def test_per_token_cost_is_flat_in_the_sequence_length():
     rng = np.random.default_rng(1)
     toks = rng.integers(0, 50, size=33_000).tolist()
 
-    def cost(prefix: int) -> float:
+    def once(prefix: int) -> float:
         lk = Lookup(toks[:prefix])
-        best = float("inf")
-        for _ in range(3):
-            t0 = time.perf_counter()
-            for j in range(prefix, prefix + 500):
-                lk.extend([toks[j]])
-                lk.propose(8)
-            best = min(best, time.perf_counter() - t0)
-            lk = Lookup(toks[:prefix])
-        return best
+        t0 = time.perf_counter()
+        for j in range(prefix, prefix + 500):
+            lk.extend([toks[j]])
+            lk.propose(8)
+        return time.perf_counter() - t0
 
-    small, large = cost(1_000), cost(32_000)
+    # the best of 5 each, taken in turn: a burst of load on the shared machine slows both sides
+    # (timed one side after the other, this failed once in a tests/unit run under load)
+    small = large = float("inf")
+    for _ in range(5):
+        small, large = min(small, once(1_000)), min(large, once(32_000))
     assert large < 4 * small, (small, large)  # a scan would be ~32x
 
 
