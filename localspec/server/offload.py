@@ -93,7 +93,7 @@ def _lists(model: type, _inside: frozenset = frozenset()) -> tuple[tuple[str, An
     """A model's list fields: (its key, the item type, whether those items have list fields; a
     model that holds itself is not gone into again)."""
     out, inside = [], _inside | {model}
-    for name, f in getattr(model, "model_fields", {}).items():
+    for name, f in (model.model_fields if issubclass(model, BaseModel) else {}).items():
         kind = _list_of(f.annotation)
         if kind is not None:
             is_model = isinstance(kind, type) and issubclass(kind, BaseModel) and kind not in inside
