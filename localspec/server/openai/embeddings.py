@@ -26,7 +26,7 @@ error_response = errors.error_response
 @router.post("/v1/embeddings")
 async def embeddings(body: s.EmbeddingRequest, request: Request) -> dict[str, Any]:
     inputs = parse(body)
-    model = request.app.state.models.get(body.model, fallback=True)
+    model = request.app.state.models.get(body.model)
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
     return render(await model.embed(inputs), body.encoding_format, model.name)
 
