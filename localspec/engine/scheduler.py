@@ -55,6 +55,10 @@ class Schedulable:
         """The sequence state to decode in backend sequence `seq`."""
         raise NotImplementedError
 
+    def prefilled(self, n: int) -> None:
+        """`n` of its prompt's tokens are in the cache (after its admission, the prefix it reused;
+        then after each round of its prefill): a long prompt's progress, which streams show."""
+
     def deliver(self, steps: list) -> bool:
         """New steps; return False when the job wants no more (its output is decided)."""
         raise NotImplementedError
@@ -191,6 +195,7 @@ class Scheduler:
             self.marks[slot] = (
                 checkpoint_marks(len(job.prompt), self.target.past(slot)) if self._recurrent else []
             )
+            job.prefilled(self.target.past(slot))
         except Exception as e:  # noqa: BLE001
             self._forget(slot)
             self.free.append(slot)
@@ -241,6 +246,9 @@ class Scheduler:
                 if ctx.checkpoints:
                     ctx.checkpoint(st.seq, at=len(st.tokens) - 1)
         self.running = [(j, st, pre and st not in filled) for j, st, pre in self.running]
+        for job, st, _ in self.running:
+            if st in states:
+                job.prefilled(len(job.prompt) if st in filled else self.target.past(st.seq))
 
     def _isolate(self, runs: list[tuple[Schedulable, SeqState]], error: Exception) -> None:
         """A round raised. llama.cpp refuses a whole batch for one bad row, so: the round again

@@ -125,7 +125,9 @@ class LocalModel:
             Answer(i, plan.make_parser() if plan else None, self.token_bytes, truncated=cut)
             for i in range(req.n)
         ]
-        stream = EventStream(answers, self.loop, functools.partial(self._finished, choices, started))
+        stream = EventStream(
+            answers, self.loop, functools.partial(self._finished, choices, started), progress=req.progress
+        )
         self.streams.add(stream)
         prompt = plan.prompt if plan else (raw.ids if raw is not None else req.prompt)
         keep = plan.keep_special if plan else ()

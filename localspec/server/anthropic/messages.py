@@ -37,7 +37,7 @@ async def messages(body: s.MessagesBody, request: Request) -> Any:
     stream = await model.submit(req)
     reply = blocks.Reply(model.name, body)
     if req.stream:
-        return framing.sse(stream, reply.frames(stream), errors.event)
+        return framing.sse(request, stream, reply.frames(stream), errors.event, blocks.ping)
     (done,) = await stream.finished(request.is_disconnected)
     return JSONResponse(reply.message(done))
 

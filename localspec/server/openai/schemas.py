@@ -36,7 +36,7 @@ class _Base(BaseModel):
 # 400 that names it: a client must not get an answer it did not ask for without being told)
 IGNORED_FIELDS = frozenset(
     {"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "cache_prompt",
-     "prediction", "modalities", "stream_options", "id_slot", "timings_per_token", "return_progress"}
+     "prediction", "modalities", "stream_options", "id_slot", "timings_per_token"}
 )  # fmt: skip
 
 
@@ -124,6 +124,8 @@ class RequestBase(Overrides):
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # llama-server's: a stream says how far its prompt's evaluation has come (prompt_progress)
+    return_progress: bool = False
     localspec: LocalspecOptions | None = None
     # router mode: how long the model stays loaded once idle (Ollama's keep_alive: seconds or "5m")
     keep_alive: float | str | None = None
@@ -359,6 +361,16 @@ class DraftMarks(BaseModel):
     all_draft: bool  # the chunk's whole text came from accepted drafts: colour it
 
 
+class PromptProgress(BaseModel):
+    """llama-server's `prompt_progress` (request `return_progress`): `processed` of `total` prompt
+    tokens evaluated, `cache` of them reused; the time spent on `processed - cache` is `time_ms`."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
 class ChatCompletionChunk(BaseModel):
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
@@ -368,6 +380,7 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
     timings: Timings | None = None
     localspec: DraftMarks | None = None
+    prompt_progress: PromptProgress | None = None
 
 
 class CompletionChoice(BaseModel):
@@ -386,6 +399,7 @@ class Completion(BaseModel):
     usage: Usage | None = None
     timings: Timings | None = None
     localspec: DraftMarks | None = None
+    prompt_progress: PromptProgress | None = None
 
 
 class ModelMeta(BaseModel):
