@@ -15,6 +15,8 @@ prefill, round, deliver, end) fails only the job it raised for, which gives its 
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from collections import deque
 from typing import Sequence
 
@@ -29,6 +31,9 @@ from localspec.evaluator import Evaluator
 # a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
 # where it ends): a later prompt sharing a long prefix (a system prompt) reuses at least half of it
 CHECKPOINT_FIRST = 256
+# for tests only: every round that prefills takes this many seconds more (a slow machine's long
+# prompt, made on a small model: tests/system/test_long_prefill.py)
+PREFILL_DELAY_S = float(os.environ.get("LOCALSPEC_TEST_PREFILL_DELAY", "0") or 0)
 
 
 def checkpoint_marks(n_prompt: int, have: int) -> list[int]:
@@ -235,6 +240,8 @@ class Scheduler:
             gap = next((m - past for m in self.marks.get(st.seq, ()) if m > past), None)
             budget = gap if gap is not None and gap < budget else budget
         done = decode_round(self.target, self.draft, decoding, states, budget, self.sources)
+        if states and PREFILL_DELAY_S:
+            time.sleep(PREFILL_DELAY_S)
         for st in states:
             if self.target.past(st.seq) in self.marks.get(st.seq, ()):
                 self.target.checkpoint(st.seq)
