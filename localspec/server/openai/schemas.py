@@ -449,6 +449,10 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "localspec"
     max_model_len: int  # vLLM's name for the context a request may use
+    context_length: int  # OpenRouter's name for it (OpenAI-compatible clients read either)
+    max_context_length: int  # LM Studio's (its /api/v0/models): what the model can take
+    loaded_context_length: int  # and LM Studio's for what it was loaded with; here both are one slot's
+    capabilities: list[str]  # Ollama's words: completion, tools, insert, vision, thinking | embedding
     meta: ModelMeta
     status: ModelStatus
     architecture: Architecture = Architecture()
