@@ -36,7 +36,11 @@ def comment() -> Frame:
 
 
 def sse(
-    request: Request, stream: Stream, frames: AsyncIterator[Frame], on_error: OnError, keepalive: Keepalive = comment
+    request: Request,
+    stream: Stream,
+    frames: AsyncIterator[Frame],
+    on_error: OnError,
+    keepalive: Keepalive = comment,
 ) -> EventSourceResponse:
     shutdown = anyio.Event()  # set by sse-starlette when the server shuts down
     every = request.app.state.settings.stream_keepalive

@@ -68,7 +68,9 @@ class EventStream:
             return
         if isinstance(item, Progress):
             if self._progress:
-                self._queue.put_nowait((i, events.Progress(i, item.total, item.cache, item.processed, item.time_ms)))
+                self._queue.put_nowait(
+                    (i, events.Progress(i, item.total, item.cache, item.processed, item.time_ms))
+                )
             return
         if isinstance(item, BaseException):
             self._errors[i] = item

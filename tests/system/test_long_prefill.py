@@ -75,7 +75,10 @@ def test_the_openai_sdk_streams_a_response_through_the_prefill(server):
     def run() -> None:
         events = list(client.responses.create(model="gpt-5", input=long_prompt(), stream=True))
         kinds = [e.type for e in events]
-        assert kinds[:2] == ["response.created", "response.in_progress"] and kinds.count("response.in_progress") > 2
+        assert (
+            kinds[:2] == ["response.created", "response.in_progress"]
+            and kinds.count("response.in_progress") > 2
+        )
         assert kinds[-1] in ("response.completed", "response.incomplete")
 
     once(server, run)
@@ -97,7 +100,10 @@ def test_the_anthropic_sdk_streams_a_message_through_the_prefill(server):
 DIALECTS = [
     ("/v1/chat/completions", lambda p: {"messages": [{"role": "user", "content": p}], "stream": True}),
     ("/v1/responses", lambda p: {"input": p, "stream": True}),
-    ("/v1/messages", lambda p: {"max_tokens": 4, "messages": [{"role": "user", "content": p}], "stream": True}),
+    (
+        "/v1/messages",
+        lambda p: {"max_tokens": 4, "messages": [{"role": "user", "content": p}], "stream": True},
+    ),
     ("/api/chat", lambda p: {"messages": [{"role": "user", "content": p}]}),
 ]
 

@@ -57,7 +57,9 @@ async def _respond(request: Request, body: s.GenerationBase, req: internal.Reque
     stream = await model.submit(req)
     if req.stream:
         lines = render_stream(stream, model.name, kind, started)
-        return framing.ndjson(request, stream, lines, errors.line, functools.partial(_empty, model.name, kind))
+        return framing.ndjson(
+            request, stream, lines, errors.line, functools.partial(_empty, model.name, kind)
+        )
     return JSONResponse(render(await stream.finished(request.is_disconnected), model.name, kind, started))
 
 
