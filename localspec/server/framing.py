@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncGenerator, AsyncIterator, Callable
 
 import anyio
 from sse_starlette import EventSourceResponse
@@ -97,10 +97,10 @@ async def _guarded(
             await frames.aclose()  # type: ignore[attr-defined]
 
 
-async def _paced(frames: AsyncIterator[Any], keepalive: Keepalive, every: float) -> AsyncIterator[Any]:
+async def _paced(frames: AsyncGenerator[Any, None], keepalive: Keepalive, every: float) -> AsyncIterator[Any]:
     """`frames`, with `keepalive()` wherever `every` seconds pass without one (0: never). The next
     frame is awaited in a task of its own, so that a keepalive never interrupts its making."""
-    it = frames.__aiter__()
+    it = frames  # a dialect's async generator
     if not every:
         async for frame in it:
             yield frame
@@ -124,6 +124,6 @@ async def _paced(frames: AsyncIterator[Any], keepalive: Keepalive, every: float)
         if pending is not None:  # left while a frame was being made: stop making it
             pending.cancel()
             pending.add_done_callback(lambda f: f.cancelled() or f.exception())  # its end is no news
-        elif hasattr(it, "aclose"):  # left between frames: its own clean-up runs now
+        else:  # left between frames: its own clean-up runs now
             with anyio.CancelScope(shield=True):
                 await it.aclose()
