@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from localspec.chat.deltas import assemble
@@ -80,16 +81,24 @@ def _stats(n_prompt: int, n_generated: int, drafted: tuple[int, int]) -> Stats:
     )
 
 
+@dataclass(frozen=True)
+class Pause:
+    """Queued among a reply's events: the stream says nothing for `seconds` (a long prefill)."""
+
+    seconds: float
+
+
 class FakeStream:
     def __init__(self, events: list[Any]) -> None:
         self.events, self.cancelled = events, False
 
     async def _events(self) -> AsyncIterator[Event]:
         for e in self.events:
-            await asyncio.sleep(0)
+            await asyncio.sleep(e.seconds if isinstance(e, Pause) else 0)
             if isinstance(e, BaseException):
                 raise e
-            yield e
+            if not isinstance(e, Pause):
+                yield e
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()

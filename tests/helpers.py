@@ -101,10 +101,14 @@ class FakeJob(Schedulable):
         self.cancel = False
         self.counters = Counters()
         self.rounds_with_output = 0
+        self.prefilled_to: list[int] = []  # the prompt tokens in the cache, as the scheduler said
 
     @property
     def cancelled(self):
         return self.cancel
+
+    def prefilled(self, n):
+        self.prefilled_to.append(n)
 
     def start(self, seq):
         return SeqState.start(

@@ -418,6 +418,11 @@ class Settings:
     max_body: int = _f(
         8_000_000, "Largest request body in bytes; larger gets 413.", group="server", ge=1, le=1 << 40
     )
+    stream_keepalive: float = _f(
+        15, "Seconds a stream may stay silent (a long prompt being evaluated, a wait for a slot) before "
+        "it sends its dialect's keepalive: Anthropic's ping, Responses' response.in_progress, an SSE "
+        "comment, an empty Ollama line (0 = never).", group="server", ge=0, le=3600,
+    )  # fmt: skip
     embed_ctx: int = _f(
         0,
         "Longest input /v1/embeddings and /api/embed take, in tokens: the served model's embeddings "

@@ -2,6 +2,6 @@
 
 from localspec.engine.engine import Engine
 from localspec.engine.request import Handle
-from localspec.engine.types import Chunk, Response
+from localspec.engine.types import Chunk, Progress, Response
 
-__all__ = ["Chunk", "Engine", "Handle", "Response"]
+__all__ = ["Chunk", "Engine", "Handle", "Progress", "Response"]

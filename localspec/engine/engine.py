@@ -268,7 +268,8 @@ class Engine:
         """Start a request and return at once: iterate the handle for its chunks, cancel() to stop it.
         Bad input (a prompt that does not fit, bad settings) raises here, before anything is queued.
         `keep_special`: control tokens whose text the output keeps (a chat syntax's markers).
-        `sink(item)`: called on the engine thread with each chunk, an error, then None at the end,
+        `sink(item)`: called on the engine thread with each chunk (and the prompt's `Progress` while it
+        is evaluated), an error, then None at the end,
         instead of the handle's queue (the server hands them to its event loop; it must not block).
         `settings`: the request's settings, already built from its overrides (by the caller).
         `images`: decoded images (localspec.images) before a string prompt's text; chat messages

@@ -20,7 +20,7 @@ from localspec.decode.text_stream import TextStream
 from localspec.draft_len.pool import TunerPool
 from localspec.engine.loader import LoadedPair
 from localspec.engine.scheduler import Schedulable
-from localspec.engine.types import Chunk, Response
+from localspec.engine.types import Chunk, Progress, Response
 from localspec.errors import GenerationFailed
 
 
@@ -73,6 +73,8 @@ class Request(Schedulable):
         self.parts: list[str] = []
         self.logprobs: list | None = [] if s.logprobs else None
         self.t_start = time.perf_counter()
+        self._cached: int | None = None  # the prefix its admission reused, and when
+        self._t_admitted = 0.0
 
     @property
     def cancelled(self) -> bool:
@@ -104,6 +106,13 @@ class Request(Schedulable):
             if self.logprobs is not None:
                 self.logprobs += lps
             self.post(Chunk(delta, [st.token for st in steps], [st.from_draft for st in steps], logprobs=lps))
+
+    def prefilled(self, n: int) -> None:
+        now = time.perf_counter()
+        if self._cached is None:
+            self._cached, self._t_admitted = n, now
+        ms = int((now - self._t_admitted) * 1e3)
+        self.post(Progress(len(self.prompt), self._cached, n, ms))
 
     def deliver(self, steps: list[Step]) -> bool:
         self._put(self.text.feed(steps, time.perf_counter))
@@ -206,6 +215,8 @@ class Handle:
                 return
             if isinstance(item, BaseException):
                 raise item
+            if isinstance(item, Progress):  # its prompt's progress: the server's streams show it
+                continue
             if item.response is not None:
                 self.response = item.response
             yield item

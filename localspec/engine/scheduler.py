@@ -15,6 +15,8 @@ prefill, round, deliver, end) fails only the job it raised for, which gives its 
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from collections import deque
 from typing import Sequence
 
@@ -29,6 +31,9 @@ from localspec.evaluator import Evaluator
 # a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
 # where it ends): a later prompt sharing a long prefix (a system prompt) reuses at least half of it
 CHECKPOINT_FIRST = 256
+# for tests only: every round that prefills takes this many seconds more (a slow machine's long
+# prompt, made on a small model: tests/system/test_long_prefill.py)
+PREFILL_DELAY_S = float(os.environ.get("LOCALSPEC_TEST_PREFILL_DELAY", "0") or 0)
 
 
 def checkpoint_marks(n_prompt: int, have: int) -> list[int]:
@@ -54,6 +59,10 @@ class Schedulable:
     def start(self, seq: int) -> SeqState:
         """The sequence state to decode in backend sequence `seq`."""
         raise NotImplementedError
+
+    def prefilled(self, n: int) -> None:
+        """`n` of its prompt's tokens are in the cache (after its admission, the prefix it reused;
+        then after each round of its prefill): a long prompt's progress, which streams show."""
 
     def deliver(self, steps: list) -> bool:
         """New steps; return False when the job wants no more (its output is decided)."""
@@ -191,6 +200,7 @@ class Scheduler:
             self.marks[slot] = (
                 checkpoint_marks(len(job.prompt), self.target.past(slot)) if self._recurrent else []
             )
+            job.prefilled(self.target.past(slot))
         except Exception as e:  # noqa: BLE001
             self._forget(slot)
             self.free.append(slot)
@@ -230,6 +240,8 @@ class Scheduler:
             gap = next((m - past for m in self.marks.get(st.seq, ()) if m > past), None)
             budget = gap if gap is not None and gap < budget else budget
         done = decode_round(self.target, self.draft, decoding, states, budget, self.sources)
+        if states and PREFILL_DELAY_S:
+            time.sleep(PREFILL_DELAY_S)
         for st in states:
             if self.target.past(st.seq) in self.marks.get(st.seq, ()):
                 self.target.checkpoint(st.seq)
@@ -241,6 +253,9 @@ class Scheduler:
                 if ctx.checkpoints:
                     ctx.checkpoint(st.seq, at=len(st.tokens) - 1)
         self.running = [(j, st, pre and st not in filled) for j, st, pre in self.running]
+        for job, st, _ in self.running:
+            if st in states:
+                job.prefilled(len(job.prompt) if st in filled else self.target.past(st.seq))
 
     def _isolate(self, runs: list[tuple[Schedulable, SeqState]], error: Exception) -> None:
         """A round raised. llama.cpp refuses a whole batch for one bad row, so: the round again

@@ -43,3 +43,15 @@ class Chunk:
     logprobs: list[tuple[float, tuple[tuple[int, float], ...]]] = field(
         default_factory=list
     )  # per token, when asked
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A prompt being evaluated, as llama-server's `prompt_progress` says it: `processed` of its
+    `total` tokens are in the cache, `cache` of them reused from an earlier request's, `time_ms`
+    since it was admitted. Posted after admission and after each round of its prefill."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int

@@ -71,7 +71,7 @@ async def infill(body: InfillRequest, request: Request) -> Any:
     stream = await model.submit(req)
     prompt_only = body.n_predict == 0
     if req.stream:
-        return framing.sse(stream, render_stream(stream, model.name, prompt_only), errors.event)
+        return framing.sse(request, stream, render_stream(stream, model.name, prompt_only), errors.event)
     done = await stream.finished(request.is_disconnected)
     return JSONResponse(render(done, model.name, body.response_fields, prompt_only))
 

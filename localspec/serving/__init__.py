@@ -4,11 +4,11 @@ facade routes use (facade.py; local.py over an in-process Engine). No HTTP here:
 dialects over it."""
 
 from localspec.serving.errors import APIError
-from localspec.serving.events import Delta, Event, Finished, TokenLogprob, Usage, total_usage
+from localspec.serving.events import Delta, Event, Finished, Progress, TokenLogprob, Usage, total_usage
 from localspec.serving.facade import Embedded, Model, ModelCard, Prompt, Stream
 from localspec.serving.request import Message, Request, Tool, ToolCall
 
 __all__ = [
-    "APIError", "Delta", "Embedded", "Event", "Finished", "Message", "Model", "ModelCard", "Prompt", "Request",
+    "APIError", "Delta", "Embedded", "Event", "Finished", "Message", "Model", "ModelCard", "Progress", "Prompt", "Request",
     "Stream", "TokenLogprob", "Tool", "ToolCall", "Usage", "total_usage",
 ]  # fmt: skip

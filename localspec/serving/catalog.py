@@ -114,7 +114,8 @@ def measure(entry: Entry, make: MakeSettings) -> Facts:
         n_params=spec.n_params, size=spec.file_weights_bytes, target=Path(s.target).name,
         draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
         parallel=s.parallel, chat_template=tpl if isinstance(tpl := h.get("tokenizer.chat_template"), str) else None,
-        n_embd=spec.n_embd, arch=h.arch, embeds_only=is_embedding_model(h),
+        n_embd=spec.n_embd, arch=h.arch, embeds_only=is_embedding_model(h), vision=s.mmproj is not None,
+        fim=all(h.get(f"tokenizer.ggml.fim_{k}_token_id") is not None for k in ("pre", "suf", "mid")),
     )  # fmt: skip
     files = sum(m.spec.file_weights_bytes for m in plan.models)
     return Facts(s, card, plan.cpu_bytes, files, plan.device_bytes)

@@ -32,6 +32,19 @@ class Delta(deltas.Delta):
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Choice `choice`'s prompt being evaluated (only for a request that asked, `Request.progress`):
+    llama-server's prompt_progress - `processed` of `total` tokens in the cache, `cache` of them
+    reused, `time_ms` since it was admitted."""
+
+    choice: int
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
+@dataclass(frozen=True)
 class Finished:
     choice: int
     reason: str  # stop | length | tool_calls
@@ -47,7 +60,7 @@ class Finished:
         return Usage(st.n_prompt_tokens, st.n_generated)
 
 
-Event = Union[Delta, Finished]
+Event = Union[Delta, Progress, Finished]
 
 
 @dataclass(frozen=True)

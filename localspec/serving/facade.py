@@ -31,6 +31,19 @@ class ModelCard:
     arch: str = ""  # the target's architecture (general.architecture)
     quantization: str = ""  # the target's file type (Q4_0, Q8_0, F16, ...)
     embeds_only: bool = False  # an embedding model: embeddings, no generation (n_ctx: its --embed-ctx)
+    vision: bool = False  # a vision projector is loaded (--mmproj): prompts may hold images
+    fim: bool = False  # its vocabulary has fill-in-the-middle tokens (prefix, suffix, middle)
+
+    @property
+    def capabilities(self) -> list[str]:
+        """What it does, in Ollama's words (/api/show: Copilot's BYOK and Zed read them; /v1/models
+        too). `embedding` only for an embedding model, as Ollama says it: clients take it to mean a
+        model that does nothing else (a chat model here answers /v1/embeddings too, with --embed-ctx)."""
+        if self.embeds_only:
+            return ["embedding"]
+        template = self.chat_template or ""
+        optional = [("insert", self.fim), ("vision", self.vision), ("thinking", "think" in template)]
+        return ["completion", "tools"] + [name for name, has in optional if has]
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,9 @@ class LocalModel:
             Answer(i, plan.make_parser() if plan else None, self.token_bytes, truncated=cut)
             for i in range(req.n)
         ]
-        stream = EventStream(answers, self.loop, functools.partial(self._finished, choices, started))
+        stream = EventStream(
+            answers, self.loop, functools.partial(self._finished, choices, started), progress=req.progress
+        )
         self.streams.add(stream)
         prompt = plan.prompt if plan else (raw.ids if raw is not None else req.prompt)
         keep = plan.keep_special if plan else ()
@@ -314,8 +316,13 @@ def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
         draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
         parallel=parallel, chat_template=target.chat_template(), n_embd=target.n_embd,
         arch=target.meta("general.architecture") or "", quantization=_file_type(target.meta("general.file_type")),
-        embeds_only=engine.embeds_only,
+        embeds_only=engine.embeds_only, vision=engine.projector is not None, fim=_has_fim(target),
     )  # fmt: skip
+
+
+def _has_fim(target) -> bool:  # noqa: ANN001 - a llama.Model
+    fim = target.fim_tokens()
+    return all(fim[k] is not None for k in ("pre", "suf", "mid"))
 
 
 def _file_type(raw: str | None) -> str:

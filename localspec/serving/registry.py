@@ -34,14 +34,17 @@ class Status:
     waiting: int = 0
 
 
-def pick(models: Mapping[str, M], name: str | None, *, fallback: bool, default: str | None) -> M:
-    """The model `name` names. No name, or (`fallback`) a name not served, is served by `default`,
-    or by the one model when there is only one."""
+def pick(models: Mapping[str, M], name: str | None, *, default: str | None, exact: bool = False) -> M:
+    """The model `name` names: THE one rule for every dialect (docs/serving.md, "Model names"). A
+    name served (`NAME:latest` is `NAME`) is that model. No name, or a name not served (clients
+    send their own: claude-..., gpt-...), is served by `default`, or by the one model when there is
+    only one, as llama-server serves any name; among several with no default, no guess: a 400 (no
+    name) or a 404. `exact`: managing a model (load, unload) takes only a name served."""
     if name:
         found = models.get(name) or (models.get(name[: -len(TAG)]) if name.endswith(TAG) else None)
         if found is not None:
             return found
-    if not name or fallback:
+    if not name or not exact:
         if default is not None and default in models:
             return models[default]
         if len(models) == 1:
@@ -76,20 +79,18 @@ class Models:
     def __iter__(self) -> Iterator[Model]:
         return iter(self._by_name.values())
 
-    def get(self, name: str | None, *, fallback: bool = False) -> Model:
-        """The model `name` names; no name (or "") is the one served. `fallback`: a name this
-        server does not know is served by the one model too (as llama-server does for Anthropic's
-        clients, which send their own model names)."""
-        return pick(self._by_name, name, fallback=fallback, default=None)
+    def get(self, name: str | None) -> Model:
+        """The model `name` names: any name is the one model (`pick`)."""
+        return pick(self._by_name, name, default=None)
 
-    async def ready(self, name: str | None, *, fallback: bool = False) -> Model:
-        return self.get(name, fallback=fallback)
-
-    async def load(self, name: str) -> Model:
+    async def ready(self, name: str | None) -> Model:
         return self.get(name)
 
+    async def load(self, name: str) -> Model:
+        return pick(self._by_name, name, default=None, exact=True)
+
     async def unload(self, name: str) -> Model:
-        self.get(name)
+        pick(self._by_name, name, default=None, exact=True)
         raise APIError(400, "this server serves one model (serve --pair); run `localspec serve` without "
                        "--pair to load and unload models by name")  # fmt: skip
 

@@ -93,6 +93,7 @@ class Request:
     template_vars: Mapping[str, Any] = field(default_factory=dict)  # more chat template variables
     n: int = 1
     stream: bool = False
+    progress: bool = False  # stream its prompt's evaluation as Progress events (return_progress)
     model: str | None = None
     clamp_max_tokens: bool = False  # max_tokens past what the context holds means "what fits"
     # router mode: seconds the model stays loaded after this request (Ollama's keep_alive); 0

@@ -203,30 +203,29 @@ class Router:
     def __iter__(self) -> Iterator[Served]:
         return iter(self._served.values())
 
-    def get(self, name: str | None, *, fallback: bool = False) -> Served:
-        """The model `name` names (a trailing ":latest", Ollama's tag, is ignored). No name, and with
-        `fallback` a name not served (Anthropic's clients send their own), gets --default-model,
-        or the one model when the folder holds only one."""
-        return pick(self._served, name, fallback=fallback, default=self.settings.default_model)
+    def get(self, name: str | None, *, exact: bool = False) -> Served:
+        """The model `name` names, by the one rule (registry.pick): a name not served gets
+        --default-model, or the one model when the folder holds only one, else a 404."""
+        return pick(self._served, name, default=self.settings.default_model, exact=exact)
 
-    async def ready(self, name: str | None, *, fallback: bool = False) -> Served:
+    async def ready(self, name: str | None, *, exact: bool = False) -> Served:
         """The model, loaded (for the facade's quick calls: tokenize, detokenize)."""
-        served = self.get(name, fallback=fallback)
+        served = self.get(name, exact=exact)
         await self._acquire(served)
         self._release(served)
         return served
 
     async def load(self, name: str) -> Served:
         """POST /models/load: load it now (an error is retried)."""
-        served = self.get(name)
+        served = self.get(name, exact=True)
         if served.state == ERROR:
             served.died_at, served.deaths = None, 0
             served._set(UNLOADED)
-        return await self.ready(name)
+        return await self.ready(name, exact=True)
 
     async def unload(self, name: str) -> Served:
         """POST /models/unload: cancel what it is doing, free its memory; returns once it has."""
-        served = self.get(name)
+        served = self.get(name, exact=True)
         if served.state not in (LOADING, LOADED, UNLOADING):
             raise APIError(400, f"{served.name} is not loaded ({served.state})", param="model")
         self._unload(served)

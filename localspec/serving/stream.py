@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator, Awaitable, Callable
 
-from localspec.engine import Response
+from localspec.engine import Progress, Response
+from localspec.serving import events
 from localspec.serving.answer import Answer
 from localspec.serving.errors import APIError
 from localspec.serving.events import Event, Finished
@@ -26,8 +27,12 @@ OnEnd = Callable[["EventStream", int, "Response | None", "BaseException | None"]
 
 
 class EventStream:
-    def __init__(self, answers: list[Answer], loop: asyncio.AbstractEventLoop, on_end: OnEnd) -> None:
+    def __init__(
+        self, answers: list[Answer], loop: asyncio.AbstractEventLoop, on_end: OnEnd, *, progress: bool = False
+    ) -> None:
+        """`progress`: the prompt's evaluation comes as Progress events (else it is not posted)."""
         self._answers, self._loop, self._on_end = answers, loop, on_end
+        self._progress = progress
         n = len(answers)
         self.handles: list[Any] = [None] * n  # each choice's engine Handle, once submitted
         self.responses: list[Response | None] = [None] * n
@@ -60,6 +65,12 @@ class EventStream:
         if item is None:
             self._end(i)  # booked first, so a client that has its answer sees the metrics
             self._queue.put_nowait((i, _END))
+            return
+        if isinstance(item, Progress):
+            if self._progress:
+                self._queue.put_nowait(
+                    (i, events.Progress(i, item.total, item.cache, item.processed, item.time_ms))
+                )
             return
         if isinstance(item, BaseException):
             self._errors[i] = item
@@ -111,6 +122,8 @@ class EventStream:
                         yield event
                 elif isinstance(item, BaseException):
                     raise item
+                elif isinstance(item, events.Progress):
+                    yield item
                 else:
                     for event in self._answers[i].feed(item):
                         yield event

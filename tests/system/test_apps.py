@@ -92,4 +92,3 @@ def test_outlines_structured_generation(server):
     text = model("Ann is 31 years old. Extract the person as JSON.", Person, max_tokens=60, temperature=0)
     person = Person.model_validate_json(text)
     assert person.name == "Ann" and person.age == 31
-

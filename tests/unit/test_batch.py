@@ -215,11 +215,16 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_others_stream():
     assert running.got == serial(t, d, [1], k=2, n=60)
 
 
-def test_a_long_prompt_alone_is_prefilled_a_batch_a_round_so_a_cancel_is_seen_between_batches():
+def _long_prompt_alone():
+    """Two slots, a prompt alone prefilled 64 tokens a round, and a 300-token prompt."""
     t, d = markov_tables(v=16, noise=1.0, seed=12)
     target, draft = FakeContext(t, n_seq=2, n_ctx=1024), FakeContext(d, n_seq=2, n_ctx=1024)
     sched = Scheduler(target, draft, 2, prefill_alone=64)
-    long_prompt = [int(x) for x in np.random.default_rng(1).integers(0, 16, 300)]
+    return t, d, target, sched, [int(x) for x in np.random.default_rng(1).integers(0, 16, 300)]
+
+
+def test_a_long_prompt_alone_is_prefilled_a_batch_a_round_so_a_cancel_is_seen_between_batches():
+    t, d, target, sched, long_prompt = _long_prompt_alone()
     left = FakeJob(long_prompt, n=5)
     sched.add(left)
     sched.step()
@@ -452,3 +457,16 @@ def test_a_batch_whose_plain_cost_was_never_timed_runs_plain_once_to_time_it():
             )
         )
     assert base.costs.verify[8].value == 2.0 and any(batch_ks(forks))  # now the measured costs decide
+
+
+def test_a_prefill_reports_its_progress_after_admission_and_each_batch():
+    _, _, _, sched, long_prompt = _long_prompt_alone()
+    first = FakeJob(long_prompt, n=5)
+    sched.add(first)
+    drain(sched)
+    assert first.prefilled_to == [0, 64, 128, 192, 256, 300]  # nothing cached, then a batch a round
+    again = FakeJob(long_prompt[:200] + [1] * 100, n=5)  # its first 200 tokens are cached
+    sched.add(again)
+    drain(sched)
+    assert again.prefilled_to[0] == 200 and again.prefilled_to[-1] == 300
+    assert again.prefilled_to == sorted(again.prefilled_to) and len(again.prefilled_to) == 3

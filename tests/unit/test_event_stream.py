@@ -10,8 +10,8 @@ import pytest
 
 from localspec.chat.parsers.base import Parser
 from localspec.chat.reasoning import Reasoning
-from localspec.engine import Chunk, Response
-from localspec.serving import APIError, Delta, Finished
+from localspec.engine import Chunk, Progress, Response
+from localspec.serving import APIError, Delta, Finished, events
 from localspec.serving.answer import Answer
 from localspec.serving.stream import EventStream
 
@@ -29,9 +29,11 @@ def response(text: str, tokens: list[int], logprobs: list | None = None) -> Resp
     return Response(text, tokens, "stop", _stats(3, len(tokens), (2, 1)), [1, 2, 3], 7, logprobs)
 
 
-def start(parsers: list, ended: list) -> EventStream:
+def start(parsers: list, ended: list, progress: bool = False) -> EventStream:
     answers = [Answer(i, p, lambda t: bytes([t])) for i, p in enumerate(parsers)]
-    stream = EventStream(answers, asyncio.get_running_loop(), lambda _, i, r, e: ended.append((i, r, e)))
+    stream = EventStream(
+        answers, asyncio.get_running_loop(), lambda _, i, r, e: ended.append((i, r, e)), progress=progress
+    )
     stream.handles = [Handle() for _ in parsers]
     return stream
 
@@ -112,3 +114,26 @@ def test_a_lost_engine_ends_every_choice_with_its_error():
             [e async for e in stream]
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_a_prompts_progress_is_an_event_only_for_a_request_that_asked(asked):
+    async def run() -> list:
+        stream = start([None], [], progress=asked)
+        post(stream, 0, [
+            Progress(300, 100, 100, 0), Progress(300, 100, 228, 40), Progress(300, 100, 300, 70),
+            Chunk("A", [65], [False]), Chunk("", [], [], response("A", [65])), None,
+        ])  # fmt: skip
+        await asyncio.sleep(0.01)
+        return [e async for e in stream]
+
+    got = asyncio.run(run())
+    shown = [e for e in got if isinstance(e, events.Progress)]
+    if asked:  # llama-server's prompt_progress, in order, before the answer
+        assert [(p.total, p.cache, p.processed, p.time_ms) for p in shown] == [
+            (300, 100, 100, 0), (300, 100, 228, 40), (300, 100, 300, 70),
+        ]  # fmt: skip
+        assert got.index(shown[-1]) < next(i for i, e in enumerate(got) if isinstance(e, Delta))
+    else:
+        assert shown == []
+    assert isinstance(got[-1], Finished) and got[-1].message.content == "A"

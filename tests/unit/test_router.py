@@ -490,9 +490,9 @@ def test_no_load_starts_once_the_server_is_closing():
 def test_names():
     r = make_router(default_model="b")
     assert r.get("a").name == "a" and r.get("a:latest").name == "a"
-    assert r.get(None).name == "b" and r.get("claude-sonnet-4", fallback=True).name == "b"
+    assert r.get(None).name == "b" and r.get("claude-sonnet-4").name == "b"
     with pytest.raises(APIError) as e:
-        r.get("claude-sonnet-4")
+        r.get("claude-sonnet-4", exact=True)  # managing a model (load, unload) takes its own name only
     assert (
         e.value.status == 404
         and "'claude-sonnet-4'" in e.value.message
@@ -503,9 +503,9 @@ def test_names():
         plain.get(None)
     assert e.value.status == 400 and e.value.code == "model_not_specified"
     with pytest.raises(APIError) as e:
-        plain.get("claude-sonnet-4", fallback=True)  # several models and no default: no guessing
+        plain.get("claude-sonnet-4")  # several models and no default: no guessing
     assert e.value.status == 404
-    assert make_router(names=("only",)).get("claude-x", fallback=True).name == "only"
+    assert make_router(names=("only",)).get("claude-x").name == "only"
 
 
 def test_the_folder_gives_pairs_lone_ggufs_and_skips_the_rest(tmp_path):

@@ -7,10 +7,11 @@ import json
 from types import SimpleNamespace
 from typing import ClassVar
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
+from localspec.config.settings import Settings
 from localspec.server import framing
 from localspec.server.errors import Shapes
 from localspec.server.fields import Checked, unsupported
@@ -57,10 +58,11 @@ def test_the_error_shape_follows_the_path():
 
 def test_ndjson_lines_end_with_the_dialects_error():
     app = FastAPI()
+    app.state.settings = Settings()  # its --stream-keepalive
     streams = []
 
     @app.post("/lines")
-    async def lines() -> object:
+    async def lines(request: Request) -> object:
         stream = FakeStream([*answer("ab", pieces=2)[:1], APIError(500, "boom")])
         streams.append(stream)
 
@@ -69,7 +71,7 @@ def test_ndjson_lines_end_with_the_dialects_error():
                 if isinstance(e, Delta):
                     yield {"content": e.content}
 
-        return framing.ndjson(stream, out(), lambda err: {"error": err.message})
+        return framing.ndjson(request, stream, out(), lambda err: {"error": err.message}, dict)
 
     with TestClient(app) as client:
         r = client.post("/lines")

@@ -105,7 +105,7 @@ class Reply:
             "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0},
         }  # fmt: skip
         yield _event("message_start", {"message": start})
-        yield _event("ping", {})
+        yield ping()
         blocks = _Blocks(self)
         async for e in stream:
             if isinstance(e, Delta):
@@ -120,6 +120,11 @@ class Reply:
                 "usage": self.usage(e), "timings": timings(e.response).model_dump(),
             })  # fmt: skip
         yield _event("message_stop", {})
+
+
+def ping() -> dict[str, str]:
+    """Anthropic's keepalive event: its API sends it while nothing else is to be said."""
+    return _event("ping", {})
 
 
 def _event(name: str, data: dict[str, Any]) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """Anthropic's Messages API, POST /v1/messages (`?beta=true` too) and /v1/messages/count_tokens:
 the body -> the internal request (`parse`), the events -> a message or its event stream (blocks.py).
-Any model name is served by the loaded model, as llama-server does for Anthropic's clients."""
+A model name follows the one rule of every dialect (registry.pick): Claude Code's own names get the
+loaded model."""
 
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 @router.post("/v1/messages")
 async def messages(body: s.MessagesBody, request: Request) -> Any:
     req = await offload.run(parse, body)
-    model = request.app.state.models.get(req.model, fallback=True)
+    model = request.app.state.models.get(req.model)
     stream = await model.submit(req)
     reply = blocks.Reply(model.name, body)
     if req.stream:
-        return framing.sse(stream, reply.frames(stream), errors.event)
+        return framing.sse(request, stream, reply.frames(stream), errors.event, blocks.ping)
     (done,) = await stream.finished(request.is_disconnected)
     return JSONResponse(reply.message(done))
 
@@ -44,7 +45,7 @@ async def messages(body: s.MessagesBody, request: Request) -> Any:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: s.CountBody, request: Request) -> dict[str, int]:
     req = await offload.run(parse, body)
-    prompt = await request.app.state.models.get(req.model, fallback=True).render(req)
+    prompt = await request.app.state.models.get(req.model).render(req)
     return {"input_tokens": len(prompt.ids)}
 
 

@@ -8,6 +8,7 @@ body says `"stream": false`. An empty message list or prompt only says the model
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import time
 from datetime import datetime, timezone
@@ -56,7 +57,10 @@ async def _respond(request: Request, body: s.GenerationBase, req: internal.Reque
         )
     stream = await model.submit(req)
     if req.stream:
-        return framing.ndjson(stream, render_stream(stream, model.name, kind, started), errors.line)
+        lines = render_stream(stream, model.name, kind, started)
+        return framing.ndjson(
+            request, stream, lines, errors.line, functools.partial(_empty, model.name, kind)
+        )
     return JSONResponse(render(await stream.finished(request.is_disconnected), model.name, kind, started))
 
 
@@ -175,6 +179,11 @@ def _object(model: str, kind: str, message: dict[str, Any]) -> dict[str, Any]:
     return out | ({"thinking": message["thinking"]} if message.get("thinking") else {})
 
 
+def _empty(model: str, kind: str) -> dict[str, Any]:
+    """A line with no text: the first one, sent at once, and the keepalive while a prompt is read."""
+    return _object(model, kind, {"content": ""}) | {"done": False}
+
+
 def _piece(d: Delta) -> dict[str, Any]:
     return {"content": d.content} | ({"thinking": d.reasoning} if d.reasoning else {})
 
@@ -227,6 +236,7 @@ def render(done: Sequence[Finished], model: str, kind: str, started: float) -> d
 async def render_stream(
     stream: Stream, model: str, kind: str, started: float
 ) -> AsyncIterator[dict[str, Any]]:
+    yield _empty(model, kind)  # at once: the client knows the request is in before its prompt is read
     async for e in stream:
         if isinstance(e, Delta):
             if e.call is None and (e.content or e.reasoning):  # a call's pieces come whole, below

@@ -83,19 +83,13 @@ async def show(body: s.ShowRequest, request: Request) -> dict[str, Any]:
         f"{c.arch}.embedding_length": c.n_embd,
         "general.file_type": c.quantization,
     }
-    template = c.chat_template or ""
-    capabilities = (
-        ["embedding"]  # as Ollama shows nomic-embed-text
-        if c.embeds_only
-        else ["completion", "tools"] + (["thinking"] if "think" in template else [])
-    )
     return {
         "modelfile": f"# served by localspec\nFROM {c.target}\n",
         "parameters": "",
-        "template": template,
+        "template": c.chat_template or "",
         "details": _details(c),
         "model_info": info,
-        "capabilities": capabilities,
+        "capabilities": c.capabilities,
         "modified_at": _iso(c.created),
     }
 
@@ -147,4 +141,6 @@ def _listed(c: ModelCard) -> dict[str, Any]:
         "size": c.size,
         "digest": digest,
         "details": _details(c),
+        "capabilities": c.capabilities,  # beyond Ollama's list: a client needs no /api/show per model
+        "context_length": c.n_ctx,
     }

@@ -15,7 +15,7 @@ from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import common, errors
 from localspec.server.openai import schemas as s
-from localspec.serving import Delta, Finished, Stream
+from localspec.serving import Delta, Finished, Progress, Stream
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 from localspec.serving.images import from_data_url
@@ -51,6 +51,7 @@ def parse(body: s.ChatRequest) -> internal.Request:
         template_vars=body.chat_template_kwargs or {},
         n=body.n,
         stream=body.stream,
+        progress=body.stream and body.return_progress,
         model=body.model,
         keep_alive=internal.keep_alive(body.keep_alive),
     )
@@ -133,6 +134,8 @@ async def render_stream(
             lp = common.chat_logprobs(e.logprobs) if want_lp and e.logprobs else None
             marks = common.draft_marks(e.from_draft) if body.mark_drafts else None
             yield chunk(e.choice, common.delta_out(e), logprobs=lp, localspec=marks)
+        elif isinstance(e, Progress):  # as llama-server sends it: the role again, and the progress
+            yield chunk(e.choice, s.Delta(role="assistant"), prompt_progress=common.progress(e))
         else:
             done.append(e)
             lp = common.chat_logprobs(e.tail_logprobs) if want_lp and e.tail_logprobs else None

@@ -21,10 +21,10 @@ from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
 from localspec.serving import Stream
 from localspec.serving import request as internal
-from localspec.serving.events import Finished, Response, TokenLogprob, total_usage
+from localspec.serving.events import Finished, Progress, Response, TokenLogprob, total_usage
 
 # extras we leave out of a chunk when they are empty; OpenAI's own keys are always sent (null included)
-_OPTIONAL_EXTRAS = ("usage", "timings", "localspec")
+_OPTIONAL_EXTRAS = ("usage", "timings", "localspec", "prompt_progress")
 
 
 @dataclass
@@ -52,7 +52,7 @@ async def respond(
     stream = await model.submit(req)
     ids = Ids(model.name, prefix)
     if req.stream:
-        return framing.sse(stream, frames(stream, ids), errors.event)
+        return framing.sse(request, stream, frames(stream, ids), errors.event)
     return JSONResponse(whole(await stream.finished(request.is_disconnected), ids))
 
 
@@ -63,6 +63,10 @@ def closing(cls: type, done: Sequence[Finished], ids: Ids, include_usage: bool) 
         last = cls(id=ids.id, created=ids.created, model=ids.model, choices=[], usage=usage(done))
         yield {"data": dump(last)}
     yield {"data": "[DONE]"}
+
+
+def progress(p: Progress) -> s.PromptProgress:
+    return s.PromptProgress(total=p.total, cache=p.cache, processed=p.processed, time_ms=p.time_ms)
 
 
 def usage(done: Sequence[Finished]) -> s.Usage:

@@ -15,7 +15,7 @@ from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import common, errors
 from localspec.server.openai import schemas as s
-from localspec.serving import Delta, Finished, Stream
+from localspec.serving import Delta, Finished, Progress, Stream
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 from localspec.serving.fim import Fill
@@ -59,6 +59,7 @@ def parse(body: s.CompletionRequest) -> internal.Request:
         overrides=body.overrides(),
         n=body.n,
         stream=body.stream,
+        progress=body.stream and body.return_progress,
         model=body.model,
         keep_alive=internal.keep_alive(body.keep_alive),
     )
@@ -98,6 +99,8 @@ async def render_stream(
             lp = common.completion_logprobs(e.logprobs) if want_lp and e.logprobs else None
             marks = common.draft_marks(e.from_draft) if body.mark_drafts else None
             yield chunk(e.choice, e.content, logprobs=lp, localspec=marks)
+        elif isinstance(e, Progress):
+            yield chunk(e.choice, "", prompt_progress=common.progress(e))
         else:
             done.append(e)
             lp = common.completion_logprobs(e.tail_logprobs) if want_lp and e.tail_logprobs else None

@@ -27,7 +27,7 @@ error_response = errors.error_response
 @router.post("/v1/embeddings")
 async def embeddings(body: s.EmbeddingRequest, request: Request) -> dict[str, Any]:
     inputs = await offload.run(parse, body)
-    model = request.app.state.models.get(body.model, fallback=True)
+    model = request.app.state.models.get(body.model)
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
     done = await model.embed(inputs, is_disconnected=request.is_disconnected)
     return render(done, body.encoding_format, model.name)

@@ -30,7 +30,9 @@ async def models(request: Request) -> Any:
 def card(st: Status) -> s.ModelCard:
     c = st.card
     return s.ModelCard(
-        id=st.name, created=c.created, max_model_len=c.n_ctx,
+        id=st.name, created=c.created, max_model_len=c.n_ctx, context_length=c.n_ctx,
+        max_context_length=c.n_ctx, loaded_context_length=c.n_ctx, capabilities=c.capabilities,
+        architecture=s.Architecture(input_modalities=["text", "image"] if c.vision else ["text"]),
         meta=s.ModelMeta(n_ctx=c.n_ctx, n_ctx_train=c.n_ctx_train, n_vocab=c.n_vocab, n_params=c.n_params, size=c.size),
         status=s.ModelStatus(
             value=st.state, failed=True if st.state == "error" else None, error=st.error, load_s=st.load_s,

@@ -38,7 +38,7 @@ async def responses(body: s.ResponsesRequest, request: Request) -> Any:
     out = responses_out.Output(model.name, body, tools)
     headers = {IGNORED_TOOLS_HEADER: ", ".join(tools.ignored)} if tools.ignored else None
     if req.stream:
-        response = framing.sse(stream, out.frames(stream), out.error_frame)
+        response = framing.sse(request, stream, out.frames(stream), out.error_frame, out.keepalive)
     else:
         response = out.whole(await stream.finished(request.is_disconnected))
     response.headers.update(headers or {})
@@ -72,6 +72,7 @@ def parse(body: s.ResponsesRequest, tools: Tools | None = None) -> internal.Requ
         parallel_tool_calls=body.parallel_tool_calls,
         reasoning=_reasoning(body.reasoning),
         stream=body.stream,
+        progress=body.stream and body.return_progress,
         model=body.model,
         clamp_max_tokens=body.max_output_tokens is None,
     )

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from localspec.server.framing import Frame
 from localspec.server.openai import common
-from localspec.serving import Delta, Finished, Stream
+from localspec.serving import Delta, Finished, Progress, Stream
 from localspec.serving.errors import APIError, as_api_error
 from localspec.serving.events import TokenLogprob
 
@@ -73,6 +73,10 @@ class Output:
         self.seq += 1
         return {"event": kind, "data": json.dumps(data, ensure_ascii=False, separators=(",", ":"))}
 
+    def keepalive(self, **extra: Any) -> Frame:
+        """`response.in_progress` again: what a Responses client may be sent while nothing is new."""
+        return self.event("response.in_progress", response=self.response("in_progress"), **extra)
+
     async def frames(self, stream: Stream) -> AsyncIterator[Frame]:
         yield self.event("response.created", response=self.response("in_progress"))
         yield self.event("response.in_progress", response=self.response("in_progress"))
@@ -81,6 +85,9 @@ class Output:
                 if isinstance(e, Delta):
                     for frame in self._delta(e):
                         yield frame
+                    continue
+                if isinstance(e, Progress):  # llama-server's: prompt_progress on response.in_progress
+                    yield self.keepalive(prompt_progress=common.progress(e).model_dump())
                     continue
                 status = _status(e)
                 if not self._has_message() and not e.message.tool_calls:

@@ -108,6 +108,7 @@ class ResponsesRequest(Overrides):
     previous_response_id: str | None = None
     background: bool | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    return_progress: bool = False  # llama-server's: response.in_progress events carry prompt_progress
     localspec: LocalspecOptions | None = None
 
     @field_validator("input", mode="before")

@@ -36,7 +36,7 @@ class _Base(BaseModel):
 # 400 that names it: a client must not get an answer it did not ask for without being told)
 IGNORED_FIELDS = frozenset(
     {"user", "metadata", "store", "service_tier", "safety_identifier", "prompt_cache_key", "cache_prompt",
-     "prediction", "modalities", "stream_options", "id_slot", "timings_per_token", "return_progress"}
+     "prediction", "modalities", "stream_options", "id_slot", "timings_per_token"}
 )  # fmt: skip
 
 
@@ -128,6 +128,8 @@ class RequestBase(Overrides):
     n: int = 1
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # llama-server's: a stream says how far its prompt's evaluation has come (prompt_progress)
+    return_progress: bool = False
     localspec: LocalspecOptions | None = None
     # router mode: how long the model stays loaded once idle (Ollama's keep_alive: seconds or "5m")
     keep_alive: float | str | None = None
@@ -363,6 +365,16 @@ class DraftMarks(BaseModel):
     all_draft: bool  # the chunk's whole text came from accepted drafts: colour it
 
 
+class PromptProgress(BaseModel):
+    """llama-server's `prompt_progress` (request `return_progress`): `processed` of `total` prompt
+    tokens evaluated, `cache` of them reused; the time spent on `processed - cache` is `time_ms`."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
 class ChatCompletionChunk(BaseModel):
     id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
@@ -372,6 +384,7 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
     timings: Timings | None = None
     localspec: DraftMarks | None = None
+    prompt_progress: PromptProgress | None = None
 
 
 class CompletionChoice(BaseModel):
@@ -390,6 +403,7 @@ class Completion(BaseModel):
     usage: Usage | None = None
     timings: Timings | None = None
     localspec: DraftMarks | None = None
+    prompt_progress: PromptProgress | None = None
 
 
 class ModelMeta(BaseModel):
@@ -439,6 +453,10 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "localspec"
     max_model_len: int  # vLLM's name for the context a request may use
+    context_length: int  # OpenRouter's name for it (OpenAI-compatible clients read either)
+    max_context_length: int  # LM Studio's (its /api/v0/models): what the model can take
+    loaded_context_length: int  # and LM Studio's for what it was loaded with; here both are one slot's
+    capabilities: list[str]  # Ollama's words: completion, tools, insert, vision, thinking | embedding
     meta: ModelMeta
     status: ModelStatus
     architecture: Architecture = Architecture()
