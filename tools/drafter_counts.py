@@ -1,16 +1,16 @@
 """How much of the tree a kind of drafter is spread over (issue 59's counts), read from the source:
 
-  mtp_files      modules whose code (not comments or docstrings) names MTP: an identifier or a
-                 string holding "mtp" (draft_mtp, MtpDrafter, load_mtp, "mtp", ...)
-  new_drafter    files a new kind of drafter touches: its own two (the backend's evaluator and the
-                 kind's module) plus every module outside them naming an existing kind in code (what
-                 a newcomer copies a branch into) - the MTP modules less the MTP kind's own files
-  special_cases  string constants naming a source ("lookup", "grammar", "mtp", "history") in
-                 draft_len/ and decode/record.py: a comparison or a count by name
-  seqstate_fields, seqplan_fields
-                 the dataclass fields of SeqState (decode/state.py) and SeqPlan (decode/seqplan.py)
+mtp_files      modules whose code (not comments or docstrings) names MTP: an identifier or a
+               string holding "mtp" (draft_mtp, MtpDrafter, load_mtp, "mtp", ...)
+new_drafter    files a new kind of drafter touches: its own two (the backend's evaluator and the
+               kind's module) plus every module outside them naming an existing kind in code (what
+               a newcomer copies a branch into) - the MTP modules less the MTP kind's own files
+special_cases  string constants naming a source ("lookup", "grammar", "mtp", "history") in
+               draft_len/ and decode/record.py: a comparison or a count by name
+seqstate_fields, seqplan_fields
+               the dataclass fields of SeqState (decode/state.py) and SeqPlan (decode/seqplan.py)
 
-  python tools/drafter_counts.py [--list]
+python tools/drafter_counts.py [--list]
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def _code_words(path: Path) -> list[tuple[int, str, bool]]:
     """(line, text, is a string) for every name and string constant of the module's code; docstrings
     (a string that is a whole statement) left out."""
     tree = ast.parse(path.read_text())
-    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    docs = {
+        id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+    }
     out = []
     for n in ast.walk(tree):
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
@@ -48,9 +50,7 @@ def _rel(p: Path) -> str:
 
 
 def mtp_files() -> list[str]:
-    return sorted(
-        _rel(p) for p in PKG.rglob("*.py") if any("mtp" in w.lower() for _, w, _ in _code_words(p))
-    )
+    return sorted(_rel(p) for p in PKG.rglob("*.py") if any("mtp" in w.lower() for _, w, _ in _code_words(p)))
 
 
 def special_cases() -> list[str]:
@@ -66,7 +66,11 @@ def special_cases() -> list[str]:
 def fields_of(path: Path, cls: str) -> list[str]:
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.ClassDef) and node.name == cls:
-            return [s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+            return [
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            ]
     return []
 
 
@@ -74,7 +78,11 @@ def counts() -> dict[str, list[str]]:
     mtp = mtp_files()
     return {
         "mtp_files": mtp,
-        "new_drafter": ["<its backend evaluator>", "<its kind module>", *(f for f in mtp if f not in MTP_OWN)],
+        "new_drafter": [
+            "<its backend evaluator>",
+            "<its kind module>",
+            *(f for f in mtp if f not in MTP_OWN),
+        ],
         "special_cases": special_cases(),
         "seqstate_fields": fields_of(PKG / "decode" / "state.py", "SeqState"),
         "seqplan_fields": fields_of(PKG / "decode" / "seqplan.py", "SeqPlan"),

@@ -41,7 +41,7 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 # speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
 LOOKUP_MODES = ("on", "off", "only")
-DRAFT_SOURCES = ("model", "mtp")
+DRAFT_SOURCES = ("model", "mtp")  # the kinds of drafter (localspec/draft_kinds: a test keeps them equal)
 SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
 AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
@@ -521,19 +521,18 @@ class Settings:
         return parse_endpoints(self.rpc)
 
     @property
+    def drafter(self) -> str | None:
+        """The kind of drafter that drafts (its --draft-source name; localspec/draft_kinds), or None:
+        lookup drafts only (--lookup only, or a draft model's source with no --draft GGUF), or no
+        speculation. A kind other than the draft model loads no --draft GGUF."""
+        if not self.spec or self.lookup == "only" or (self.draft_source == "model" and self.draft is None):
+            return None
+        return self.draft_source
+
+    @property
     def speculative(self) -> bool:
         """The draft model is loaded and drafts."""
-        return self.spec and self.draft is not None and not self.draft_mtp and self.lookup != "only"
-
-    @property
-    def draft_mtp(self) -> bool:
-        """`--draft-source mtp`: the target's own MTP head drafts (any --draft GGUF is not loaded)."""
-        return self.draft_source == "mtp"
-
-    @property
-    def mtp_drafts(self) -> bool:
-        """The target's MTP layers are loaded and draft."""
-        return self.spec and self.draft_mtp and self.lookup != "only"
+        return self.drafter == "model"
 
     @property
     def uses_lookup(self) -> bool:

@@ -10,15 +10,10 @@ from typing import NamedTuple, Sequence
 from localspec.decode.clock import Clock
 from localspec.decode.seqplan import SeqPlan
 from localspec.decode.settle import Verdict
-from localspec.decode.sources import EVIDENCE
+from localspec.decode.sources import Sources
 from localspec.decode.state import SeqState, Step
 from localspec.draft_len.controller import Outcome
 from localspec.draft_len.cost_bound import round_charge
-from localspec.draft_len.evidence import LOOKUP
-
-# the registered sources' names by their evidence: none (free, kept for certain), the lookup's
-FREE = tuple(name for name, kind in EVIDENCE.items() if kind is None)
-LOOKUPS = tuple(name for name, kind in EVIDENCE.items() if kind == LOOKUP)
 
 
 def record_prefill(filling: Sequence[SeqState], prefilled: Sequence[int], seconds: float) -> None:
@@ -42,12 +37,14 @@ class Shared(NamedTuple):
     longest: int  # the draft loop's steps: its decodes
 
 
-def record(plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, batch_tokens: int) -> None:
+def record(
+    plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, batch_tokens: int, sources: Sources
+) -> None:
     m = clock.marks
     t_catch = clock.spent["catch"] if clock.caught else 0.0  # a replay-only catch-up is drafting's
     for st in clock.caught:  # the draft's prompt pass, late: prefill, not drafting
         st.counters.prefill_s += t_catch
-    evs = [_evidence(p.sources, v.n_accepted) for p, v in zip(plans, verdicts)]
+    evs = [_evidence(p.sources, v.n_accepted, sources) for p, v in zip(plans, verdicts)]
     drafting, verify_s = m["drafted"] - m["drafting"], m["verified"] - m["drafted"]
     t = Shared(
         drafting - t_catch, drafting, verify_s, verify_s + clock.spent["draft"], m["verified"] - m["start"],
@@ -94,22 +91,23 @@ def _record_one(
     c.started_plain = st.k_ctl.started_plain
 
 
-def _evidence(sources: Sequence[str], n_accepted: int) -> tuple[int, int, int, bool]:
+def _evidence(names: Sequence[str], n_accepted: int, sources: Sources) -> tuple[int, int, int, bool]:
     """The round's drafts that feed the tuner (sources with evidence: the grammar's are free and
     certain): (how many, how many kept, how many the lookup's, whether the round reached them - not
     cut short by a forced token's miss). It runs per sequence per round: counted in C where no draft
     is free, one plain pass where some are."""
     n_look = n_free = 0
-    for name in LOOKUPS:
-        n_look += sources.count(name)
-    for name in FREE:
-        n_free += sources.count(name)
+    for name in sources.lookups:
+        n_look += names.count(name)
+    for name in sources.free:
+        n_free += names.count(name)
     if not n_free:  # every draft is evidence, and the round reached them all
-        return len(sources), min(n_accepted, len(sources)), n_look, True
+        return len(names), min(n_accepted, len(names)), n_look, True
     n_own = n_acc = 0
     first_missed = -1  # the first draft with evidence past the kept ones
-    for j, name in enumerate(sources):
-        if EVIDENCE[name] is None:
+    evidence = sources.evidence
+    for j, name in enumerate(names):
+        if evidence[name] is None:
             continue
         n_own += 1
         if j < n_accepted:

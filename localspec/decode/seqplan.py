@@ -27,7 +27,7 @@ class SeqPlan:
     facts: Facts | None = None  # what the K controller saw (None: this sequence does not draft)
     kplan: Plan | None = None  # what it decided
     k: int = 0  # drafts past the forced run the round asks for (the draft model's, the lookup's first)
-    model: bool = False  # the draft model (or MTP head) drafts for it this round
+    model: bool = False  # the drafter (a draft model, or another kind) drafts for it this round
     total: int = 0  # drafts wanted, forced ones included
     drafts: list[int] = field(default_factory=list)
     qs: list[Dist | None] = field(default_factory=list)  # each draft's q (None: greedy, or not needed)

@@ -20,6 +20,8 @@ from typing import Sequence
 
 from localspec.decode.round import decode_round
 from localspec.decode.sources import sources_for
+from localspec.decode.sources.base import DraftSource
+from localspec.decode.sources.model import ModelSource
 from localspec.decode.state import SeqState
 from localspec.engine.prompt_disk.warm import PromptDisk
 from localspec.engine.sharing import Sharing, common_prefix
@@ -77,9 +79,11 @@ class Scheduler:
         prefill_chunk: int = 128,
         prefill_alone: int = 512,
         disk: PromptDisk | None = None,
+        drafting: type[DraftSource] = ModelSource,
     ) -> None:
+        """`drafting`: the source that decodes with `draft` (its kind's, draft_kinds.source_of)."""
         self.target, self.draft = target, draft
-        self.sources = sources_for(draft)  # the draft sources every round walks
+        self.sources = sources_for(draft, drafting)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
         # and with no stream running: a whole n_batch decode (what a long prompt is split into anyway),
         # so a cancel or a newcomer is seen between batches, not once a 10k-token prefill is done

@@ -1,7 +1,8 @@
 """The draft sources, in the order a round walks them: the grammar's forced tokens lead, the
-lookup's proposal follows, and a decoding drafter - the draft model or the target's MTP head,
-whichever the draft context declares (`Evaluator.source`) - extends them. Adding a source is one
-module implementing `DraftSource` (base.py) and one line here (docs/architecture.md shows how)."""
+lookup's proposal follows, and the decoding drafter over the draft context extends them - the kind
+of drafter loaded (localspec/draft_kinds) names its source (`ModelSource` unless it brings its own),
+and its context names its drafts (`Evaluator.source`). Adding a free source is one module
+implementing `DraftSource` (base.py) and one line here (docs/architecture.md shows how)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ from localspec.decode.sources.base import DraftSource
 from localspec.decode.sources.grammar import GrammarSource
 from localspec.decode.sources.lookup import LookupSource
 from localspec.decode.sources.model import ModelSource
-from localspec.decode.sources.mtp import MtpSource
+from localspec.draft_len.evidence import LOOKUP
 from localspec.evaluator import Evaluator
 
-REGISTERED = (GrammarSource, LookupSource, ModelSource, MtpSource)
-# each source's evidence by its name (what the record phase looks up per draft)
-EVIDENCE: dict[str, str | None] = {cls.spec.name: cls.spec.evidence for cls in REGISTERED}
+FREE_SOURCES = (GrammarSource, LookupSource)  # the sources that cost no decode, in order
 
 
 class Sources(NamedTuple):
@@ -27,14 +26,22 @@ class Sources(NamedTuple):
     offering: tuple[DraftSource, ...]
     accepting: tuple[DraftSource, ...]
     resetting: tuple[DraftSource, ...]
+    evidence: dict[str, str | None]  # each source's evidence by its name (the record phase's lookup)
+    free: tuple[str, ...]  # the names of the sources whose drafts feed no evidence (kept for certain)
+    lookups: tuple[str, ...]  # ... and of those priced by match length (draft_len/evidence.py LOOKUP)
 
 
-def sources_for(draft: Evaluator | None) -> Sources:
-    """The sources a round walks over the draft context (None: the free sources only); an engine
-    builds them once."""
-    made = tuple(s for cls in REGISTERED if (s := cls.for_round(draft)) is not None)
+def sources_for(draft: Evaluator | None, drafting: type[DraftSource] = ModelSource) -> Sources:
+    """The sources a round walks over the draft context (None: the free sources only), `drafting`
+    the one that decodes with it (its kind's, localspec/draft_kinds); an engine builds them once."""
+    made = tuple(s for cls in (*FREE_SOURCES, drafting) if (s := cls.for_round(draft)) is not None)
+    evidence = {s.spec.name: s.spec.evidence for s in made}
     return Sources(
-        made, *(tuple(s for s in made if _overrides(s, hook)) for hook in ("offer", "accept", "reset"))
+        made,
+        *(tuple(s for s in made if _overrides(s, hook)) for hook in ("offer", "accept", "reset")),
+        evidence,
+        tuple(name for name, kind in evidence.items() if kind is None),
+        tuple(name for name, kind in evidence.items() if kind == LOOKUP),
     )
 
 

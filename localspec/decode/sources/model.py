@@ -1,4 +1,4 @@
-"""The draft model: a small model with the target's vocabulary drafts for every sequence the plan
+"""The draft model (or any drafter whose context decodes as one: the target's own head): it drafts for every sequence the plan
 gives it, one batched decode per draft position across them, each token sampled as the sequence
 samples (penalties, the constraint's mask) and followed by what the grammar then forces. Drafting
 stops at the plan's K, at EOG, where the constraint allows nothing, or where the draft is unsure
@@ -31,16 +31,18 @@ from localspec.evaluator import Evaluator, Item
 
 
 class ModelSource(DraftSource):
-    spec = SourceSpec("draft", evidence=MODEL)
+    """Drafts by decoding with the draft context, under the name its context gives its drafts
+    (`Evaluator.source`: "draft" for a draft model; another kind of drafter names its own)."""
 
     def __init__(self, ctx: Evaluator) -> None:
         self.ctx = ctx
+        self.spec = SourceSpec(ctx.source, evidence=MODEL)
         self.grammar = GrammarSource()  # what the grammar forces after each of its tokens
 
     @classmethod
     def for_round(cls, draft: Evaluator | None) -> "ModelSource | None":
-        """This source drafts where the draft context says its drafts are this source's."""
-        return cls(draft) if draft is not None and draft.source == cls.spec.name else None
+        """This source drafts wherever there is a draft context."""
+        return cls(draft) if draft is not None else None
 
     def offer(self, p: SeqPlan) -> None:
         """How far the draft's cache lags the text: a catch-up to pay before it drafts."""
