@@ -86,7 +86,7 @@ class Settings:
         "What drafts with the lookup: model (the --draft GGUF) or mtp (the target's own MTP (nextn) "
         "layers; no draft GGUF is loaded).",
         group="model",
-        choices=DRAFT_SOURCES,
+        choices=lambda: DRAFT_SOURCES,  # read when checked: a kind registered later counts
     )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
@@ -677,10 +677,16 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
         return tuple(items)
     if not isinstance(v, str):
         raise LocalspecError(f"{name} must be a string (got {v!r})")
-    choices = meta.get("choices")
+    choices = field_choices(meta)
     if choices and v not in choices:
         raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
     return v
+
+
+def field_choices(meta: Any) -> tuple[str, ...] | None:
+    """A field's choices (a tuple, or a callable giving one: the drafter kinds' names)."""
+    choices = meta.get("choices")
+    return choices() if callable(choices) else choices
 
 
 def _number_or_word(name: str, meta: Any, v: Any, words: list[str]) -> Any:
