@@ -12,7 +12,7 @@ from localspec.decode.sources.base import DraftSource
 from localspec.decode.sources.grammar import GrammarSource
 from localspec.decode.sources.lookup import LookupSource
 from localspec.decode.sources.model import ModelSource
-from localspec.draft_len.evidence import LOOKUP
+from localspec.draft_len.evidence import LOOKUP, MODEL
 from localspec.evaluator import Evaluator
 
 FREE_SOURCES = (GrammarSource, LookupSource)  # the sources that cost no decode, in order
@@ -27,8 +27,9 @@ class Sources(NamedTuple):
     accepting: tuple[DraftSource, ...]
     resetting: tuple[DraftSource, ...]
     evidence: dict[str, str | None]  # each source's evidence by its name (the record phase's lookup)
-    free: tuple[str, ...]  # the names of the sources whose drafts feed no evidence (kept for certain)
-    lookups: tuple[str, ...]  # ... and of those priced by match length (draft_len/evidence.py LOOKUP)
+    certain: tuple[str, ...]  # the names of the sources whose drafts feed no evidence (kept for certain)
+    by_match: tuple[str, ...]  # ... of those priced by match length (draft_len/evidence.py LOOKUP)
+    free: tuple[str, ...]  # ... and of every free source, in order (the rest: the drafter's)
 
 
 def sources_for(draft: Evaluator | None, drafting: type[DraftSource] = ModelSource) -> Sources:
@@ -42,6 +43,7 @@ def sources_for(draft: Evaluator | None, drafting: type[DraftSource] = ModelSour
         evidence,
         tuple(name for name, kind in evidence.items() if kind is None),
         tuple(name for name, kind in evidence.items() if kind == LOOKUP),
+        tuple(name for name, kind in evidence.items() if kind != MODEL),
     )
 
 
