@@ -352,6 +352,17 @@ class Settings:
         group="spec",
         choices=LOOKUP_MODES,
     )
+    history_tokens: int = _f(
+        0,
+        "Lookup drafts from this model's earlier requests too: the prompts and outputs it remembers, "
+        "this many tokens of them at most (oldest out; 0: off). Where a request's own lookup finds "
+        "nothing, a match in them is offered, priced by the tuner like any source (agents resend "
+        "the same tools and edits). Each model served keeps its own.",
+        group="spec",
+        scope=(FLAG, CONFIG),  # the server's memory, as tuner_cache is its disk
+        ge=0,
+        le=1 << 26,
+    )
     grammar_drafts: bool = _f(
         True,
         "With a JSON schema or grammar, draft under it: tokens it forces are free drafts and the draft "

@@ -17,6 +17,7 @@ from localspec.chat import media
 from localspec.chat import template as chat
 from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
 from localspec.decode.infill import Infill
+from localspec.decode.sources import remembered
 from localspec.draft_len.pool import TunerPool
 from localspec.engine import embed, embed_only
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
@@ -82,7 +83,7 @@ class Engine:
         self.prompt_disk = open_disk(self.settings, pair, self._log)
         self._sched = Scheduler(
             pair.target_ctx, pair.draft_ctx, self.settings.parallel, prefill_alone=self.settings.n_batch,
-            disk=self.prompt_disk, drafting=draft_kinds.source_of(self.settings),
+            disk=self.prompt_disk, drafting=draft_kinds.source_of(self.settings), kept=remembered(self.settings),
         )  # fmt: skip
         return self._sched
 

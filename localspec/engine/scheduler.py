@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from localspec.decode.round import decode_round
 from localspec.decode.sources import sources_for
@@ -80,10 +80,12 @@ class Scheduler:
         prefill_alone: int = 512,
         disk: PromptDisk | None = None,
         drafting: type[DraftSource] = ModelSource,
+        kept: Mapping[type, Any] | None = None,
     ) -> None:
-        """`drafting`: the source that decodes with `draft` (its kind's, draft_kinds.source_of)."""
+        """`drafting`: the source that decodes with `draft` (its kind's, draft_kinds.source_of);
+        `kept`: what the free sources keep across this engine's requests (sources.remembered)."""
         self.target, self.draft = target, draft
-        self.sources = sources_for(draft, drafting)  # the draft sources every round walks
+        self.sources = sources_for(draft, drafting, kept)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
         # and with no stream running: a whole n_batch decode (what a long prompt is split into anyway),
         # so a cancel or a newcomer is seen between batches, not once a 10k-token prefill is done
@@ -292,6 +294,8 @@ class Scheduler:
             self.cached[st.seq] = st.tokens[: self.target.past(st.seq)]
             if self.disk is not None:  # the draft's cache caught up on the prompt by now, if it drafted
                 self.disk.left(st)
+            for src in self.sources.finishing:
+                src.finish(st)
         self.free.append(st.seq)
         if error is not None:
             job.fail(error)

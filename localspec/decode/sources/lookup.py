@@ -23,7 +23,7 @@ class LookupSource(DraftSource):
     spec = SourceSpec("lookup", evidence=LOOKUP)
 
     @classmethod
-    def for_round(cls, draft: Evaluator | None) -> "LookupSource":
+    def for_round(cls, draft: Evaluator | None, kept: None = None) -> "LookupSource":
         return cls()
 
     def offer(self, p: SeqPlan) -> None:

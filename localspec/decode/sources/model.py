@@ -40,7 +40,7 @@ class ModelSource(DraftSource):
         self.grammar = GrammarSource()  # what the grammar forces after each of its tokens
 
     @classmethod
-    def for_round(cls, draft: Evaluator | None) -> "ModelSource | None":
+    def for_round(cls, draft: Evaluator | None, kept: None = None) -> "ModelSource | None":
         """This source drafts wherever there is a draft context."""
         return cls(draft) if draft is not None else None
 
