@@ -104,8 +104,8 @@ def test_the_tuner_prices_history_under_its_own_name():
         forks.append(tuner.fork())
         return forks[-1]
 
-    got = _serve(sched, t, [[1, 2, 3]] * 3, fork)
-    assert got[2].accepted > 0
-    assert "history" in forks[-1].evidence.offers  # learned under its name, apart from the lookup's
+    _serve(sched, t, [[1, 2, 3]] * 3, fork)
+    # learned under its name, apart from the lookup's (drafted, or judged where the lookup led)
+    assert {"lookup", "history"} <= set(forks[-1].evidence.offers)
     kept, tried = forks[-1].evidence.offer_evidence("history")
-    assert tried.sum() > 0
+    assert tried.sum() > 0 and kept.sum() > 0

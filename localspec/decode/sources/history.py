@@ -1,6 +1,6 @@
 """The history: a continuation of the sequence's suffix from what this model read and wrote in
-earlier requests (decode/history.py), proposed for free where the request's own lookup found
-nothing. It offers like the lookup (the tuner prices it under its own name, per match length, and
+earlier requests (decode/history.py), offered for free after the request's own lookup. It offers
+like the lookup (the tuner prices it under its own name, per match length, and
 drops it where it does not pay), drafts where the plan leads with it, and keeps each finished
 sequence. The index is the engine's (one per model, `remembers`), never shared between models."""
 
@@ -33,8 +33,9 @@ class HistorySource(DraftSource):
         return cls(kept) if kept is not None else None
 
     def offer(self, p: SeqPlan) -> None:
-        """Consulted after the request's own lookup, where that offered nothing (lookup drafts on)."""
-        if p.st.lookup is not None and not p.offers and self.history.size:
+        """Consulted after the request's own lookup (lookup drafts on): a second offer, the tuner
+        picks which leads (a longer match in what an agent re-sends beats a short one of its own)."""
+        if p.st.lookup is not None and self.history.size:
             offer_match(p, self.spec.name, *self.history.propose(p.st.tokens, MAX_PROPOSAL))
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
