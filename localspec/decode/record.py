@@ -44,6 +44,8 @@ def record(
     t_catch = clock.spent["catch"] if clock.caught else 0.0  # a replay-only catch-up is drafting's
     for st in clock.caught:  # the draft's prompt pass, late: prefill, not drafting
         st.counters.prefill_s += t_catch
+    for st, n in clock.draft_prompt.items():
+        st.counters.n_draft_prefilled += n
     evs = [_evidence(p.sources, v.n_accepted, sources) for p, v in zip(plans, verdicts)]
     drafting, verify_s = m["drafted"] - m["drafting"], m["verified"] - m["drafted"]
     t = Shared(

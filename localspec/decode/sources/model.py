@@ -57,8 +57,8 @@ class ModelSource(DraftSource):
             for p in plans
             if p.model and p.total > len(p.drafts) and not (p.drafts and is_eog(p.drafts[-1]))
         ]
-        clock.caught = clock.timed("catch", self._catch_up, [p.st for p in active])
-        items = [self._first_item(p) for p in active]
+        clock.caught = clock.timed("catch", self._catch_up, [p.st for p in active], clock)
+        items = [self._first_item(p, clock) for p in active]
         while active:
             rows = clock.timed("draft", self.ctx.eval_views, items)
             active, items = self._step(active, rows)
@@ -77,7 +77,7 @@ class ModelSource(DraftSource):
     # no reset: the caller cuts every cache back after a round that raised
 
     # -- drafting --------------------------------------------------------------------------------
-    def _first_item(self, p: SeqPlan) -> Item:
+    def _first_item(self, p: SeqPlan, clock: Clock) -> Item:
         """The first draft step: what the cache lacks of the text, then the drafts so far."""
         st, ctx = p.st, self.ctx
         n = len(st.tokens)
@@ -85,7 +85,7 @@ class ModelSource(DraftSource):
             ctx.truncate(n - 1, st.seq)
         have = ctx.past(st.seq)
         if have < n - st.n_new:  # some of the prompt is not in the draft's cache yet
-            _count_prompt(st, have, n)
+            _count_prompt(clock, st, have, n)
         return Item(st.seq, st.tokens[have:n] + p.drafts, have, 1)
 
     def _step(self, active: list[SeqPlan], rows: list[np.ndarray]) -> tuple[list[SeqPlan], list[Item]]:
@@ -141,7 +141,7 @@ class ModelSource(DraftSource):
             p.total = min(p.total + len(run), p.cap)
         return run
 
-    def _catch_up(self, active: list[SeqState]) -> dict[SeqState, int]:
+    def _catch_up(self, active: list[SeqState], clock: Clock) -> dict[SeqState, int]:
         """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it
         lags by more than a round's worth (its prompt, or the tokens of plain rounds): those
         sequences' prefill; returns the tokens each caught up on (the tuner prices the next one). A
@@ -157,7 +157,7 @@ class ModelSource(DraftSource):
         for st in active:
             have, upto = ctx.past(st.seq), len(st.tokens) - 1
             if upto - have > (1 if snapshots else 2):
-                _count_prompt(st, have, upto)
+                _count_prompt(clock, st, have, upto)
                 items.append(Item(st.seq, st.tokens[have:upto], have, 1))
                 behind.append(st)
                 replay_only &= snapshots and upto - have <= MAX_PROPOSAL + 2
@@ -170,7 +170,9 @@ class ModelSource(DraftSource):
         return {} if replay_only else {st: len(it.tokens) for st, it in zip(behind, items)}
 
 
-def _count_prompt(st: SeqState, have: int, end: int) -> None:
-    """The draft evaluates positions [have, end): count those in the prompt (the target's n_prefilled
-    counterpart; a draft catches up on the prompt late, at its first drafting round)."""
-    st.counters.n_draft_prefilled += max(min(end, len(st.tokens) - st.n_new) - have, 0)
+def _count_prompt(clock: Clock, st: SeqState, have: int, end: int) -> None:
+    """The draft evaluates positions [have, end): tally those in the prompt for the record phase
+    (the target's n_prefilled counterpart; a draft catches up on the prompt late, at its first
+    drafting round)."""
+    n = max(min(end, len(st.tokens) - st.n_new) - have, 0)
+    clock.draft_prompt[st] = clock.draft_prompt.get(st, 0) + n
