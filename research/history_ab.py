@@ -111,7 +111,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--history", type=int, default=65536, help="--history-tokens on the 'on' side")
-    ap.add_argument("--asks", type=int, default=len(ASKS), help="agent asks cycled over (fewer: more repeats)")
+    ap.add_argument(
+        "--asks", type=int, default=len(ASKS), help="agent asks cycled over (fewer: more repeats)"
+    )
     ap.add_argument("--draft-max", default="auto", help="auto (the tuner decides) or a fixed K")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
