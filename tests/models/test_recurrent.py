@@ -81,7 +81,10 @@ def test_rs_cannot_reach_before_its_decode_and_says_so(hybrid_dir):
 def test_mtp_head_on_a_bigram_trunk_predicts_the_token_after_next(hybrid_dir):
     """mix 0 makes the trunk a bigram and the exact head its copy: if every fed row pairs the right
     token with the right hidden state, each draft is what the target says one step later."""
-    with Model(hybrid_dir / "qwen35-bigram.gguf", model_params={"load_mtp": True}) as m, Context(m, n_ctx=128) as tgt:
+    with (
+        Model(hybrid_dir / "qwen35-bigram.gguf", model_params={"load_mtp": True}) as m,
+        Context(m, n_ctx=128) as tgt,
+    ):
         with MtpDrafter(tgt) as mtp:
             tokens = m.tokenize("The quick brown fox")
             tgt.eval(tokens[:-1], 0, 1)
