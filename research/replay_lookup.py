@@ -37,7 +37,7 @@ from localspec.bench.prompts import fit_prompts, load_prompts
 from localspec.config.settings import Settings
 from localspec.decode.lookup import Lookup
 from localspec.draft_len.auto import AutoK
-from localspec.draft_len.controller import Facts, Outcome
+from localspec.draft_len.controller import Facts, Judged, Offer, Outcome
 from localspec.engine import Engine
 from localspec.paths import default_pair
 
@@ -126,9 +126,10 @@ def replay(tr: dict, n: int, make, verify: dict, draft: float, rng: random.Rando
     ctl = ctl.fork()  # a request's own controller, as the engine's pool gives it
     t, secs = 0, 0.0
     while t < n:
-        facts = Facts(n_lookup=tr["avail"][t], match_len=tr["len"][t]) if lookup else Facts()
+        n_av, m = tr["avail"][t], tr["len"][t]
+        facts = Facts(offers=(Offer("lookup", [0] * n_av, m),)) if lookup and n_av and m else Facts()
         plan = ctl.plan(facts)
-        k, lf = min(plan.k, K_MAX, n - t - 1), plan.lookup_first
+        k, lf = min(plan.k, K_MAX, n - t - 1), plan.lead is not None
         if not ctl.has_model:
             k = min(k, tr["avail"][t])
         acc, n_look = outcome(tr, t, k, lf)
@@ -141,7 +142,8 @@ def replay(tr: dict, n: int, make, verify: dict, draft: float, rng: random.Rando
             kept = min(tr["run"][t], checked)
         ctl.observe(
             Outcome(k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1, draft_s=d, verify_s=v, round_s=r,
-                    n_lookup=n_look, offer_checked=checked, offer_kept=kept, match_len=facts.match_len)
+                    n_offered=n_look, lead="lookup" if n_look else "", lead_confidence=m,
+                    judged=(Judged("lookup", m, checked, kept),) if checked else ())
         )  # fmt: skip
         t, secs = t + acc + 1, secs + r
     return t / secs

@@ -29,6 +29,7 @@ from localspec.draft_len.evidence import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED
 from localspec.draft_len.fixed import FixedK
 
 NEW_API = hasattr(controller, "Facts")
+OFFERS = hasattr(controller, "Offer")  # Facts carry offers by source (issue 59), not lookup fields
 if NEW_API:
     from localspec.draft_len.batch import plan_batch
     from localspec.draft_len.controller import Facts, Outcome
@@ -61,6 +62,9 @@ def facts_of(rng: random.Random, lookup: bool, left: int) -> dict:
 
 def plan(ctls: list, facts: list[dict], lookup: bool) -> list[tuple[int, bool, int]]:
     """(K, lookup first, forced tokens taken) per controller, as the round asks for them."""
+    if OFFERS:
+        plans = plan_batch(ctls, [_facts(f) for f in facts])
+        return [(p.k, p.lead is not None, p.forced_take) for p in plans]
     if NEW_API:
         return [(p.k, p.lookup_first, p.forced_take) for p in plan_batch(ctls, [Facts(**f) for f in facts])]
     for c, f in zip(ctls, facts):
@@ -72,7 +76,23 @@ def plan(ctls: list, facts: list[dict], lookup: bool) -> list[tuple[int, bool, i
     return [(k, c.lookup_first, c.forced_take) for k, c in zip(ks, ctls)]
 
 
+def _facts(f: dict):  # noqa: ANN202
+    """The lookup's fields as the lookup's offer (none where it proposes nothing)."""
+    n, m = f["n_lookup"], f["match_len"]
+    offers = (controller.Offer("lookup", (0,) * n, m),) if n and m else ()
+    return Facts(f["n_forced"], offers, f["behind"], f["left"])
+
+
+def _outcome(o: dict):  # noqa: ANN202
+    n, checked, kept, m = o.pop("n_lookup"), o.pop("offer_checked"), o.pop("offer_kept"), o.pop("match_len")
+    judged = (controller.Judged("lookup", m, checked, kept),) if checked else ()
+    return Outcome(**o, n_offered=n, lead="lookup" if n else "", lead_confidence=m if n else 0, judged=judged)
+
+
 def observe(ctl, outcome: dict) -> None:  # noqa: ANN001
+    if OFFERS:
+        ctl.observe(_outcome(outcome))
+        return
     if NEW_API:
         ctl.observe(Outcome(**outcome))
         return

@@ -150,7 +150,10 @@ def main() -> None:
             print(
                 f"{name:<12} {n} tokens: save {save:.3f}  restore {restore:.3f}  re-prefill {reprefill:.1f}"
             )
-    with Model(models["qwen35"], load_mtp=True) as m, Context(m, n_ctx=512, n_threads=args.threads) as tgt:
+    with (
+        Model(models["qwen35"], model_params={"load_mtp": True}) as m,
+        Context(m, n_ctx=512, n_threads=args.threads) as tgt,
+    ):
         mtp = MtpDrafter(tgt)
         prompt = m.tokenize(PROMPT)
         t0 = time.perf_counter()

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from localspec.config.settings import Settings, setting_fields
+from localspec.config.settings import Settings, field_choices, setting_fields
 from localspec.errors import LocalspecError
 from localspec.files import read_capped
 
@@ -21,7 +21,7 @@ def _click_type(f: Any) -> Any:
     args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
     base = args[0]
     if "choices" in f.metadata:
-        return click.Choice(f.metadata["choices"])
+        return click.Choice(field_choices(f.metadata))
     if any(typing.get_origin(a) is typing.Literal for a in args):  # a number or a word: Settings parses it
         return str
     if base is Path:  # as typed: Settings makes the Path, and reads `--draft mtp` as the word

@@ -58,7 +58,9 @@ def collect(settings: Any, *, load: bool = True) -> dict[str, Any]:
         return out
     decision = planned.decision
     out["decision"] = decision.to_dict()
-    if settings.draft is not None or settings.draft_mtp:
+    if (
+        settings.draft is not None or settings.draft_source != "model"
+    ):  # a drafter named: a GGUF, or a kind with none
         out["tuner_memory"] = _remembered(settings, decision)
     if not load:
         return out
@@ -101,7 +103,10 @@ def _variant_line(v: dict[str, Any]) -> str:
 
 
 def _memory(settings: Any) -> dict[str, Any]:
-    """Each model's memory kind and MTP layers, from its header (what speculation will cost on it)."""
+    """Each model's memory kind and the blocks it carries to draft with, from its header (what
+    speculation will cost on it)."""
+    from localspec.draft_kinds import describe, header_layers  # noqa: PLC0415
+    from localspec.gguf.file import read_header  # noqa: PLC0415
     from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
 
     roles = {"target": settings.target, "draft": settings.draft if settings.speculative else None}
@@ -109,12 +114,8 @@ def _memory(settings: Any) -> dict[str, Any]:
     for role, path in roles.items():
         if path is not None:
             f = memory_facts(path)
-            out[role] = {
-                "kind": f.kind,
-                "rollback": f.rollback,
-                "mtp_layers": f.mtp_layers,
-                "line": f.describe(),
-            }
+            layers = {f"{name}_layers": n for name, n in header_layers(read_header(path)).items()}
+            out[role] = {"kind": f.kind, "rollback": f.rollback, **layers, "line": describe(path)}
     return out
 
 
@@ -130,11 +131,13 @@ def _measured_rollback(memory: dict[str, Any], loaded: Any) -> None:
 
 def _remembered(settings: Any, decision: Any) -> dict[str, Any]:
     """What auto-K remembers of this pair on this build and device (see tuner_memory)."""
+    from localspec.draft_kinds import cache_key  # noqa: PLC0415
     from localspec.draft_len.memory import TunerMemory, memory_key  # noqa: PLC0415
 
     notes: list[str] = []
     mem = TunerMemory(
-        memory_key(settings, decision.target_gpu_layers, decision.draft_gpu_layers), note=notes.append
+        memory_key(settings, decision.target_gpu_layers, decision.draft_gpu_layers, cache_key(settings)),
+        note=notes.append,
     )
     rec = mem.load() if settings.tuner_cache else None
     out: dict[str, Any] = {"path": str(mem.path), "enabled": settings.tuner_cache, "notes": notes}

@@ -10,6 +10,8 @@ import click
 def list_pairs() -> None:
     """Pair presets (pull one with `localspec pull NAME`), the pairs in models/ with their size and
     the acceptance last measured with them, and what each running `localspec serve` has loaded."""
+    from localspec.draft_kinds import describe, header_layers  # noqa: PLC0415
+    from localspec.gguf.file import read_header  # noqa: PLC0415
     from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
     from localspec.gguf.memory_plan import fmt_bytes  # noqa: PLC0415
     from localspec.hub.listing import local_pairs, presets  # noqa: PLC0415
@@ -31,10 +33,11 @@ def list_pairs() -> None:
         acc = f"{lp.acceptance:.0%}" if lp.acceptance is not None else "–"
         note = f"  ({lp.problem})" if lp.problem else ""
         click.echo(f"  {lp.name:<20} {size:>10}  last acceptance {acc:>4}  {lp.folder}{note}")
-        if not lp.problem:  # what speculation costs on its memory, and an MTP head to draft with
-            f = memory_facts(lp.target)
-            if f.kind != "attention" or f.mtp_layers:
-                click.echo(f"  {'':<20} target: {f.describe()}")
+        if not lp.problem:  # what speculation costs on its memory, and blocks of its own to draft with
+            if memory_facts(lp.target).kind != "attention" or any(
+                header_layers(read_header(lp.target)).values()
+            ):
+                click.echo(f"  {'':<20} target: {describe(lp.target)}")
     show_servers()
 
 

@@ -113,8 +113,8 @@ def check_pair(target: Path, draft: Path, mmproj: Path | None, draft_mmproj: Pat
     """Check that DRAFT can draft for TARGET (llama.cpp's vocabulary rules), and that the vision
     projectors (--mmproj, --draft-mmproj) are each one, whole, and made for their model. Exit 0 if
     so, 1 if not."""
+    from localspec.draft_kinds import describe  # noqa: PLC0415
     from localspec.gguf.compat import check_pair as check  # noqa: PLC0415
-    from localspec.gguf.memory_kind import memory_facts  # noqa: PLC0415
     from localspec.gguf.projector import given_projectors, projector_for  # noqa: PLC0415
 
     given = given_projectors(mmproj, draft_mmproj, target, draft)
@@ -123,7 +123,7 @@ def check_pair(target: Path, draft: Path, mmproj: Path | None, draft_mmproj: Pat
     if report.ok:
         click.echo(report.message)
         for role, path in (("target", target), ("draft", draft)):
-            click.echo(f"{role}: {memory_facts(path).describe()}")
+            click.echo(f"{role}: {describe(path)}")
         for f, role in facts:
             fits = (
                 f"makes {f.n_embd_text}-wide embeddings, as the {role} takes"

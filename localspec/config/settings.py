@@ -41,7 +41,7 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 # speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
 LOOKUP_MODES = ("on", "off", "only")
-DRAFT_SOURCES = ("model", "mtp")
+DRAFT_SOURCES = ("model", "mtp")  # the kinds of drafter (localspec/draft_kinds: a test keeps them equal)
 SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
 AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
@@ -86,7 +86,7 @@ class Settings:
         "What drafts with the lookup: model (the --draft GGUF) or mtp (the target's own MTP (nextn) "
         "layers; no draft GGUF is loaded).",
         group="model",
-        choices=DRAFT_SOURCES,
+        choices=lambda: DRAFT_SOURCES,  # read when checked: a kind registered later counts
     )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
@@ -352,6 +352,17 @@ class Settings:
         group="spec",
         choices=LOOKUP_MODES,
     )
+    history_tokens: int = _f(
+        0,
+        "Lookup drafts from this model's earlier requests too: the prompts and outputs it remembers, "
+        "this many tokens of them at most (oldest out; 0: off). Where a request's own lookup finds "
+        "nothing, a match in them is offered, priced by the tuner like any source (agents resend "
+        "the same tools and edits). Each model served keeps its own.",
+        group="spec",
+        scope=(FLAG, CONFIG),  # the server's memory, as tuner_cache is its disk
+        ge=0,
+        le=1 << 26,
+    )
     grammar_drafts: bool = _f(
         True,
         "With a JSON schema or grammar, draft under it: tokens it forces are free drafts and the draft "
@@ -526,19 +537,18 @@ class Settings:
         return parse_endpoints(self.rpc)
 
     @property
+    def drafter(self) -> str | None:
+        """The kind of drafter that drafts (its --draft-source name; localspec/draft_kinds), or None:
+        lookup drafts only (--lookup only, or a draft model's source with no --draft GGUF), or no
+        speculation. A kind other than the draft model loads no --draft GGUF."""
+        if not self.spec or self.lookup == "only" or (self.draft_source == "model" and self.draft is None):
+            return None
+        return self.draft_source
+
+    @property
     def speculative(self) -> bool:
         """The draft model is loaded and drafts."""
-        return self.spec and self.draft is not None and not self.draft_mtp and self.lookup != "only"
-
-    @property
-    def draft_mtp(self) -> bool:
-        """`--draft-source mtp`: the target's own MTP head drafts (any --draft GGUF is not loaded)."""
-        return self.draft_source == "mtp"
-
-    @property
-    def mtp_drafts(self) -> bool:
-        """The target's MTP layers are loaded and draft."""
-        return self.spec and self.draft_mtp and self.lookup != "only"
+        return self.drafter == "model"
 
     @property
     def uses_lookup(self) -> bool:
@@ -683,10 +693,16 @@ def check_value(f: dataclasses.Field, hint: Any, v: Any) -> Any:
         return tuple(items)
     if not isinstance(v, str):
         raise LocalspecError(f"{name} must be a string (got {v!r})")
-    choices = meta.get("choices")
+    choices = field_choices(meta)
     if choices and v not in choices:
         raise LocalspecError(f"{name} must be one of {', '.join(choices)} (got {v!r})")
     return v
+
+
+def field_choices(meta: Any) -> tuple[str, ...] | None:
+    """A field's choices (a tuple, or a callable giving one: the drafter kinds' names)."""
+    choices = meta.get("choices")
+    return choices() if callable(choices) else choices
 
 
 def _number_or_word(name: str, meta: Any, v: Any, words: list[str]) -> Any:

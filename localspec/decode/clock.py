@@ -1,5 +1,6 @@
-"""The round's stopwatch: the phases mark their boundaries and the draft source times its decodes
-through it; only the record phase (record.py) turns the times into counters and observations."""
+"""The round's stopwatch and tally: the phases mark their boundaries, the draft source times its
+decodes and tallies its prompt work through it; only the record phase (record.py) turns them into
+counters and observations."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ T = TypeVar("T")
 
 
 class Clock:
-    __slots__ = ("marks", "spent", "caught", "done")
+    __slots__ = ("marks", "spent", "caught", "draft_prompt", "done")
 
     def __init__(self) -> None:
         self.marks: dict[str, float] = {"start": time.perf_counter()}
         self.spent: dict[str, float] = {"draft": 0.0, "catch": 0.0}  # inside the draft's decodes
         self.caught: dict = {}  # SeqState -> tokens the draft caught up on, charged as prefill
+        self.draft_prompt: dict = {}  # SeqState -> prompt positions the draft evaluated (its prefill)
         self.done: list[float] = []  # when each sequence's own accept work ended, in order
 
     def mark(self, name: str) -> None:

@@ -28,7 +28,7 @@ def plan_round(
             src.offer(p)
         st = p.st
         if st.speculative and (draft is not None or st.lookup is not None):
-            p.facts = Facts(len(p.forced), len(p.offer), p.match_len, p.behind, p.left)
+            p.facts = Facts(len(p.forced), p.offers, p.behind, p.left)
             drafting.append(p)
             ctls.append(st.k_ctl)
             facts.append(p.facts)
@@ -56,12 +56,12 @@ def _budget(target: Evaluator, st: SeqState) -> SeqPlan:
 
 def _take(p: SeqPlan, draft: Evaluator | None) -> None:
     """The controller's plan as this round takes it: a forced run cut where a shorter batch costs
-    less (the rest is forced again next round, and the lookup's proposal past it goes), and K within
+    less (the rest is forced again next round, and the offers past it go), and K within
     the budget left."""
     st, kplan = p.st, p.kplan
     if kplan is not None and not kplan.k and kplan.forced_take < len(p.forced):  # a cheaper batch size
         constrained(st, st.track.take_back, len(p.forced) - kplan.forced_take)
-        p.forced, p.offer = p.forced[: kplan.forced_take], []
+        p.forced, p.offers = p.forced[: kplan.forced_take], ()
     p.k = max(0, min(kplan.k if kplan is not None else 0, p.cap - len(p.forced)))
     p.model = draft is not None and st.k_ctl.has_model and st.draft_model
     p.total = len(p.forced) + p.k

@@ -10,15 +10,10 @@ from typing import NamedTuple, Sequence
 from localspec.decode.clock import Clock
 from localspec.decode.seqplan import SeqPlan
 from localspec.decode.settle import Verdict
-from localspec.decode.sources import EVIDENCE
+from localspec.decode.sources import Sources
 from localspec.decode.state import SeqState, Step
-from localspec.draft_len.controller import Outcome
+from localspec.draft_len.controller import Judged, Offer, Outcome
 from localspec.draft_len.cost_bound import round_charge
-from localspec.draft_len.evidence import LOOKUP
-
-# the registered sources' names by their evidence: none (free, kept for certain), the lookup's
-FREE = tuple(name for name, kind in EVIDENCE.items() if kind is None)
-LOOKUPS = tuple(name for name, kind in EVIDENCE.items() if kind == LOOKUP)
 
 
 def record_prefill(filling: Sequence[SeqState], prefilled: Sequence[int], seconds: float) -> None:
@@ -42,12 +37,16 @@ class Shared(NamedTuple):
     longest: int  # the draft loop's steps: its decodes
 
 
-def record(plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, batch_tokens: int) -> None:
+def record(
+    plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, batch_tokens: int, sources: Sources
+) -> None:
     m = clock.marks
     t_catch = clock.spent["catch"] if clock.caught else 0.0  # a replay-only catch-up is drafting's
     for st in clock.caught:  # the draft's prompt pass, late: prefill, not drafting
         st.counters.prefill_s += t_catch
-    evs = [_evidence(p.sources, v.n_accepted) for p, v in zip(plans, verdicts)]
+    for st, n in clock.draft_prompt.items():
+        st.counters.n_draft_prefilled += n
+    evs = [_evidence(p.sources, v.n_accepted, sources) for p, v in zip(plans, verdicts)]
     drafting, verify_s = m["drafted"] - m["drafting"], m["verified"] - m["drafted"]
     t = Shared(
         drafting - t_catch, drafting, verify_s, verify_s + clock.spent["draft"], m["verified"] - m["start"],
@@ -57,25 +56,27 @@ def record(plans: Sequence[SeqPlan], verdicts: Sequence[Verdict], clock: Clock, 
     starts = [m["dists"], *clock.done[:-1]]
     shared = m["dists"] - m["verified"]  # the round's distributions: charged to each one's sampling
     for p, v, ev, t0, t1 in zip(plans, verdicts, evs, starts, clock.done):
-        _record_one(p, v, ev, t, (t1 - t0) + shared, clock.caught)
+        _record_one(p, v, ev, t, (t1 - t0) + shared, clock.caught, sources)
 
 
 def _record_one(
-    p: SeqPlan, v: Verdict, ev: tuple[int, int, int, bool], t: Shared, sample_s: float, caught: dict
+    p: SeqPlan,
+    v: Verdict,
+    ev: tuple[int, int, int, bool],
+    t: Shared,
+    sample_s: float,
+    caught: dict,
+    sources: Sources,
 ) -> None:
     st, c = p.st, p.st.counters
-    k = p.k if p.model else ev[2]  # the K asked: the lookup's alone without the draft model
+    k = p.k if p.model else ev[2]  # the K asked: the offer's alone without the drafter
     c.record_round(k, len(p.drafts), v.n_accepted, sources=p.sources)
-    if c.rounds_trace is not None:
+    if c.rounds_trace is not None:  # the free sources' drafts by name (the rest: the drafter's)
+        free = {name: p.sources.count(name) for name in sources.free}
         c.trace_round(
-            k=k,
-            drafted=len(p.drafts),
-            accepted=v.n_accepted,
-            lookup=p.sources.count("lookup"),
-            grammar=p.sources.count("grammar"),
-            draft_ms=t.draft_wall * 1e3,
-            verify_ms=t.verify * 1e3,
-        )
+            k=k, drafted=len(p.drafts), accepted=v.n_accepted, **free,
+            draft_ms=t.draft_wall * 1e3, verify_ms=t.verify * 1e3,
+        )  # fmt: skip
     c.draft_s += t.draft
     c.verify_s += t.verify
     c.sample_s += sample_s
@@ -94,22 +95,23 @@ def _record_one(
     c.started_plain = st.k_ctl.started_plain
 
 
-def _evidence(sources: Sequence[str], n_accepted: int) -> tuple[int, int, int, bool]:
+def _evidence(names: Sequence[str], n_accepted: int, sources: Sources) -> tuple[int, int, int, bool]:
     """The round's drafts that feed the tuner (sources with evidence: the grammar's are free and
     certain): (how many, how many kept, how many the lookup's, whether the round reached them - not
     cut short by a forced token's miss). It runs per sequence per round: counted in C where no draft
     is free, one plain pass where some are."""
     n_look = n_free = 0
-    for name in LOOKUPS:
-        n_look += sources.count(name)
-    for name in FREE:
-        n_free += sources.count(name)
+    for name in sources.by_match:
+        n_look += names.count(name)
+    for name in sources.certain:
+        n_free += names.count(name)
     if not n_free:  # every draft is evidence, and the round reached them all
-        return len(sources), min(n_accepted, len(sources)), n_look, True
+        return len(names), min(n_accepted, len(names)), n_look, True
     n_own = n_acc = 0
     first_missed = -1  # the first draft with evidence past the kept ones
-    for j, name in enumerate(sources):
-        if EVIDENCE[name] is None:
+    evidence = sources.evidence
+    for j, name in enumerate(names):
+        if evidence[name] is None:
             continue
         n_own += 1
         if j < n_accepted:
@@ -123,7 +125,9 @@ def _outcome(p, v, ev, k, t, round_s, caught) -> Outcome:  # noqa: ANN001
     """What the K controller learns: only the drafts of sources with evidence, and only when the
     round reached them."""
     n_own, n_acc, n_look, reached = ev
-    checked, kept = _offer_outcome(p.offer, v.new[len(p.forced) :]) if p.offer and not n_look else (0, 0)
+    lead = p.offered(p.kplan.lead) if n_look and p.kplan is not None and p.kplan.lead else None
+    unused = [o for o in p.offers if o is not lead] if p.offers else ()
+    emitted = v.new[len(p.forced) :]
     return Outcome(
         k=k,
         n_drafted=n_own if reached else 0,
@@ -133,22 +137,22 @@ def _outcome(p, v, ev, k, t, round_s, caught) -> Outcome:  # noqa: ANN001
         verify_s=t.verify,
         round_s=round_s,
         batch_tokens=t.batch_tokens,
-        n_lookup=n_look if reached else 0,
+        n_offered=n_look if reached else 0,
         n_forced=len(p.sources) - n_own,
         replay=p.replay,
         catch_tokens=caught,
         catch_s=t.per_token * caught,
-        offer_checked=checked,
-        offer_kept=kept,
-        match_len=p.facts.match_len if p.facts is not None else 0,
+        lead=lead.source if lead is not None else "",
+        lead_confidence=lead.confidence if lead is not None else 0,
+        judged=tuple(_judged(o, emitted) for o in unused),
     )
 
 
-def _offer_outcome(proposal: Sequence[int], emitted: Sequence[Step]) -> tuple[int, int]:
-    """(how many of an unused lookup proposal's tokens the round's output can judge, how many of
-    those lead in agreement with it)."""
-    checked = min(len(proposal), len(emitted))
+def _judged(o: Offer, emitted: Sequence[Step]) -> Judged:
+    """An unused offer against the round's output: how many of its tokens the output can judge, and
+    how many of those lead in agreement with it."""
+    checked = min(len(o.tokens), len(emitted))
     kept = 0
-    while kept < checked and proposal[kept] == emitted[kept].token:
+    while kept < checked and o.tokens[kept] == emitted[kept].token:
         kept += 1
-    return checked, kept
+    return Judged(o.source, o.confidence, checked, kept)

@@ -4,7 +4,7 @@ protocol (localspec/evaluator.py). One round (`decode_round`) is five phases:
   plan    per sequence a `SeqPlan`: its budget, what each draft source offers for free, and the K
           its controller picks for the batch it shares (plan.py);
   draft   each source proposes into the plans, in order: the grammar's forced run, the lookup's
-          tokens, then the draft model's (or the MTP head's), one batched decode per position
+          tokens, then the drafter's (a draft model, or another kind's), one batched decode per position
           (sources/);
   verify  ONE target decode scores every sequence's `[last, d_1..d_K]`, prompt chunks riding along;
   accept  per sequence: the acceptance rule over its rows, then every cache and the matcher cut
@@ -101,7 +101,7 @@ def _round(
     for p, r in zip(plans, rows):
         verdicts.append(settle(p, r, shared, target, sources.accepting))
         clock.seq_done()
-    record(plans, verdicts, clock, sum(len(it.tokens) for it in items))
+    record(plans, verdicts, clock, sum(len(it.tokens) for it in items), sources)
     if filling:
         record_prefill(filling, fill.tokens, clock.marks["verified"] - clock.marks["drafted"])
     return fill.done

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from localspec.decode.sampling import Dist
 from localspec.decode.state import SeqState
-from localspec.draft_len.controller import Facts, Plan
+from localspec.draft_len.controller import Facts, Offer, Plan
 
 
 @dataclass(eq=False, slots=True)  # built per sequence per round: slots make it cheap
@@ -21,13 +21,12 @@ class SeqPlan:
     p_min: float = 0.0  # drafting stops where the draft's top probability falls below this ...
     p_min_from: int = 0  # ... from this draft position on (draft_p_min, draft_min)
     forced: Sequence[int] = ()  # the grammar's leading run (drafted already)
-    offer: Sequence[int] = ()  # the lookup's proposal after it (not drafted yet)
-    match_len: int = 0  # ... from a match this long (its confidence)
+    offers: tuple[Offer, ...] = ()  # the free sources' proposals after it, in order
     behind: int = 0  # the draft's cache lags the text by this many tokens (a catch-up first)
     facts: Facts | None = None  # what the K controller saw (None: this sequence does not draft)
     kplan: Plan | None = None  # what it decided
-    k: int = 0  # drafts past the forced run the round asks for (the draft model's, the lookup's first)
-    model: bool = False  # the draft model (or MTP head) drafts for it this round
+    k: int = 0  # drafts past the forced run the round asks for (the drafter's, a leading offer's first)
+    model: bool = False  # the drafter (a draft model, or another kind) drafts for it this round
     total: int = 0  # drafts wanted, forced ones included
     drafts: list[int] = field(default_factory=list)
     qs: list[Dist | None] = field(default_factory=list)  # each draft's q (None: greedy, or not needed)
@@ -44,6 +43,10 @@ class SeqPlan:
         self.drafts.append(token)
         self.qs.append(q)
         self.sources.append(source)
+
+    def offered(self, source: str) -> Offer | None:
+        """What `source` offered this round, if anything."""
+        return next((o for o in self.offers if o.source == source), None)
 
     def judges(self, i: int) -> bool:
         """Whether the draft's confidence at draft position i decides if it goes on (`draft_p_min`:

@@ -9,11 +9,11 @@ the tuner's); the pricing of a round's plans (pricing.py, pure); the fall back t
 when the realised rate loses, and its re-probes (fallback.py); and this policy over them: probe
 rounds, which plan to take, the draft's catch-up, exploration and retaking a stalled timing.
 
-A second source of drafts, the lookup (decode/lookup.py), proposes a match's continuation at no
-draft cost. Each round's `Facts` say what it found; the policy prices both plans - the draft model
-alone, or the lookup's tokens first with the draft model extending them - with acceptance learned
-per source (the lookup's per match length, as its confidence), and picks the best plan and K
-together. Batches of several sequences are priced in batch.py.
+Free sources of drafts (the lookup, decode/lookup.py; the history) offer a match's continuation at
+no draft cost. Each round's `Facts` carry their offers in order; the policy prices every plan - the
+drafter alone, or an offer's tokens first with the drafter extending them - with acceptance learned
+per source by its name (an offer's per match length, as its confidence), and picks the best plan
+and K together. Batches of several sequences are priced in batch.py.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class AutoConfig:
     prior_weight: float = 2.0
     # a match's next token is right this often before any evidence, by match-length bucket
     prior_lookup: tuple[float, ...] = LOOKUP_PRIORS
-    has_model: bool = True  # False: lookup drafts only (--lookup only, no draft model)
+    has_model: bool = True  # False: offers only (--lookup only, no drafter)
     window: int = 16  # rounds over which the realised speculative rate is judged
     reprobe_after: int = 32  # plain steps before speculation is tried again, at most (see _reprobe_gap)
     decay: float = 0.95  # per-round forgetting of acceptance evidence (~20-round memory)
@@ -126,7 +126,7 @@ class AutoK:
 
     def expected_rate(self, k: int, facts: Facts | None = None) -> float:
         """Tokens per second a round of K drafts by the draft model is priced at."""
-        return self.pricing(facts or Facts()).expected_rate(k, False)
+        return self.pricing(facts or Facts()).expected_rate(k, None)
 
     def accept_probs(self) -> np.ndarray:
         return self.evidence.accept_probs()
@@ -135,80 +135,80 @@ class AutoK:
         return self.costs.verify_time(n)
 
     def expected_tokens(self, facts: Facts, plan: Plan, k: int) -> float:
-        return self.pricing(facts).expected_tokens(k, plan.lookup_first)
+        return self.pricing(facts).expected_tokens(k, plan.lead)
 
     def model_tokens(self, facts: Facts, plan: Plan, k: int) -> int:
-        return self.pricing(facts).model_tokens(k, plan.lookup_first)
+        return self.pricing(facts).model_tokens(k, plan.lead)
 
     # -- plan -----------------------------------------------------------------------------------
     def plan(self, facts: Facts) -> Plan:
         """This round's K and plan. A grammar's forced run rides in the batch whatever K is; where
         no drafts beat taking only part of it (a cheaper batch size), the rest waits a round."""
         price = self.pricing(facts)
-        k, lookup_first = self._choose(price)
+        k, lead = self._choose(price)
         if facts.n_forced and not self.costs.probe:
             take, rate = price.best_cut()
-            if k == 0 or rate > price.expected_rate(k, lookup_first):
-                return Plan(0, False, take)
-        return Plan(k, lookup_first, facts.n_forced)
+            if k == 0 or rate > price.expected_rate(k, lead):
+                return Plan(0, None, take)
+        return Plan(k, lead, facts.n_forced)
 
-    def _choose(self, price: Pricing) -> tuple[int, bool]:
-        """(K, lookup first) before the forced run's cut."""
+    def _choose(self, price: Pricing) -> tuple[int, str | None]:
+        """(K, lead) before the forced run's cut."""
         if self.costs.probe:  # a few probe rounds measure the costs before the model is trusted
-            return self.costs.probe.pop(0), False
+            return self.costs.probe.pop(0), None
         if self.fallback.plain_step():
-            return self._lookup_or_plain(price, False)
-        k, lookup_first = price.best_plan()
-        if k == 0:  # nothing to draft with (lookup only, and no match this round)
-            return 0, lookup_first
+            return self._offer_or_plain(price, None)
+        k, lead = price.best_plan()
+        if k == 0:  # nothing to draft with (offers only, and none this round)
+            return 0, lead
         first, self.fallback.predict_start = self.fallback.predict_start, False
-        if first and price.expected_rate(k, lookup_first) < price.expected_rate(0, False):
+        if first and price.expected_rate(k, lead) < price.expected_rate(0, None):
             self.fallback.start_plain(self._reprobe_gap())
-            return self._lookup_or_plain(price, lookup_first)
+            return self._offer_or_plain(price, lead)
         if self.fallback.reprobe and self.has_model:
             return self._reprobe(price)
-        if price.expected_rate(k, lookup_first) < price.expected_rate(0, False):
+        if price.expected_rate(k, lead) < price.expected_rate(0, None):
             # the evidence gate guards a request's first rounds; after a fallback, or a start the
             # costs predicted plain, this request has judged the model once already, and a re-probe
             # that loses falls back at once
             judged = self.fallbacks or self.started_plain
             if self.has_model and (self.evidence.tried[0] >= self.cfg.min_evidence or judged):
                 self.fallback.fall_back(self._reprobe_gap())
-                return self._lookup_or_plain(price, lookup_first)
-            if lookup_first or not self.has_model:  # this round's lookup cannot pay: a plain step
-                return 0, False
+                return self._offer_or_plain(price, lead)
+            if lead is not None or not self.has_model:  # this round's offer cannot pay: a plain step
+                return 0, None
             # else: too little evidence to judge the draft model yet; its best K keeps measuring
-        if not self._catch_up_pays(price, k, lookup_first):  # the draft model was never judged here
-            return self._lookup_or_plain(price, lookup_first)
+        if not self._catch_up_pays(price, k, lead):  # the draft model was never judged here
+            return self._offer_or_plain(price, lead)
         self.fallback.stretch = 1  # speculation pays again: the next fallback re-probes soon
         if self._retake_plain_now():
-            return 0, False
-        if not lookup_first and self._rounds and self._rounds % self.cfg.explore_every == 0:
-            return self._explore(k), False
-        return k, lookup_first
+            return 0, None
+        if lead is None and self._rounds and self._rounds % self.cfg.explore_every == 0:
+            return self._explore(k), None
+        return k, lead
 
-    def _reprobe(self, price: Pricing) -> tuple[int, bool]:
+    def _reprobe(self, price: Pricing) -> tuple[int, str | None]:
         """One real round after a fallback, at the K measured longest ago: fresh evidence where the
         estimate is stalest. The stretch moved the text on as far as its steps' rounds would have:
         the misses that caused the fallback fade as those rounds' would, or one kept re-probe could
         never outweigh them (a reply whose first tokens the draft misses stays plain)."""
         self.fallback.reprobe = False
         self.evidence.age_model(self.cfg.decay**self.fallback.stretch_len)
-        k, lookup_first = price.best_plan("model")  # can win speculation back
-        if not self._catch_up_pays(price, k, lookup_first, probe=True):  # too little left to repay it
+        k, lead = price.best_plan(offers=False)  # can win speculation back
+        if not self._catch_up_pays(price, k, lead, probe=True):  # too little left to repay it
             self.fallback.start_stretch(self._reprobe_gap())
-            return self._lookup_or_plain(price, lookup_first)
-        return self._stalest(range(self.cfg.k_min, k + 1), k), lookup_first
+            return self._offer_or_plain(price, lead)
+        return self._stalest(range(self.cfg.k_min, k + 1), k), lead
 
-    def _lookup_or_plain(self, price: Pricing, lookup_first: bool) -> tuple[int, bool]:
-        """While the draft model sits out, a lookup match may still pay on its own (it costs no
-        draft time): its best K if that beats a plain step, else 0."""
-        k, _ = price.best_plan("lookup")
-        if k and price.expected_rate(k, True) > price.expected_rate(0, False):
-            return k, True
-        return 0, lookup_first
+    def _offer_or_plain(self, price: Pricing, lead: str | None) -> tuple[int, str | None]:
+        """While the drafter sits out, an offer may still pay on its own (it costs no draft time):
+        its best K if that beats a plain step, else 0."""
+        k, alone = price.best_plan(model=False)
+        if k and price.expected_rate(k, alone) > price.expected_rate(0, None):
+            return k, alone
+        return 0, lead
 
-    def _catch_up_pays(self, price: Pricing, k: int, lookup_first: bool, *, probe: bool = False) -> bool:
+    def _catch_up_pays(self, price: Pricing, k: int, lead: str | None, *, probe: bool = False) -> bool:
         """Whether drafting with the model at K can repay the draft's catch-up (its prompt pass, on
         a request's first model draft): the seconds its expected rate saves over the best plan
         without it (the lookup's or plain), for every token the request may still emit, against the
@@ -218,14 +218,14 @@ class AutoK:
         f = price.facts
         if not self.has_model or f.behind <= CATCH_UP_FREE or f.left is None:
             return True
-        if not price.model_tokens(k, lookup_first):
+        if not price.model_tokens(k, lead):
             return True
         per_token = self.costs.t_catch.value
         if per_token is None:  # not measured yet: the first catch-up measures it
             return True
-        alt_k, _ = price.best_plan("lookup")
-        alt = max(price.expected_rate(0, False), price.expected_rate(alt_k, True) if alt_k else 0.0)
-        rate = price.all_kept_rate() if probe else price.expected_rate(k, lookup_first)
+        alt_k, alone = price.best_plan(model=False)
+        alt = max(price.expected_rate(0, None), price.expected_rate(alt_k, alone) if alt_k else 0.0)
+        rate = price.all_kept_rate() if probe else price.expected_rate(k, lead)
         saved = f.left * (1.0 / alt - 1.0 / rate)
         return saved > f.behind * per_token
 
@@ -276,10 +276,10 @@ class AutoK:
     # -- observe --------------------------------------------------------------------------------
     def observe(self, o: Outcome) -> None:
         """Learn from one round: its costs (alone in the batch, or the batch's shared verify) and
-        the acceptance of its drafts; a window of them against the plain rate; an unused lookup
-        proposal's worth, judged against the output (without this, a match-length bucket that one
-        early miss put below the draft model would never be tried again)."""
-        bucket = lookup_bucket(o.match_len)
+        the acceptance of its drafts; a window of them against the plain rate; each unused offer's
+        worth, judged against the output (without this, a match-length bucket that one early miss
+        put below the drafter would never be tried again)."""
+        bucket = lookup_bucket(o.lead_confidence)
         if o.catch_tokens:  # the round's catch-up decode, timed (round.py runs one only for a real lag)
             self.costs.t_catch.add(o.catch_s / o.catch_tokens)
         if o.replay:  # it re-evaluated what a snapshot rollback undid: speculation's cost
@@ -288,22 +288,23 @@ class AutoK:
             self._observe_alone(o, bucket)
         else:
             self._observe_shared(o, bucket)
-        if o.offer_checked and bucket >= 0:
-            self.evidence.learn_lookup(bucket, o.offer_checked, o.offer_kept)
+        for j in o.judged:
+            if j.checked and (b := lookup_bucket(j.confidence)) >= 0:
+                self.evidence.learn_offer(j.source, b, j.checked, j.kept)
 
     def _observe_alone(self, o: Outcome, bucket: int) -> None:
         self._rounds += 1
         if self._seen_first:
             self.costs.add_verify(o.n_drafted + o.n_forced + 1, o.verify_s, self._rounds)
             self.costs.t_overhead.add(max(o.round_s - o.draft_s - o.verify_s, 0.0))
-            if o.n_drafted > o.n_lookup:
-                self.costs.t_draft.add(o.draft_s / (o.n_drafted - o.n_lookup))
+            if o.n_drafted > o.n_offered:
+                self.costs.t_draft.add(o.draft_s / (o.n_drafted - o.n_offered))
         self._seen_first = True
         if o.n_drafted == 0:
             return
-        self.evidence.learn(o.n_drafted, o.n_accepted, o.n_lookup, bucket)
-        if o.n_lookup or o.n_forced:  # a lookup plan is judged each round by its match's own evidence;
-            return  # the window is the draft model's verdict, not swayed by short matches' misses
+        self.evidence.learn(o.n_drafted, o.n_accepted, o.n_offered, o.lead, bucket)
+        if o.n_offered or o.n_forced:  # an offer's plan is judged each round by its match's own evidence;
+            return  # the window is the drafter's verdict, not swayed by short matches' misses
             # or by the grammar's free tokens (a plain round takes those too)
         self._judge(o.n_emitted, o.round_s)
 
@@ -317,7 +318,7 @@ class AutoK:
             self.costs.add_verify(o.batch_tokens, o.verify_s, self._rounds)
         self._seen_first = True
         if o.n_drafted:
-            self.evidence.learn(o.n_drafted, o.n_accepted, o.n_lookup, bucket)
+            self.evidence.learn(o.n_drafted, o.n_accepted, o.n_offered, o.lead, bucket)
 
     def _judge(self, n_emitted: int, round_s: float) -> None:
         """The realised-rate fallback: a window of drafted rounds against the mean plain step."""

@@ -6,18 +6,26 @@ None for a fixed one: batch pricing (batch.py) tunes only the controllers that h
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Sequence
 
 if TYPE_CHECKING:
     from localspec.draft_len.costs import Costs
+
+
+class Offer(NamedTuple):
+    """What a free source proposes before K is chosen: its registered name, its tokens (past the
+    grammar's forced run; never empty) and its confidence (a match's length: its evidence bucket)."""
+
+    source: str
+    tokens: Sequence[int]
+    confidence: int
 
 
 class Facts(NamedTuple):
     """What a round knows of one sequence before it plans."""
 
     n_forced: int = 0  # the grammar forces the next n tokens: free, kept for certain, in the batch
-    n_lookup: int = 0  # the lookup proposes this many tokens after them ...
-    match_len: int = 0  # ... from a match of this many tokens (its confidence)
+    offers: tuple[Offer, ...] = ()  # what the free sources propose after them, in the sources' order
     behind: int = 0  # the draft model's cache lags the text by this many tokens (a catch-up first)
     left: int | None = None  # tokens the request may still emit (None: unknown)
 
@@ -26,19 +34,27 @@ class Plan(NamedTuple):
     """What a controller decided for one round."""
 
     k: int  # drafts past the forced run (0: a plain step)
-    lookup_first: bool = False  # the lookup's tokens first, the draft model extends them
+    lead: str | None = None  # the offer whose tokens go first (its source's name); the drafter extends them
     forced_take: int = 0  # of the forced run, how many ride in this round's batch (the rest: next round)
+
+
+class Judged(NamedTuple):
+    """An offer the round did not draft, judged against what it emitted."""
+
+    source: str
+    confidence: int
+    checked: int  # of its tokens, how many the output can judge
+    kept: int  # ... the first how many of those it got right
 
 
 class Outcome(NamedTuple):
     """One round as the controller learns from it. `batch_tokens` is the verify batch's size over
     every sequence in it (None, or n_drafted + n_forced + 1, when this sequence was alone); the first
-    `n_lookup` drafts came from the lookup (no draft time), the rest from the draft model; `n_forced`
-    more tokens of the batch were the grammar's (free, and not the controller's to learn from). A
-    `replay` round re-evaluated what a snapshot rollback undid. Before drafting, the draft caught up
-    on `catch_tokens` tokens in `catch_s` seconds (not in `round_s`). A lookup proposal the round did
-    not use is judged against the output: `offer_checked` of its tokens, the first `offer_kept` of
-    them right; `match_len` is the round's match (Facts.match_len)."""
+    `n_offered` drafts came from the leading offer (`lead`, its source, at `lead_confidence`: no
+    draft time), the rest from the drafter; `n_forced` more tokens of the batch were the grammar's
+    (free, and not the controller's to learn from). A `replay` round re-evaluated what a snapshot
+    rollback undid. Before drafting, the draft caught up on `catch_tokens` tokens in `catch_s`
+    seconds (not in `round_s`). The offers the round did not draft are `judged` against the output."""
 
     k: int
     n_drafted: int
@@ -48,18 +64,18 @@ class Outcome(NamedTuple):
     verify_s: float
     round_s: float
     batch_tokens: int | None = None
-    n_lookup: int = 0
+    n_offered: int = 0
     n_forced: int = 0
     replay: bool = False
     catch_tokens: int = 0
     catch_s: float = 0.0
-    offer_checked: int = 0
-    offer_kept: int = 0
-    match_len: int = 0
+    lead: str = ""
+    lead_confidence: int = 0
+    judged: tuple[Judged, ...] = ()
 
 
 class KController(Protocol):
-    has_model: bool  # False: lookup drafts only (no draft model)
+    has_model: bool  # False: the free sources' offers only (no drafter)
     k_min: int
     fallbacks: int  # times it switched to plain decoding because speculation was losing
     started_plain: bool  # began plain because speculation was predicted to lose
@@ -76,4 +92,4 @@ class KController(Protocol):
         """Tokens a round emits on average with k drafts under this plan (batch pricing)."""
 
     def model_tokens(self, facts: Facts, plan: Plan, k: int) -> int:
-        """Of k drafts, how many the draft model makes (the rest come from the lookup)."""
+        """Of k drafts, how many the drafter makes (the rest come from the leading offer)."""

@@ -162,15 +162,17 @@ class TunerMemory:
             )
 
 
-def memory_key(settings: Any, target_gpu_layers: int, draft_gpu_layers: int) -> dict[str, Any]:
-    """What the costs depend on: the two files, the llama.cpp build, the hardware and the settings
-    that change a decode's cost."""
+def memory_key(
+    settings: Any, target_gpu_layers: int, draft_gpu_layers: int, draft: str | None
+) -> dict[str, Any]:
+    """What the costs depend on: the target's file, the drafter's key (its kind's: a draft GGUF's
+    fingerprint, or what drafts; None: lookup drafts only), the llama.cpp build, the hardware and
+    the settings that change a decode's cost."""
     from localspec import llama  # noqa: PLC0415 - llama.cpp facts come only from the backend
 
-    draft = fingerprint(Path(settings.draft)) if settings.speculative else None  # --lookup only: None
     return {
         "target": fingerprint(Path(settings.target)),
-        "draft": "mtp" if settings.mtp_drafts else draft,  # the target's own head: not a lookup's costs
+        "draft": draft,
         "llama_cpp": llama.llama_cpp_version(),
         "build": hashlib.sha256(llama.system_info().encode()).hexdigest()[:16],
         "cpu": cpu_name(),

@@ -46,10 +46,12 @@ class TunerPool:
         *,
         memory_key: Callable[[], dict[str, Any]],
         log: Callable[[str], None],
+        own_cache: bool = True,
     ) -> tuple["TunerPool", str]:
         """The pool for a loaded pair, and how its costs were found: remembered from an earlier
         process on this pair, build and device, measured now (a second or two on a CPU,
-        milliseconds on a GPU), or none (a fixed K, or nothing to draft with)."""
+        milliseconds on a GPU), or none (a fixed K, or nothing to draft with). `own_cache`: the
+        drafter keeps a cache of its own, so its catch-up is timed (its kind's, draft_kinds)."""
         s = settings
         replay = target_ctx.rollback == "snapshot"  # its rejections cost a replay
         pool = lambda known, mem: cls(  # noqa: E731
@@ -59,7 +61,7 @@ class TunerPool:
             memory=mem,
             replay=replay,
         )
-        if not ((s.speculative or s.mtp_drafts or s.uses_lookup) and s.draft_k is None):
+        if not ((s.drafter is not None or s.uses_lookup) and s.draft_k is None):
             out = pool(None, None)
             if s.cost_bound > 0:  # requests may still draft: their bound is priced in plain steps
                 out.plain_at_load = _plain_step(target_ctx)
@@ -70,7 +72,7 @@ class TunerPool:
             record = memory.load()
             if record is not None:
                 return pool(record, memory), "remembered"
-        return pool(_calibrate(s, target_ctx, draft_ctx), memory), "measured"
+        return pool(_calibrate(s, target_ctx, draft_ctx, own_cache), memory), "measured"
 
     def key(self, s: Any, draft_model: bool = True) -> tuple[int, int, bool, bool]:
         """Requests that share a tuner: same K bounds, same drafters (--lookup only, per request or
@@ -143,7 +145,7 @@ class TunerPool:
         return tuner
 
 
-def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
+def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None, own_cache: bool) -> TunerRecord:
     cap = min(target_ctx.n_batch, target_ctx.n_ctx // 2)
     max_draft = target_ctx.max_draft  # an rs target: no more drafts than it rolls back
     max_batch = min(AUTO_K_MAX + 1, cap, max_draft + 1 if max_draft is not None else cap)
@@ -154,9 +156,8 @@ def _calibrate(s: Any, target_ctx: Any, draft_ctx: Any | None) -> TunerRecord:
     creep = 64 if target_ctx.rollback == "rs" else 0  # rs timings run a position on each
     prefix = prefix[: target_ctx.n_ctx - max([max_batch, *also]) - creep]
     verify, draft_s = calibrate.measure(target_ctx, draft_ctx, prefix, max_batch=max_batch, also=also)
-    # the target's MTP head follows the target's cache: it never catches up
-    own_cache = draft_s is not None and draft_ctx.source == "draft"
-    catch_s = calibrate.catch_up_time(draft_ctx, prefix) if own_cache else None
+    # a drafter fed by the target's decodes (a head of its own) follows its cache: it never catches up
+    catch_s = calibrate.catch_up_time(draft_ctx, prefix) if own_cache and draft_s is not None else None
     return TunerRecord(verify, draft_s, catch_s=catch_s)
 
 

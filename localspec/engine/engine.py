@@ -12,11 +12,12 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from localspec import llama
+from localspec import draft_kinds, llama
 from localspec.chat import media
 from localspec.chat import template as chat
 from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
 from localspec.decode.infill import Infill
+from localspec.decode.sources import remembered
 from localspec.draft_len.pool import TunerPool
 from localspec.engine import embed, embed_only
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
@@ -74,13 +75,15 @@ class Engine:
             self.tuners, self._sched = None, embed_only.NoRounds(embed_only.not_generative(self.target))
             return self._sched
         self._pair = pair = load_pair(self.settings, log=self._log)
+        kind = draft_kinds.kind_of(self.settings)
         self.tuners, self.calibration = TunerPool.for_pair(
-            self.settings, pair.target_ctx, pair.draft_ctx, memory_key=memory_key(pair), log=self._log
-        )
+            self.settings, pair.target_ctx, pair.draft_ctx, memory_key=memory_key(pair), log=self._log,
+            own_cache=kind is None or kind.own_cache,
+        )  # fmt: skip
         self.prompt_disk = open_disk(self.settings, pair, self._log)
         self._sched = Scheduler(
             pair.target_ctx, pair.draft_ctx, self.settings.parallel, prefill_alone=self.settings.n_batch,
-            disk=self.prompt_disk,
+            disk=self.prompt_disk, drafting=draft_kinds.source_of(self.settings), kept=remembered(self.settings),
         )  # fmt: skip
         return self._sched
 

@@ -10,16 +10,16 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from localspec import llama
+from localspec import draft_kinds, llama
 from localspec.config.settings import Settings
+from localspec.draft_kinds.base import Opening
 from localspec.draft_len.memory import memory_key as key
 from localspec.engine import placement
 from localspec.errors import LocalspecError
+from localspec.evaluator import Evaluator
 from localspec.gguf import memory_plan
 from localspec.gguf.compat import CompatReport, check_pair
-from localspec.gguf.memory_kind import memory_facts
 from localspec.gguf.projector import DRAFT_NEEDS_TARGET, check_fits_text
-from localspec.llama.mtp import MtpDrafter
 
 
 @dataclass
@@ -35,14 +35,14 @@ class LoadedPair:
     report: placement.PlacementReport | None = None  # planned against what llama.cpp did
     target: llama.Model | None = None
     target_ctx: llama.Context | None = None
-    draft: llama.Model | None = None
-    draft_ctx: llama.Context | MtpDrafter | None = None  # the target's MTP head with --draft mtp
+    draft: llama.Model | None = None  # the drafter's own model, when it has one (a draft GGUF)
+    draft_ctx: Evaluator | None = None  # the drafter's context (draft_kinds: whichever kind drafts)
     projector: llama.Projector | None = None  # the target's vision projector (--mmproj)
     draft_projector: llama.Projector | None = None  # the draft's own (--draft-mmproj): it sees images
     stack: ExitStack = field(default_factory=ExitStack)
 
     def contexts(self) -> list[llama.Context]:
-        """The contexts with weights of their own (an MTP head is fed by its target's decodes)."""
+        """The contexts with weights of their own (a drafter's head may be fed by its target's decodes)."""
         return [c for c in (self.target_ctx, self.draft_ctx) if isinstance(c, llama.Context)]
 
     def close(self) -> None:
@@ -77,15 +77,9 @@ def load_pair(
         out.pair_report = check_pair(s.target, s.draft)
         if not out.pair_report.ok and strict:
             raise LocalspecError(out.pair_report.message)
-    if s.mtp_drafts and memory_facts(s.target).mtp_layers == 0:
-        raise LocalspecError(
-            f"--draft mtp: {s.target.name} has no MTP layers (no nextn_predict_layers in its header); "
-            "give a draft GGUF instead, or --lookup only"
-        )
-    if s.mmproj is not None and s.mtp_drafts:
-        raise LocalspecError(
-            "--mmproj with --draft mtp is not supported yet: give a draft GGUF, or --lookup only"
-        )
+    kind = draft_kinds.kind_of(s)
+    if kind is not None:
+        kind.check(s)
     _check_draft_mmproj(s)
     out.plan = placement.plan_for(s)
     if out.plan.projector is not None:  # before any weights: a projector made for another model
@@ -111,6 +105,7 @@ def load_pair(
 
 def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
     s, dec, st = out.settings, out.decision, out.stack
+    kind = draft_kinds.kind_of(s)
     assert dec is not None and out.plan is not None
     for line in dec.messages():
         log(line)
@@ -120,7 +115,7 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
             s.target,
             n_gpu_layers=dec.target_gpu_layers,
             devices=dec.model_devices("target"),
-            load_mtp=s.mtp_drafts,
+            model_params=kind.target_params(s) if kind is not None else None,
         )
     )
     on_gpu = dec.mode in ("gpu", "partial")
@@ -137,20 +132,9 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
         log(past)
     if out.target_ctx.memory_kind != "attention":
         log(f"target memory: {out.target_ctx.memory_kind}, rollback by {out.target_ctx.rollback}")
-    if s.mtp_drafts:
-        out.draft_ctx = st.enter_context(MtpDrafter(out.target_ctx))
-    if s.speculative:
-        out.draft = st.enter_context(
-            llama.Model(s.draft, n_gpu_layers=dec.draft_gpu_layers, devices=dec.model_devices("draft"))
-        )
-        if s.draft_mmproj is not None:  # fed by the target's projector: the same ids, its own rows
-            out.draft_projector = st.enter_context(
-                llama.Projector(
-                    s.draft_mmproj, out.draft, n_threads=s.n_threads, use_gpu=on_gpu, follows=out.projector
-                )
-            )
-            log(f"draft vision projector: {s.draft_mmproj.name} ({out.draft_projector.facts.projector_type})")
-        out.draft_ctx = st.enter_context(llama.Context(out.draft, **common, projector=out.draft_projector))
+    if kind is not None:
+        o = Opening(s, out.target, out.target_ctx, out.projector, dec, st, log)
+        out.draft_ctx, out.draft, out.draft_projector = kind.open(o)
     for ctx in (out.target_ctx, out.draft_ctx) if out.projector is not None else ():
         if ctx is not None:
             out.projector.watch(ctx)  # the image ids they cache keep their numbers
@@ -166,8 +150,8 @@ def _load(out: LoadedPair, log: Callable[[str], None], strict: bool) -> None:
     for ctx in out.contexts():  # warm-up: reserve compute buffers now, not on the first request
         ctx.eval([ctx.model.vocab.bos if ctx.model.vocab.bos >= 0 else 0], 0, 1)
         ctx.reset()
-    if isinstance(out.draft_ctx, MtpDrafter):  # the target's warm-up fed it
-        out.draft_ctx.reset()
+    if kind is not None:
+        kind.after_warmup(out.draft_ctx)
 
 
 def _check_draft_mmproj(s: Settings) -> None:
@@ -176,15 +160,20 @@ def _check_draft_mmproj(s: Settings) -> None:
         return
     if s.mmproj is None:
         raise LocalspecError(DRAFT_NEEDS_TARGET)
-    if s.mtp_drafts:
-        raise LocalspecError("--draft-mmproj is the draft GGUF's projector; --draft mtp has no draft GGUF")
+    kind = draft_kinds.kind_of(s)
+    if kind is not None and not kind.has_file:
+        raise LocalspecError(
+            f"--draft-mmproj is the draft GGUF's projector; --draft {kind.name} has no draft GGUF"
+        )
 
 
 def memory_key(out: LoadedPair) -> Callable[[], dict[str, Any]]:
     """The tuner memory's key for this load (computed only when the memory is used)."""
     dec = out.decision
     assert dec is not None
-    return lambda: key(out.settings, dec.target_gpu_layers, dec.draft_gpu_layers)
+    return lambda: key(
+        out.settings, dec.target_gpu_layers, dec.draft_gpu_layers, draft_kinds.cache_key(out.settings)
+    )
 
 
 def past_training(s: Settings, target: llama.Model, n_ctx: int) -> str | None:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
+from localspec import draft_kinds
 from localspec.errors import LocalspecError
 from localspec.gguf.memory_fit import Verdict, verdict
 from localspec.gguf.memory_plan import (
@@ -47,10 +48,11 @@ PARTIAL_COST = (
 
 
 def plan_for(settings: Any) -> PairPlan:
-    """The memory plan for settings.target (+ settings.draft when speculating), from headers only."""
+    """The memory plan for settings.target (+ what the drafter adds: a draft model's), from headers only."""
     if settings.target is None:
         raise LocalspecError("no target model: pass --target PATH.gguf or --pair DIR")
-    draft = read_spec(settings.draft) if settings.speculative else None
+    kind = draft_kinds.kind_of(settings)
+    draft = kind.draft_spec(settings) if kind is not None else None
     mmproj = projector_facts(settings.mmproj) if settings.mmproj is not None else None
     seen = settings.draft_mmproj if draft is not None else None
     draft_mmproj = projector_facts(seen) if seen is not None else None

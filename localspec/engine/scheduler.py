@@ -18,10 +18,12 @@ import contextlib
 import os
 import time
 from collections import deque
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from localspec.decode.round import decode_round
 from localspec.decode.sources import sources_for
+from localspec.decode.sources.base import DraftSource
+from localspec.decode.sources.model import ModelSource
 from localspec.decode.state import SeqState
 from localspec.engine.prompt_disk.warm import PromptDisk
 from localspec.engine.sharing import Sharing, common_prefix
@@ -86,9 +88,13 @@ class Scheduler:
         prefill_chunk: int = 128,
         prefill_alone: int = 512,
         disk: PromptDisk | None = None,
+        drafting: type[DraftSource] = ModelSource,
+        kept: Mapping[type, Any] | None = None,
     ) -> None:
+        """`drafting`: the source that decodes with `draft` (its kind's, draft_kinds.source_of);
+        `kept`: what the free sources keep across this engine's requests (sources.remembered)."""
         self.target, self.draft = target, draft
-        self.sources = sources_for(draft)  # the draft sources every round walks
+        self.sources = sources_for(draft, drafting, kept)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
         # and with no stream running: a whole n_batch decode (what a long prompt is split into anyway),
         # so a cancel or a newcomer is seen between batches, not once a 10k-token prefill is done
@@ -303,6 +309,8 @@ class Scheduler:
             self.cached[st.seq] = st.tokens[: self.target.past(st.seq)]
             if self.disk is not None:  # the draft's cache caught up on the prompt by now, if it drafted
                 self.disk.left(st)
+            for src in self.sources.finishing:
+                src.finish(st)
         self.free.append(st.seq)
         if error is not None:
             job.fail(error)

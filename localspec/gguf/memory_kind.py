@@ -1,6 +1,7 @@
 """What a GGUF's architecture means for speculation, from its header alone (no weights loaded):
 its memory kind - a KV cache `seq_rm` cuts anywhere, recurrent state, or both - how llama.cpp can
-roll that state back, and whether the file carries MTP (nextn) layers to draft with.
+roll that state back (the blocks a file carries to draft with are its kind of drafter's to read:
+localspec/draft_kinds).
 
 The lists mirror the pinned llama.cpp (src/llama-arch.cpp: llm_arch_is_recurrent, llm_arch_is_hybrid,
 llm_arch_supports_rs_rollback); once a model is loaded, llama.h's own answer is the authority
@@ -34,7 +35,6 @@ class MemoryFacts:
     arch: str
     kind: str  # attention | recurrent | hybrid
     rollback: str  # truncate (seq_rm) | rs (n_rs_seq, within a verify) | snapshot (save, restore, replay)
-    mtp_layers: int  # nextn_predict_layers: blocks that can draft for the model itself
 
     def describe(self) -> str:
         """One line for doctor / check-pair / list."""
@@ -43,16 +43,14 @@ class MemoryFacts:
             "rs": "rollback through llama.cpp's per-token state snapshots (n_rs_seq: no copies)",
             "snapshot": "rollback by saving and restoring the state (a copy per round, a replay per rejection)",
         }[self.rollback]
-        mtp = f"; {self.mtp_layers} MTP layer(s): --draft mtp drafts with them" if self.mtp_layers else ""
-        return f"{self.kind} memory ({self.arch}): {how}{mtp}"
+        return f"{self.kind} memory ({self.arch}): {how}"
 
 
 def facts_from_header(h: GGUFHeader) -> MemoryFacts:
     arch = h.arch
     kind = "hybrid" if arch in HYBRID else "recurrent" if arch in RECURRENT else "attention"
     rollback = "truncate" if kind == "attention" else "rs" if arch in RS_ROLLBACK else "snapshot"
-    nextn = int(h.get("{arch}.nextn_predict_layers", 0) or 0)
-    return MemoryFacts(arch, kind, rollback, nextn)
+    return MemoryFacts(arch, kind, rollback)
 
 
 def memory_facts(path: str | Path) -> MemoryFacts:

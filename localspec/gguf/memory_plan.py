@@ -280,7 +280,7 @@ class Runtime:
 
 def rs_keep(s: Any) -> int:
     """The n_rs_seq the loader asks for the target: one state per draft a verify may roll back."""
-    drafts = s.speculative or s.mtp_drafts or s.uses_lookup
+    drafts = s.drafter is not None or s.uses_lookup
     return min(s.draft_k or AUTO_K_MAX, s.n_batch - 1, RS_KEEP) if drafts else 0
 
 

@@ -6,7 +6,7 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import llama_cpp as C
 
@@ -44,8 +44,9 @@ class Model(Owner):
         n_gpu_layers: int = -1,
         vocab_only: bool = False,
         devices: Sequence[str] | None = None,
-        load_mtp: bool = False,
+        model_params: Mapping[str, Any] | None = None,
     ) -> None:
+        """`model_params`: llama_model_params fields a kind of drafter needs set (draft_kinds)."""
         self.path = Path(path)
         validate_gguf(self.path)
         init_backend()
@@ -53,7 +54,9 @@ class Model(Owner):
         params.n_gpu_layers = self.n_gpu_layers = n_gpu_layers
         self._cpu_only = devices is not None and not devices
         params.vocab_only = vocab_only
-        params.load_mtp = self.load_mtp = load_mtp  # the MTP (nextn) layers, for --draft mtp
+        self.model_params = dict(model_params or {})
+        for name, value in self.model_params.items():
+            setattr(params, name, value)
         if devices is not None:  # pin to these devices (llama.cpp otherwise spreads layers over every
             # GPU and RPC server); an empty list pins to the CPU
             self._devices = device_array(devices)  # referenced until the load has read it

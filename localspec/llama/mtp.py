@@ -105,7 +105,7 @@ class MtpDrafter:
             raise LocalspecError(
                 f"{model.path.name} has no MTP layers (nextn_predict_layers): --draft mtp needs them"
             )
-        if not model.load_mtp:
+        if not model.model_params.get("load_mtp"):
             raise LocalspecError(
                 "the target was loaded without its MTP layers (load_mtp): reload it for --draft mtp"
             )

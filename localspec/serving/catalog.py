@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from localspec import draft_kinds
 from localspec.config.pair_toml import PAIR_TOML
 from localspec.config.settings import Settings
 from localspec.engine import placement
 from localspec.errors import LocalspecError
 from localspec.gguf.file import read_header
-from localspec.gguf.memory_kind import memory_facts
 from localspec.gguf.pooling import is_embedding_model
 from localspec.serving.facade import ModelCard
 
@@ -83,11 +83,11 @@ def entry_settings(entry: Entry, make: MakeSettings) -> Settings:
     """The settings one model is served with (reads its header or pair.toml: off the event loop)."""
     if entry.kind == "pair":
         return make(pair=entry.path)
-    mtp = memory_facts(entry.path).mtp_layers > 0  # raises LocalspecError for a bad header
+    kind = draft_kinds.in_target(entry.path)  # raises LocalspecError for a bad header
     if is_embedding_model(entry.path):  # its one context is the embeddings one (engine/embed_only.py)
         s = make(target=entry.path)
         return s.replace(n_ctx=max(s.embed_ctx, 8), parallel=1)  # what its plan and card count
-    return make(target=entry.path, draft=Path("mtp") if mtp else None)
+    return make(target=entry.path, draft_source=kind.name) if kind is not None else make(target=entry.path)
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def measure(entry: Entry, make: MakeSettings) -> Facts:
         name=entry.name, created=int(entry.path.stat().st_mtime), n_ctx=s.n_ctx,
         n_ctx_train=int(h.get("{arch}.context_length", 0) or 0), n_vocab=spec.n_vocab,
         n_params=spec.n_params, size=spec.file_weights_bytes, target=Path(s.target).name,
-        draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
+        draft=draft_kinds.label(s),
         parallel=s.parallel, chat_template=tpl if isinstance(tpl := h.get("tokenizer.chat_template"), str) else None,
         n_embd=spec.n_embd, arch=h.arch, embeds_only=is_embedding_model(h), vision=s.mmproj is not None,
         fim=all(h.get(f"tokenizer.ggml.fim_{k}_token_id") is not None for k in ("pre", "suf", "mid")),

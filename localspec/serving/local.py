@@ -17,6 +17,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import anyio
 from gguf import LlamaFileType
 
+from localspec import draft_kinds
 from localspec.config.settings import Settings
 from localspec.engine import Engine, Response, embed_only
 from localspec.errors import LocalspecError
@@ -313,7 +314,7 @@ def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
         n_ctx=engine.settings.embed_ctx if engine.embeds_only else engine.target_ctx.n_ctx,
         n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
         size=target.size_bytes, target=Path(s.target).name if s.target else "",
-        draft="mtp" if s.draft_mtp else (None if s.draft is None else Path(s.draft).name),
+        draft=draft_kinds.label(s),
         parallel=parallel, chat_template=target.chat_template(), n_embd=target.n_embd,
         arch=target.meta("general.architecture") or "", quantization=_file_type(target.meta("general.file_type")),
         embeds_only=engine.embeds_only, vision=engine.projector is not None, fim=_has_fim(target),

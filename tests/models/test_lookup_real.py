@@ -40,11 +40,12 @@ def test_sampled_requests_keep_their_lookup_evidence_apart_from_greedy_ones(smol
     with Engine(s) as eng:
         eng.generate(COPY_PROMPT, temperature=0.0)
         (greedy,) = eng.tuners.by_kind.values()
-        before = greedy.evidence.lk_tried.copy()
+        before = greedy.evidence.offer_evidence("lookup")[1].copy()
         r = eng.generate(COPY_PROMPT, temperature=0.8, seed=3)
         assert r.stats.sources["lookup"]["drafted"] > 0
         sampled = next(t for t in eng.tuners.by_kind.values() if t is not greedy)
-        assert sampled.evidence.lk_tried.sum() > 0 and (greedy.evidence.lk_tried == before).all()
+        assert sampled.evidence.offer_evidence("lookup")[1].sum() > 0
+        assert (greedy.evidence.offer_evidence("lookup")[1] == before).all()
         assert greedy.cfg.prior_lookup == LOOKUP_PRIORS and sampled.cfg.prior_lookup == LOOKUP_PRIORS_SAMPLED
         assert sampled.costs is greedy.costs  # the machine's costs are one
 

@@ -81,7 +81,10 @@ def test_rs_cannot_reach_before_its_decode_and_says_so(hybrid_dir):
 def test_mtp_head_on_a_bigram_trunk_predicts_the_token_after_next(hybrid_dir):
     """mix 0 makes the trunk a bigram and the exact head its copy: if every fed row pairs the right
     token with the right hidden state, each draft is what the target says one step later."""
-    with Model(hybrid_dir / "qwen35-bigram.gguf", load_mtp=True) as m, Context(m, n_ctx=128) as tgt:
+    with (
+        Model(hybrid_dir / "qwen35-bigram.gguf", model_params={"load_mtp": True}) as m,
+        Context(m, n_ctx=128) as tgt,
+    ):
         with MtpDrafter(tgt) as mtp:
             tokens = m.tokenize("The quick brown fox")
             tgt.eval(tokens[:-1], 0, 1)
@@ -108,10 +111,12 @@ def test_mtp_refuses_models_without_mtp_layers(hybrid_dir, smollm2):
 
 def test_header_facts_agree_with_llama_cpp(hybrid_dir, smollm2_path):
     """gguf/memory_kind reads from the header what llama.h answers once loaded."""
+    from localspec.draft_kinds import header_layers
+    from localspec.gguf.file import read_header
     from localspec.gguf.memory_kind import memory_facts
 
     for path in (hybrid_dir / "qwen35.gguf", hybrid_dir / "mamba.gguf", smollm2_path):
         facts = memory_facts(path)
         with Model(path) as m, Context(m, n_ctx=64, n_rs_seq=8) as ctx:
             assert (facts.kind, facts.rollback) == (ctx.memory_kind, ctx.rollback), path.name
-            assert facts.mtp_layers == n_layer_nextn(m.ptr)
+            assert header_layers(read_header(path))["mtp"] == n_layer_nextn(m.ptr)

@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llama",),
     ("constrain", "draft_len"),
     ("decode",),
+    ("draft_kinds",),
     ("chat",),
     ("telemetry",),
     ("engine",),

@@ -15,7 +15,7 @@ from localspec.decode.sampling import Dist, SamplingParams, process
 from localspec.decode.state import SeqState, SpecConfig
 from localspec.decode.stats import Counters
 from localspec.draft_len.auto import AutoK
-from localspec.draft_len.controller import Facts, Outcome
+from localspec.draft_len.controller import Facts, Offer, Outcome
 from localspec.draft_len.evidence import lookup_bucket
 from localspec.draft_len.fixed import FixedK
 
@@ -263,14 +263,20 @@ def _primed(has_model: bool = True) -> AutoK:
     return ctl
 
 
+def _lookup(n: int, match_len: int) -> Facts:
+    """A round whose lookup offers n tokens from a match of match_len."""
+    return Facts(offers=(Offer("lookup", list(range(n)), match_len),))
+
+
 def _round(ctl: AutoK, n_lookup: int, match_len: int, accept_run: int) -> int:
-    plan = ctl.plan(Facts(n_lookup=n_lookup, match_len=match_len))
+    plan = ctl.plan(_lookup(n_lookup, match_len))
     k = plan.k
-    looked = min(k, n_lookup) if plan.lookup_first else 0
+    looked = min(k, n_lookup) if plan.lead == "lookup" else 0
     acc = min(accept_run, looked) if looked else 0
     ctl.observe(Outcome(
         k=k, n_drafted=k, n_accepted=acc, n_emitted=acc + 1, draft_s=0.008 * (k - looked),
-        verify_s=ctl.verify_time(k + 1), round_s=ctl.verify_time(k + 1), n_lookup=looked, match_len=match_len,
+        verify_s=ctl.verify_time(k + 1), round_s=ctl.verify_time(k + 1), n_offered=looked,
+        lead="lookup" if looked else "", lead_confidence=match_len,
     ))  # fmt: skip
     return looked
 
@@ -282,25 +288,23 @@ def test_tuner_learns_that_long_matches_pay_and_short_ones_do_not():
     assert used_long >= 40 * 3  # it drafts several lookup tokens per round
     assert sum(used_short[-30:]) == 0  # and stops proposing the bad ones once learned
     assert (
-        ctl.evidence.lookup_probs(lookup_bucket(20))[0]
+        ctl.evidence.offer_probs("lookup", lookup_bucket(20))[0]
         > 0.9
         > 0.3
-        > ctl.evidence.lookup_probs(lookup_bucket(2))[0]
+        > ctl.evidence.offer_probs("lookup", lookup_bucket(2))[0]
     )
 
 
 def test_tuner_prefers_the_draft_model_when_the_lookup_is_worse():
     ctl = _primed()
     ctl.evidence.acc[:4], ctl.evidence.tried[:4] = 50.0, 50.0  # the draft model: always right
-    ctl.evidence.lk_acc[0, :4], ctl.evidence.lk_tried[0, :4] = 0.0, 50.0  # two-token matches: always wrong
-    plan = ctl.plan(Facts(n_lookup=6, match_len=2))
-    assert plan.k > 0 and not plan.lookup_first
-    ctl.evidence.lk_acc[4, :8], ctl.evidence.lk_tried[4, :8] = (
-        50.0,
-        50.0,
-    )  # long matches: always right, and free
-    plan = ctl.plan(Facts(n_lookup=8, match_len=30))
-    assert plan.k > 0 and plan.lookup_first
+    kept, tried = ctl.evidence.offer_evidence("lookup")
+    kept[0, :4], tried[0, :4] = 0.0, 50.0  # two-token matches: always wrong
+    plan = ctl.plan(_lookup(6, 2))
+    assert plan.k > 0 and plan.lead is None
+    kept[4, :8], tried[4, :8] = 50.0, 50.0  # long matches: always right, and free
+    plan = ctl.plan(_lookup(8, 30))
+    assert plan.k > 0 and plan.lead == "lookup"
 
 
 def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
@@ -309,11 +313,11 @@ def test_missed_lookup_rounds_do_not_make_the_draft_model_fall_back():
     ctl = _primed()
     ctl.evidence.acc[:4], ctl.evidence.tried[:4] = 40.0, 50.0  # the draft model pays on this curve
     for _ in range(2 * ctl.cfg.window):
-        ctl.plan(Facts(n_lookup=1, match_len=3))
+        ctl.plan(_lookup(1, 3))
         t = ctl.verify_time(2)
         ctl.observe(
-            Outcome(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.0, verify_s=t, round_s=t, n_lookup=1,
-                    match_len=3)
+            Outcome(k=1, n_drafted=1, n_accepted=0, n_emitted=1, draft_s=0.0, verify_s=t, round_s=t, n_offered=1,
+                    lead="lookup", lead_confidence=3)
         )  # fmt: skip
     assert ctl.fallbacks == 0 and ctl.plain_left == 0
     for _ in range(ctl.cfg.window):  # the same rounds from the draft model do trigger the fallback
@@ -348,14 +352,12 @@ def test_an_early_miss_does_not_shut_a_match_length_out_for_good():
     ctl.prime({n: curve(n) for n in range(1, 10)}, None)
     ctl = ctl.fork()
     b = lookup_bucket(20)
-    ctl.evidence.lk_acc[b], ctl.evidence.lk_tried[b] = (
-        0.0,
-        4.0,
-    )  # four misses on long matches, as a first round can have
+    kept, tried = ctl.evidence.offer_evidence("lookup")
+    kept[b], tried[b] = 0.0, 4.0  # four misses on long matches, as a first round can have
     t = np.zeros((8, 8))
     t[np.arange(6), (np.arange(6) + 1) % 6] = 5.0  # 0 -> 1 -> ... -> 5 -> 0, always
     prompt = [0, 1, 2, 3, 4, 5] * 5  # every match is long, and right
     steps, c = _steps(_TimedContext(t, curve), None, prompt, ctl, n=60)
     assert [s.token for s in steps] == plain(t, prompt, n=60)
-    assert ctl.evidence.lookup_probs(b)[0] > 0.8
+    assert ctl.evidence.offer_probs("lookup", b)[0] > 0.8
     assert c.sources["lookup"].accepted >= 20  # before: none, the lookup was never tried again

@@ -93,7 +93,7 @@ def test_mtp_drafting_is_a_source_setting_and_the_old_spelling_still_works(tmp_p
     old = Settings(target=Path("t.gguf"), draft="mtp")
     toml = Settings.load(config=write(tmp_path, 'target = "t.gguf"\ndraft = "mtp"'))
     for s in (new, old, toml):
-        assert s.draft is None and s.draft_source == "mtp" and s.mtp_drafts and not s.speculative
+        assert s.draft is None and s.draft_source == "mtp" and s.drafter == "mtp" and not s.speculative
     file = Settings(target=Path("t.gguf"), draft="./mtp")  # a draft GGUF that happens to be named mtp
     assert file.draft == Path("mtp") and file.draft_source == "model" and file.speculative
 

@@ -1,14 +1,15 @@
 """One interface for everything that drafts (llama.cpp's `common_speculative_impl`, vLLM's proposer
 per file): a source offers what it knows before K is chosen, proposes its tokens into each plan
 within the plan's budget (with their q and its name), hears the verdict, and undoes its part of a
-round that raised. The round walks the registered sources in order (sources/__init__.py). A source
+round that raised, and sees each sequence finish. The round walks the registered sources in order
+(sources/__init__.py); a source that remembers across requests says what it keeps (`remembers`). A source
 subclasses `DraftSource` and overrides the hooks it needs (`propose` always): the others do nothing,
 and the round does not call them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 from localspec.decode.clock import Clock
 from localspec.decode.seqplan import SeqPlan
@@ -28,9 +29,15 @@ class DraftSource(Protocol):
     spec: SourceSpec
 
     @classmethod
-    def for_round(cls, draft: Evaluator | None) -> "DraftSource | None":
-        """This round's instance over the draft context (None: the round has no draft context), or
-        None where it does not draft in it (a decoding source checks the context's `source`)."""
+    def remembers(cls, settings: Any) -> Any:
+        """What it keeps across requests, per model (the engine holds it: `kept` below), made from
+        the settings; None: nothing (the default), or switched off."""
+        return None
+
+    @classmethod
+    def for_round(cls, draft: Evaluator | None, kept: Any = None) -> "DraftSource | None":
+        """The rounds' instance over the draft context (None: the round has no draft context) and
+        what it keeps across requests, or None where it does not draft."""
 
     def offer(self, p: SeqPlan) -> None:
         """Before K is chosen: what this source can say for free, into the plan's fields the K
@@ -48,3 +55,6 @@ class DraftSource(Protocol):
     def reset(self, states: Sequence[SeqState]) -> None:
         """The round ended (it may have raised): undo what it drafted into each sequence's own state
         and is not settled there."""
+
+    def finish(self, st: SeqState) -> None:
+        """The sequence left its slot, well (the scheduler's): what it read and wrote is final."""

@@ -22,7 +22,7 @@ class GrammarSource(DraftSource):
     spec = SourceSpec("grammar", evidence=None)
 
     @classmethod
-    def for_round(cls, draft: Evaluator | None) -> "GrammarSource":
+    def for_round(cls, draft: Evaluator | None, kept: None = None) -> "GrammarSource":
         return cls()
 
     def offer(self, p: SeqPlan) -> None:

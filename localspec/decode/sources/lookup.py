@@ -12,6 +12,7 @@ from localspec.decode.rows import grammar_aware, one_point_q, unbanned
 from localspec.decode.seqplan import SeqPlan
 from localspec.decode.sources.base import DraftSource, SourceSpec
 from localspec.decode.state import SeqState, Step
+from localspec.draft_len.controller import Offer
 from localspec.draft_len.evidence import LOOKUP
 from localspec.evaluator import Evaluator
 
@@ -22,29 +23,38 @@ class LookupSource(DraftSource):
     spec = SourceSpec("lookup", evidence=LOOKUP)
 
     @classmethod
-    def for_round(cls, draft: Evaluator | None) -> "LookupSource":
+    def for_round(cls, draft: Evaluator | None, kept: None = None) -> "LookupSource":
         return cls()
 
     def offer(self, p: SeqPlan) -> None:
-        """Its proposal past the grammar's forced run (only if it agrees with it), and the match's
+        """Its proposal past the grammar's forced run (only if it agrees with it), at the match's
         length."""
-        if p.st.lookup is None:
-            return
-        tokens, p.match_len = p.st.lookup.propose(MAX_PROPOSAL)
-        if p.forced:
-            n = len(p.forced)
-            tokens = tokens[n:] if tokens[:n] == p.forced else []
-        p.offer = tokens
+        if p.st.lookup is not None:
+            offer_match(p, self.spec.name, *p.st.lookup.propose(MAX_PROPOSAL))
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
-        for p in plans:
-            if p.k and p.kplan is not None and p.kplan.lookup_first:
-                looked = _allowed(p.st, unbanned(p.st, p.offer[: p.k]))
-                p.add(looked, [one_point_q(p.st, x) for x in looked], self.spec.name)
+        draft_offer(plans, self.spec.name)
 
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
         if p.st.lookup is not None:  # the index learns the emitted tokens only: nothing to reset
             p.st.lookup.extend([s.token for s in new])
+
+
+def offer_match(p: SeqPlan, name: str, tokens: list[int], match_len: int) -> None:
+    """A match's continuation offered past the grammar's forced run (only if it agrees with it)."""
+    if p.forced:
+        n = len(p.forced)
+        tokens = tokens[n:] if tokens[:n] == p.forced else []
+    if tokens:
+        p.offers += (Offer(name, tokens, match_len),)
+
+
+def draft_offer(plans: Sequence[SeqPlan], name: str) -> None:
+    """Each plan that puts this source's offer first drafts its first K tokens (free, one-point q)."""
+    for p in plans:
+        if p.k and p.kplan is not None and p.kplan.lead == name:
+            looked = _allowed(p.st, unbanned(p.st, p.offered(name).tokens[: p.k]))
+            p.add(looked, [one_point_q(p.st, x) for x in looked], name)
 
 
 def _allowed(st: SeqState, tokens: list[int]) -> list[int]:

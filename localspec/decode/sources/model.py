@@ -1,4 +1,4 @@
-"""The draft model: a small model with the target's vocabulary drafts for every sequence the plan
+"""The draft model (or any drafter whose context decodes as one: the target's own head): it drafts for every sequence the plan
 gives it, one batched decode per draft position across them, each token sampled as the sequence
 samples (penalties, the constraint's mask) and followed by what the grammar then forces. Drafting
 stops at the plan's K, at EOG, where the constraint allows nothing, or where the draft is unsure
@@ -31,16 +31,18 @@ from localspec.evaluator import Evaluator, Item
 
 
 class ModelSource(DraftSource):
-    spec = SourceSpec("draft", evidence=MODEL)
+    """Drafts by decoding with the draft context, under the name its context gives its drafts
+    (`Evaluator.source`: "draft" for a draft model; another kind of drafter names its own)."""
 
     def __init__(self, ctx: Evaluator) -> None:
         self.ctx = ctx
+        self.spec = SourceSpec(ctx.source, evidence=MODEL)
         self.grammar = GrammarSource()  # what the grammar forces after each of its tokens
 
     @classmethod
-    def for_round(cls, draft: Evaluator | None) -> "ModelSource | None":
-        """This source drafts where the draft context says its drafts are this source's."""
-        return cls(draft) if draft is not None and draft.source == cls.spec.name else None
+    def for_round(cls, draft: Evaluator | None, kept: None = None) -> "ModelSource | None":
+        """This source drafts wherever there is a draft context."""
+        return cls(draft) if draft is not None else None
 
     def offer(self, p: SeqPlan) -> None:
         """How far the draft's cache lags the text: a catch-up to pay before it drafts."""
@@ -56,8 +58,8 @@ class ModelSource(DraftSource):
             if p.model and p.total > len(p.drafts) and not (p.drafts and is_eog(p.drafts[-1]))
             and _known(p.drafts, n_vocab)  # a forced id only the target has: the draft cannot go on
         ]  # fmt: skip
-        clock.caught = clock.timed("catch", self._catch_up, [p.st for p in active])
-        items = [self._first_item(p) for p in active]
+        clock.caught = clock.timed("catch", self._catch_up, [p.st for p in active], clock)
+        items = [self._first_item(p, clock) for p in active]
         while active:
             rows = clock.timed("draft", self.ctx.eval_views, items)
             active, items = self._step(active, rows)
@@ -76,7 +78,7 @@ class ModelSource(DraftSource):
     # no reset: the caller cuts every cache back after a round that raised
 
     # -- drafting --------------------------------------------------------------------------------
-    def _first_item(self, p: SeqPlan) -> Item:
+    def _first_item(self, p: SeqPlan, clock: Clock) -> Item:
         """The first draft step: what the cache lacks of the text, then the drafts so far."""
         st, ctx = p.st, self.ctx
         n = len(st.tokens)
@@ -84,7 +86,7 @@ class ModelSource(DraftSource):
             ctx.truncate(n - 1, st.seq)
         have = ctx.past(st.seq)
         if have < n - st.n_new:  # some of the prompt is not in the draft's cache yet
-            _count_prompt(st, have, n)
+            _count_prompt(clock, st, have, n)
         return Item(st.seq, st.tokens[have:n] + p.drafts, have, 1)
 
     def _step(self, active: list[SeqPlan], rows: list[np.ndarray]) -> tuple[list[SeqPlan], list[Item]]:
@@ -141,7 +143,7 @@ class ModelSource(DraftSource):
             p.total = min(p.total + len(run), p.cap)
         return run
 
-    def _catch_up(self, active: list[SeqState]) -> dict[SeqState, int]:
+    def _catch_up(self, active: list[SeqState], clock: Clock) -> dict[SeqState, int]:
         """Bring the draft's cache of each drafting sequence to `tokens[:-1]` in one decode where it
         lags by more than a round's worth (its prompt, or the tokens of plain rounds): those
         sequences' prefill; returns the tokens each caught up on (the tuner prices the next one). A
@@ -157,7 +159,7 @@ class ModelSource(DraftSource):
         for st in active:
             have, upto = ctx.past(st.seq), len(st.tokens) - 1
             if upto - have > (1 if snapshots else 2):
-                _count_prompt(st, have, upto)
+                _count_prompt(clock, st, have, upto)
                 items.append(Item(st.seq, st.tokens[have:upto], have, 1))
                 behind.append(st)
                 replay_only &= snapshots and upto - have <= MAX_PROPOSAL + 2
@@ -175,7 +177,9 @@ def _known(tokens: Sequence[int], n_vocab: int) -> bool:
     return not tokens or max(tokens) < n_vocab
 
 
-def _count_prompt(st: SeqState, have: int, end: int) -> None:
-    """The draft evaluates positions [have, end): count those in the prompt (the target's n_prefilled
-    counterpart; a draft catches up on the prompt late, at its first drafting round)."""
-    st.counters.n_draft_prefilled += max(min(end, len(st.tokens) - st.n_new) - have, 0)
+def _count_prompt(clock: Clock, st: SeqState, have: int, end: int) -> None:
+    """The draft evaluates positions [have, end): tally those in the prompt for the record phase
+    (the target's n_prefilled counterpart; a draft catches up on the prompt late, at its first
+    drafting round)."""
+    n = max(min(end, len(st.tokens) - st.n_new) - have, 0)
+    clock.draft_prompt[st] = clock.draft_prompt.get(st, 0) + n

@@ -1,0 +1,127 @@
+"""Does the history source (--history-tokens) pay where traffic repeats, and cost nothing where it
+does not? Two engines over one model, history on and off, fed the same requests in turn (the order
+alternates per request, so a neighbour's load falls on both sides alike):
+
+  agent    the same system prompt and tool list every time, a sequence of related asks (an agent's
+           turns re-send its context and re-emit the same calls and edits)
+  one-off  unrelated prompts, each seen once
+
+interleaved one agent turn, one one-off. Greedy: both sides must give the same text (lossless).
+Prints, per kind, the target passes per request off over on (load-independent: fewer passes is
+what history buys), decode tokens/s on over off (the median of per-request ratios: wall time, as
+noisy as the machine) and the share of output the history drafted.
+
+    .venv/bin/python research/history_ab.py --target models/SmolLM2-135M-Instruct.Q4_1.gguf --rounds 12
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from localspec.config.settings import Settings
+from localspec.engine import Engine
+
+SYSTEM = (
+    "You are a coding agent. Answer with one tool call as JSON: "
+    '{"tool": NAME, "args": {...}}. Tools: read_file(path), write_file(path, text), '
+    "run_tests(pattern), search(query), list_dir(path)."
+)
+ASKS = [
+    "Read the file src/app.py.",
+    "Now run the tests matching test_app.",
+    "Read the file src/util.py.",
+    "Search for the function parse_config.",
+    "Write src/util.py with a docstring added.",
+    "Run the tests matching test_util.",
+    "List the directory src.",
+    "Read the file src/config.py.",
+]
+ONE_OFF = [
+    "Write a haiku about autumn rain.",
+    "Explain what a hash table is in two sentences.",
+    "Name three rivers in Africa.",
+    "What is 17 times 23? Show the steps.",
+    "Give a short recipe for pancakes.",
+    "Describe the colour blue to someone who cannot see.",
+    "List four uses of a paperclip.",
+    "Why is the sky dark at night?",
+    "Translate 'good morning' into French, Spanish and German.",
+    "Summarise the plot of Cinderella in one paragraph.",
+    "What does a compiler do?",
+    "Suggest a name for a grey cat.",
+]
+
+
+def chat(kind: str, i: int, asks: int = len(ASKS)) -> list[dict]:
+    if kind == "agent":
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": ASKS[i % asks]}]
+    return [{"role": "user", "content": ONE_OFF[i % len(ONE_OFF)]}]
+
+
+def run(args: argparse.Namespace) -> dict:
+    base = dict(target=args.target, lookup="only", tuner_cache=False, no_log=True, n_ctx=args.n_ctx)
+    rows: dict[str, list[dict]] = {"agent": [], "one-off": []}
+    with (
+        Engine(Settings.load(**base, history_tokens=args.history)) as on,
+        Engine(Settings.load(**base)) as off,
+    ):
+        for i in range(args.rounds):
+            for kind in ("agent", "one-off"):
+                engines = (
+                    [("on", on), ("off", off)]
+                    if (i + len(rows[kind])) % 2 == 0
+                    else [("off", off), ("on", on)]
+                )
+                got = {}
+                for side, eng in engines:
+                    r = eng.generate(
+                        chat(kind, i), chat=True, max_tokens=args.tokens, temperature=0.0, seed=0
+                    )
+                    got[side] = r
+                assert list(got["on"].tokens) == list(got["off"].tokens), "history changed a greedy output"
+                h = got["on"].stats.sources.get("history", {"drafted": 0, "accepted": 0})
+                rows[kind].append({
+                    "i": i, "on_tok_s": got["on"].stats.decode_tok_s, "off_tok_s": got["off"].stats.decode_tok_s,
+                    "n": got["on"].stats.n_generated, "history": h,
+                    "on_passes": got["on"].stats.rounds + got["on"].stats.plain_steps,
+                    "off_passes": got["off"].stats.rounds + got["off"].stats.plain_steps,
+                })  # fmt: skip
+    out = {}
+    for kind, rs in rows.items():
+        warm = rs[1:]  # the first request of a kind has nothing to remember
+        ratios = [r["on_tok_s"] / r["off_tok_s"] for r in warm if r["off_tok_s"]]
+        out[kind] = {
+            "requests": len(warm),
+            "passes_ratio": sum(r["off_passes"] for r in warm) / max(sum(r["on_passes"] for r in warm), 1),
+            "tok_s_ratio_median": statistics.median(ratios),
+            "tok_s_ratio_min": min(ratios),
+            "history_accepted_share": sum(r["history"]["accepted"] for r in warm) / max(sum(r["n"] for r in warm), 1),
+            "history_drafted": sum(r["history"]["drafted"] for r in warm),
+        }  # fmt: skip
+    return {"rows": rows, "summary": out}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--n-ctx", type=int, default=1024)
+    ap.add_argument("--history", type=int, default=65536, help="--history-tokens on the 'on' side")
+    ap.add_argument(
+        "--asks", type=int, default=len(ASKS), help="agent asks cycled over (fewer: more repeats)"
+    )
+    ap.add_argument("--draft-max", default="auto", help="auto (the tuner decides) or a fixed K")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    got = run(args)
+    if args.out:
+        args.out.write_text(json.dumps(got, indent=1))
+    print(json.dumps(got["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
