@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from localspec.decode.clock import Clock
-from localspec.decode.seqplan import SeqPlan
+from localspec.decode.seqplan import SeqPlan, offered
 from localspec.decode.settle import Verdict
 from localspec.decode.sources import Sources
 from localspec.decode.state import SeqState, Step
@@ -125,7 +125,7 @@ def _outcome(p, v, ev, k, t, round_s, caught) -> Outcome:  # noqa: ANN001
     """What the K controller learns: only the drafts of sources with evidence, and only when the
     round reached them."""
     n_own, n_acc, n_look, reached = ev
-    lead = p.offered(p.kplan.lead) if n_look and p.kplan is not None and p.kplan.lead else None
+    lead = offered(p, p.kplan.lead) if n_look and p.kplan is not None and p.kplan.lead else None
     unused = [o for o in p.offers if o is not lead] if p.offers else ()
     emitted = v.new[len(p.forced) :]
     return Outcome(

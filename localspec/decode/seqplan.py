@@ -44,11 +44,12 @@ class SeqPlan:
         self.qs.append(q)
         self.sources.append(source)
 
-    def offered(self, source: str) -> Offer | None:
-        """What `source` offered this round, if anything."""
-        return next((o for o in self.offers if o.source == source), None)
-
     def judges(self, i: int) -> bool:
         """Whether the draft's confidence at draft position i decides if it goes on (`draft_p_min`:
         drafting stops where the draft's top probability is below p_min)."""
         return self.p_min > 0 and i >= self.p_min_from
+
+
+def offered(p: SeqPlan, source: str) -> Offer | None:
+    """What `source` offered `p` this round, if anything (a function: SeqPlan stays a record)."""
+    return next((o for o in p.offers if o.source == source), None)

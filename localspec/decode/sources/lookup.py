@@ -9,7 +9,7 @@ from typing import Sequence
 
 from localspec.decode.clock import Clock
 from localspec.decode.rows import grammar_aware, one_point_q, unbanned
-from localspec.decode.seqplan import SeqPlan
+from localspec.decode.seqplan import SeqPlan, offered
 from localspec.decode.sources.base import DraftSource, SourceSpec
 from localspec.decode.state import SeqState, Step
 from localspec.draft_len.controller import Offer
@@ -53,7 +53,7 @@ def draft_offer(plans: Sequence[SeqPlan], name: str) -> None:
     """Each plan that puts this source's offer first drafts its first K tokens (free, one-point q)."""
     for p in plans:
         if p.k and p.kplan is not None and p.kplan.lead == name:
-            looked = _allowed(p.st, unbanned(p.st, p.offered(name).tokens[: p.k]))
+            looked = _allowed(p.st, unbanned(p.st, offered(p, name).tokens[: p.k]))
             p.add(looked, [one_point_q(p.st, x) for x in looked], name)
 
 
