@@ -66,6 +66,8 @@ class Sample:
     grammar_accepted: int = 0
     constrain_ms: float = 0.0  # time in the constraint's work (masks, forced tokens, rollback)
     valid: bool | None = None  # a constrained answer that finished: did it follow its schema
+    drafted_by_pos: tuple[int, ...] = ()  # rounds that drafted a token at position i ...
+    accepted_by_pos: tuple[int, ...] = ()  # ... and of those, rounds that kept it
 
 
 def _rate(tokens: float, ms: float) -> float:

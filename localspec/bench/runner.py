@@ -132,6 +132,8 @@ def _sample(resp, wall_s: float, cfg: BenchConfig, run: int, prompt: FittedPromp
         grammar_accepted=st.sources.get("grammar", {}).get("accepted", 0),
         constrain_ms=st.constrain_ms_per_round * (st.rounds + st.plain_steps),
         valid=_valid(resp, prompt),
+        drafted_by_pos=tuple(st.drafted_by_pos),
+        accepted_by_pos=tuple(st.accepted_by_pos),
     )
 
 

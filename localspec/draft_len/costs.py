@@ -83,7 +83,7 @@ class Costs:
 
     def prime(self, verify: dict[int, float], draft_s: float | None, catch_s: float | None = None) -> None:
         """Start from known costs (calibrated at load, or remembered): no probe rounds."""
-        for n, t in verify.items():
+        for n, t in subadditive(verify).items():
             self.verify.setdefault(n, Floor()).add(t)
             self.seen_at[n] = 0
         if draft_s is not None:
@@ -146,3 +146,19 @@ def _fit(pts: dict[int, float]) -> tuple[float, float]:
     never negative (a bigger batch never costs less), the caller floors it at the cheapest point."""
     b1, b0 = np.polyfit(np.array(list(pts), dtype=float), np.array(list(pts.values()), dtype=float), 1)
     return float(b0), max(float(b1), 0.0)
+
+
+SUBADDITIVE_SLACK = 1.25  # a kernel switch can make a batch dearer than two smaller ones by ~10%
+
+
+def subadditive(verify: dict[int, float]) -> dict[int, float]:
+    """The timings with a stalled size replaced by T(a) + T(b), a + b = n: one batch never costs
+    much more than two smaller ones (it could run as them), so a size timed over SUBADDITIVE_SLACK
+    times that was stalled in every pass. Priced at the stall, it would never be tried, nor timed
+    afresh."""
+    out = dict(verify)
+    for n in sorted(out):
+        parts = min((out[a] + out[n - a] for a in out if a < n and n - a in out), default=None)
+        if parts is not None and out[n] > SUBADDITIVE_SLACK * parts:
+            out[n] = parts
+    return out
