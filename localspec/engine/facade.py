@@ -54,15 +54,21 @@ class ModelFacts:
 
 
 def facts_of(target: llama.Model, n_ctx: int, *, embeds_only: bool, vision: bool) -> ModelFacts:
-    fim = target.fim_tokens()
     vocab = target.vocab
     return ModelFacts(
         n_ctx=n_ctx, n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
         size=target.size_bytes, n_embd=target.n_embd, arch=target.meta("general.architecture") or "",
         file_type=target.meta("general.file_type"), chat_template=target.chat_template(),
         bos=vocab.bos if vocab.add_bos else None, embeds_only=embeds_only, vision=vision,
-        fim=all(fim[k] is not None for k in ("pre", "suf", "mid")),
+        fim=has_fim(target),
     )  # fmt: skip
+
+
+def has_fim(target: TextModel) -> bool:
+    """Its vocabulary has the prefix, suffix and middle tokens (llama.cpp finds them by their text
+    where the GGUF names none)."""
+    fim = target.fim_tokens()
+    return all(fim[k] is not None for k in ("pre", "suf", "mid"))
 
 
 def devices() -> list[tuple[str, str, int, int]]:
