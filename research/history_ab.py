@@ -12,6 +12,7 @@ what history buys), decode tokens/s on over off (the median of per-request ratio
 noisy as the machine) and the share of output the history drafted.
 
     .venv/bin/python research/history_ab.py --target models/SmolLM2-135M-Instruct.Q4_1.gguf --rounds 12
+    .venv/bin/python research/history_ab.py --pair models/default --rounds 8
 """
 
 from __future__ import annotations
@@ -62,12 +63,16 @@ def chat(kind: str, i: int, asks: int = len(ASKS)) -> list[dict]:
 
 
 def run(args: argparse.Namespace) -> dict:
-    base = dict(target=args.target, lookup="only", tuner_cache=False, no_log=True, n_ctx=args.n_ctx)
+    model = dict(pair=args.pair, lookup="on") if args.pair else dict(target=args.target, lookup="only")
+    base = dict(**model, tuner_cache=False, no_log=True, n_ctx=args.n_ctx, draft_max=args.draft_max)
     rows: dict[str, list[dict]] = {"agent": [], "one-off": []}
     with (
         Engine(Settings.load(**base, history_tokens=args.history)) as on,
         Engine(Settings.load(**base)) as off,
     ):
+        # one calibration for both sides: two taken at load differ by the machine's noise, and the
+        # tuner would then choose apart for reasons that are not the history's
+        off.tuners.known = on.tuners.known
         for i in range(args.rounds):
             for kind in ("agent", "one-off"):
                 engines = (
@@ -106,7 +111,9 @@ def run(args: argparse.Namespace) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--target", type=Path, required=True)
+    model = ap.add_mutually_exclusive_group(required=True)
+    model.add_argument("--target", type=Path, help="one GGUF: lookup drafts only")
+    model.add_argument("--pair", type=Path, help="a pair folder (models/default): the draft model too")
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--n-ctx", type=int, default=1024)
