@@ -27,7 +27,7 @@ def plan_round(
         for src in sources.offering:
             src.offer(p)
         st = p.st
-        if st.speculative and (draft is not None or st.lookup is not None):
+        if st.speculative and (draft is not None or _free_drafts(st)):
             p.facts = Facts(len(p.forced), p.offers, p.behind, p.left)
             drafting.append(p)
             ctls.append(st.k_ctl)
@@ -35,8 +35,13 @@ def plan_round(
     for p, kplan in zip(drafting, plan_batch(ctls, facts)):
         p.kplan = kplan
     for p in plans:
-        _take(p, draft)
+        _take(p)
     return plans
+
+
+def _free_drafts(st: SeqState) -> bool:
+    """Whether a free source drafts for st (it opened its own state for it: sources/base.py)."""
+    return any(mine is not None for mine in st.drafting.values())
 
 
 def _budget(target: Evaluator, st: SeqState) -> SeqPlan:
@@ -54,7 +59,7 @@ def _budget(target: Evaluator, st: SeqState) -> SeqPlan:
     return SeqPlan(st, 0 if replay else cap, replay, left, st.cfg.draft_p_min, st.cfg.draft_min)
 
 
-def _take(p: SeqPlan, draft: Evaluator | None) -> None:
+def _take(p: SeqPlan) -> None:
     """The controller's plan as this round takes it: a forced run cut where a shorter batch costs
     less (the rest is forced again next round, and the offers past it go), and K within
     the budget left."""
@@ -63,5 +68,4 @@ def _take(p: SeqPlan, draft: Evaluator | None) -> None:
         constrained(st, st.track.take_back, len(p.forced) - kplan.forced_take)
         p.forced, p.offers = p.forced[: kplan.forced_take], ()
     p.k = max(0, min(kplan.k if kplan is not None else 0, p.cap - len(p.forced)))
-    p.model = draft is not None and st.k_ctl.has_model and st.draft_model
     p.total = len(p.forced) + p.k

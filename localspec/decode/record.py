@@ -89,7 +89,7 @@ def _record_one(
         st.k_ctl.observe(_outcome(p, v, ev, k, t, round_s - t.catch, caught.get(st, 0) if caught else 0))
     if st.bound is not None:  # its own draft steps and its share of the verify batch
         st.bound.observe(round_charge(t.draft, ev[0] - ev[2], t.longest, t.verify, len(p.drafts) + 1, t.batch_tokens),
-                         len(v.new))  # fmt: skip
+                         len(v.new), len(p.drafts))  # fmt: skip
         c.cost_cuts = st.bound.cut
     c.fallbacks = st.k_ctl.fallbacks
     c.started_plain = st.k_ctl.started_plain

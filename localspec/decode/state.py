@@ -7,14 +7,13 @@ who else shares the round.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
 
 import numpy as np
 
 from localspec.constrain import Matcher
 from localspec.constrain.track import Track
-from localspec.decode.lookup import Lookup
 from localspec.decode.noise import KeyedGumbel
 from localspec.decode.sampling import Penalties, SamplingParams
 from localspec.decode.stats import Counters
@@ -56,6 +55,13 @@ class SpecConfig:
     draft_min: int = 0
     draft_p_min: float = 0.0
     grammar_drafts: bool = True  # drafts see the output's constraint (False: blind, as llama.cpp's)
+    # what the request asks of the draft sources, each opening its own state for the sequence from
+    # it (sources/base.py `open`): n-gram drafts (from its own text, and the model's history where
+    # kept), more text before the prompt they draft from, and whether the draft model may see it (it
+    # holds no id beyond the draft's vocabulary: a target's may be up to 128 ids larger)
+    lookup: bool = False
+    lookup_text: Sequence[int] = ()
+    draft_model: bool = True
 
 
 @dataclass(eq=False)
@@ -72,21 +78,20 @@ class SeqState:
     verify_rng: np.random.Generator
     max_new: int | None = None
     speculative: bool = True
-    # the draft model may see this sequence: it holds no id beyond the draft's vocabulary (a target's
-    # may be up to 128 ids larger); lookup drafts go on without it
-    draft_model: bool = True
     n_new: int = 0
     finish: str | None = None  # None while running; stop (EOG) | length | context | error
     out: list[Step] = field(default_factory=list)  # steps made since the last take()
     # coupled: every token at position t, drafted or the target's, is a Gumbel-max under g_t
     noise: KeyedGumbel | None = None
-    lookup: Lookup | None = None  # the n-gram index over tokens, when lookup drafts are on
     track: Track | None = None  # the output's constraint (grammar, JSON schema), when it has one
     error: Exception | None = None  # why it ended, when finish is "error" (a grammar that cannot go on)
     penalties: Penalties | None = None  # logit_bias and repetition penalties, applied to both models' rows
     logprobs: int = -1  # -1: none; else report each step's logprob and this many top alternatives
     post_sampling_probs: bool = False  # ... from the distribution sampled (else the model's own)
     bound: CostBound | None = None  # what its rounds may cost per token: caps its drafts (K control)
+    # each draft source's own state for this sequence, by the source's name, opened the first time
+    # the round hands it over (sources/base.py `mine`): a source keeps nothing here but its own
+    drafting: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def start(
@@ -114,10 +119,10 @@ class SeqState:
         fill-in-the-middle prompt was cut from: the rest of the file, the other files)."""
         draft_rng, verify_rng = (np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(2))
         noise = KeyedGumbel.of(rng) if cfg.mode == "coupled" else None
-        index = Lookup([*lookup_text, *prompt]) if lookup and speculative else None
+        cfg = replace(cfg, lookup=lookup, lookup_text=lookup_text, draft_model=draft_model)
         return cls(
             seq, list(prompt), sp, cfg, k_ctl, counters, draft_rng, verify_rng, max_new, speculative,
-            draft_model=draft_model, noise=noise, lookup=index, track=Track(matcher) if matcher is not None else None,
+            noise=noise, track=Track(matcher) if matcher is not None else None,
             penalties=penalties if penalties and penalties.active else None, logprobs=logprobs,
             post_sampling_probs=post_sampling_probs, bound=bound,
         )  # fmt: skip

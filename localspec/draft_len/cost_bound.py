@@ -31,14 +31,20 @@ class CostBound:
         self.spent = self.earned = 0.0
         self.cut = 0  # rounds after which the cap came down (the stats count them)
 
-    def observe(self, seconds: float, n_emitted: int) -> None:
-        """One round: what it cost this request, and how many tokens it emitted."""
+    def observe(self, seconds: float, n_emitted: int, n_drafts: int = 1) -> None:
+        """One round: what it cost this request, how many tokens it emitted and how many drafts it
+        verified. A round without drafts is charged a plain step a token (what it took beyond that
+        was the machine's: fewer drafts could not save it) and cuts nothing; it lets the cap grow
+        back by one (a cap cut to 0 would hold for good: a plain step is never well under a bound
+        of 2, and a request whose cap a stalled round took to 0 never drafted again)."""
         plain = self._plain_s()
         if plain is None or plain <= 0:
             return
-        self.spent = DECAY * self.spent + seconds
+        self.spent = DECAY * self.spent + (seconds if n_drafts else n_emitted * plain)
         self.earned = DECAY * self.earned + n_emitted * self.bound * plain
-        if self.spent > self.earned and self.k_cap > 0:
+        if not n_drafts:
+            self.k_cap = min(self.k_cap + 1, self.k_max)
+        elif self.spent > self.earned and self.k_cap > 0:
             self.k_cap //= 2
             self.cut += 1
         elif self.spent < REGAIN * self.earned and self.k_cap < self.k_max:

@@ -19,7 +19,8 @@ from localspec.config.settings import AUTO_K_MAX, REQUEST, Settings
 from localspec.decode.infill import Infill
 from localspec.decode.sources import remembered
 from localspec.draft_len.pool import TunerPool
-from localspec.engine import embed, embed_only
+from localspec.engine import embed, embed_only, placement
+from localspec.engine.facade import ModelFacts, TextModel, facts_of
 from localspec.engine.loader import LoadedPair, load_pair, memory_key
 from localspec.engine.prompt_disk import CLOSE_WAIT_S, open_disk
 from localspec.engine.request import Handle, Request
@@ -27,6 +28,7 @@ from localspec.engine.scheduler import Scheduler
 from localspec.engine.thread import load_then_serve
 from localspec.engine.types import Chunk, Response
 from localspec.errors import Cancelled, GenerationFailed, LocalspecError, PromptTooLong
+from localspec.evaluator import Evaluator
 from localspec.gguf.pooling import is_embedding_model
 from localspec.images import Image
 from localspec.text_input import require_text
@@ -87,29 +89,45 @@ class Engine:
         )  # fmt: skip
         return self._sched
 
-    # the loaded pair, as callers and tools know it
+    # -- the facade: what serving knows of the model (facade.py) -------------------------------
     @property
-    def target(self):  # noqa: ANN201
+    def text(self) -> TextModel:
+        """The target's text API: tokenize, spell, the template and the FIM tokens."""
+        return self._pair.target
+
+    def facts(self) -> ModelFacts:
+        """The loaded target's facts, for a model card."""
+        s = self.settings
+        n_ctx = s.embed_ctx if self.embeds_only else self._pair.target_ctx.n_ctx
+        return facts_of(self.target, n_ctx, embeds_only=self.embeds_only, vision=self.projector is not None)
+
+    def not_generative(self) -> LocalspecError | None:
+        """Why this engine generates nothing (an embedding model served alone), or None."""
+        return embed_only.not_generative(self.target) if self.embeds_only else None
+
+    # -- the loaded pair, for the tools below the facade (the CLI, the benchmarks, the tests) --
+    @property
+    def target(self) -> llama.Model:
         return self._pair.target
 
     @property
-    def target_ctx(self):  # noqa: ANN201
+    def target_ctx(self) -> llama.Context:
         return self._pair.target_ctx
 
     @property
-    def draft(self):  # noqa: ANN201
+    def draft(self) -> llama.Model | None:
         return self._pair.draft
 
     @property
-    def draft_ctx(self):  # noqa: ANN201
+    def draft_ctx(self) -> Evaluator | None:
         return self._pair.draft_ctx
 
     @property
-    def decision(self):  # noqa: ANN201
+    def decision(self) -> placement.Decision | None:
         return self._pair.decision
 
     @property
-    def placement(self):  # noqa: ANN201
+    def placement(self) -> placement.PlacementReport | None:
         return self._pair.report
 
     # -- the engine thread -----------------------------------------------------------------------
@@ -252,8 +270,13 @@ class Engine:
         return media.tokenize(self.target, self.projector, text, images, marker, chat=True)
 
     @property
-    def projector(self):  # noqa: ANN201 - the target's llama.Projector, or None
+    def projector(self) -> llama.Projector | None:
         return self._pair.projector
+
+    @property
+    def vision(self) -> bool:
+        """A projector is loaded: prompts may hold images."""
+        return self._pair.projector is not None
 
     # -- generation ------------------------------------------------------------------------------
     def submit(

@@ -133,7 +133,12 @@ class Scheduler:
         self._admit_waiting()
         runs = [(job, st) for job, st, _ in self.running]
         if runs:
-            self.sharing.top_up_drafts(self._held, [st for _, st, pre in self.running if not pre])
+            drafter = self.sources.drafter
+            if drafter is not None:  # the sequences it drafts for (it holds their state)
+                self.sharing.top_up_drafts(
+                    self._held,
+                    [st for _, st, pre in self.running if not pre and drafter.mine(st) is not None],
+                )
             try:
                 self._round(runs)
             except Exception as e:  # noqa: BLE001 - find whose rows caused it, fail only those

@@ -83,15 +83,16 @@ class Sharing:
                 self.draft.truncate(keep, dst)
 
     def top_up_drafts(self, held: Callable[[], Held], decoding: Sequence[SeqState]) -> None:
-        """Before a round: a drafting sequence whose draft lags by more than its first draft step
-        carries takes the longest prefix of its tokens another slot's draft holds, instead of its
-        catch-up evaluating it again (the second of n choices, while the first drafts already)."""
+        """Before a round: a drafting sequence (`decoding`: those the drafter drafts for) whose draft
+        lags by more than its first draft step carries takes the longest prefix of its tokens
+        another slot's draft holds, instead of its catch-up evaluating it again (the second of n
+        choices, while the first drafts already)."""
         draft = self.draft
         if draft is None or not self.on:
             return
         lagging = [
             st for st in decoding
-            if st.speculative and st.draft_model and len(st.tokens) - 1 - draft.past(st.seq) > CATCH_UP_RIDES
+            if st.speculative and len(st.tokens) - 1 - draft.past(st.seq) > CATCH_UP_RIDES
         ]  # fmt: skip
         if not lagging:
             return

@@ -3,16 +3,16 @@
 error on its paths) and, optionally, `PREFIX` (paths no route matches that still take its shape).
 docs/architecture.md ("Adding a dialect") says how to write one."""
 
-from localspec.server import infill, llama_server, ops
+from localspec.server import infill, llama_server, model_list, ops
 from localspec.server.anthropic import messages
 from localspec.server.ollama import chat as ollama_chat
 from localspec.server.ollama import embed as ollama_embed
 from localspec.server.ollama import models as ollama_models
-from localspec.server.openai import chat, completions, embeddings, models, responses
+from localspec.server.openai import chat, completions, embeddings, responses
 
 DIALECTS = (
     ops,  # /health, /metrics, /openapi.json
-    models,  # OpenAI: GET /v1/models
+    model_list,  # OpenAI's and Anthropic's GET /v1/models (by the anthropic-version header)
     chat,  # OpenAI: POST /v1/chat/completions
     completions,  # OpenAI: POST /v1/completions
     responses,  # OpenAI: POST /v1/responses

@@ -17,10 +17,11 @@ from typing import Any, AsyncIterator, ClassVar, Sequence
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from localspec.server import framing
+from localspec.server import framing, shared
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.fields import Checked, refuse_unsupported
-from localspec.server.openai import common, errors
+from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
 from localspec.serving import Delta, Finished, Stream
 from localspec.serving import request as internal
@@ -67,7 +68,7 @@ class InfillRequest(s.Overrides):
 @router.post("/infill")
 async def infill(body: InfillRequest, request: Request) -> Any:
     req = parse(body)
-    model = request.app.state.models.get(req.model)
+    model = models_of(request).get(req.model)
     stream = await model.submit(req)
     prompt_only = body.n_predict == 0
     if req.stream:
@@ -124,7 +125,7 @@ def completion(f: Finished, model: str, content: str) -> dict[str, Any]:
         "has_new_line": "\n" in f.response.text, "truncated": f.truncated or f.response.finish_reason == "context",
         "stop_type": _stop_type(f), "stopping_word": f.response.stop_string or "",
         "tokens_cached": st.n_prompt_tokens + st.n_generated,  # what the slot's cache holds after it
-        "timings": common.timings(f.response).model_dump(mode="json"),
+        "timings": shared.timings(f.response).model_dump(mode="json"),
     }  # fmt: skip
 
 

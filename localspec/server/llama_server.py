@@ -14,6 +14,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict
 
 from localspec.server import offload
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
@@ -46,7 +47,7 @@ class DetokenizeRequest(BaseModel):
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> Response:
     """{"tokens": [...]}, with pieces {"id", "piece"} when asked."""
-    model = await request.app.state.models.ready(body.model)
+    model = await models_of(request).ready(body.model)
     ids = await model.tokenize(body.content, add_special=body.add_special, parse_special=body.parse_special)
     pieces = await model.pieces(ids) if body.with_pieces else None
     return await _json({"tokens": ids if pieces is None else [_piece(t, b) for t, b in zip(ids, pieces)]})
@@ -63,7 +64,7 @@ def _piece(token: int, b: bytes) -> dict[str, Any]:
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request) -> Response:
     return await _json(
-        {"content": await (await request.app.state.models.ready(body.model)).detokenize(body.tokens)}
+        {"content": await (await models_of(request).ready(body.model)).detokenize(body.tokens)}
     )
 
 
@@ -76,21 +77,21 @@ async def _json(content: dict[str, Any]) -> Response:
 @router.get("/models")
 async def models(request: Request) -> s.ModelList:
     """The same list as /v1/models (llama-server's router serves it at both)."""
-    return s.ModelList(data=[card(st) for st in request.app.state.models.status()])
+    return s.ModelList(data=[card(st) for st in models_of(request).status()])
 
 
 @router.post("/models/load")
 async def load(body: ModelName, request: Request) -> dict[str, Any]:
     """Load a model now (a model in error is retried); answers once it is loaded, or why not."""
-    return await _changed(request, await request.app.state.models.load(body.model))
+    return await _changed(request, await models_of(request).load(body.model))
 
 
 @router.post("/models/unload")
 async def unload(body: ModelName, request: Request) -> dict[str, Any]:
     """Unload a model (what it is running is cancelled); answers once its memory is free."""
-    return await _changed(request, await request.app.state.models.unload(body.model))
+    return await _changed(request, await models_of(request).unload(body.model))
 
 
 async def _changed(request: Request, model: Any) -> dict[str, Any]:
-    st = next(st for st in request.app.state.models.status() if st.name == model.name)
+    st = next(st for st in models_of(request).status() if st.name == model.name)
     return {"success": True, "model": card(st).model_dump(mode="json")}

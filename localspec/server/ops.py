@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from localspec.server import metrics
+from localspec.server.app_state import models_of
 from localspec.server.auth import has_key, require_key
 from localspec.server.openai import errors
 
@@ -24,7 +25,7 @@ async def health(request: Request) -> dict[str, Any]:
     is loaded and the load over all of them."""
     if not has_key(request):
         return {"status": "ok"}
-    status = request.app.state.models.status()
+    status = models_of(request).status()
     running, waiting = sum(s.running for s in status), sum(s.waiting for s in status)
     if not request.app.state.router:
         return {"status": "ok", "model": status[0].name, "running": running, "waiting": waiting}
@@ -39,4 +40,4 @@ async def openapi(request: Request) -> JSONResponse:
 
 @router.get("/metrics", dependencies=[Depends(require_key)])
 async def prometheus(request: Request) -> Response:
-    return Response(metrics.render(request.app.state.models), media_type=CONTENT_TYPE_LATEST)
+    return Response(metrics.render(models_of(request)), media_type=CONTENT_TYPE_LATEST)

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from localspec.engine import Engine
+from localspec.engine.facade import devices
 from localspec.errors import LocalspecError
 from localspec.serving.local import LocalModel
 from localspec.serving.pipe import Pipe, error_out
@@ -161,13 +162,6 @@ class Served:
         if busy != self.busy:
             self.busy = busy
             self.pipe.send("busy", *busy)
-
-
-def devices() -> list[tuple[str, str, int, int]]:
-    """(name, kind, free bytes, total bytes) of each device llama.cpp sees, as it sees them now."""
-    from localspec import llama  # noqa: PLC0415 - the engine has loaded it already
-
-    return [(d.name, d.kind, d.free_bytes, d.total_bytes) for d in llama.devices()]
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from gguf import LlamaFileType
 
 from localspec import draft_kinds
 from localspec.config.settings import Settings
-from localspec.engine import Engine, Response, embed_only
+from localspec.engine import Engine, Response
+from localspec.engine.facade import ModelFacts
 from localspec.errors import LocalspecError
 from localspec.serving import fim, text_ops
 from localspec.serving import plan as chat_plan
@@ -40,7 +41,8 @@ class LocalModel:
     def __init__(self, engine: Engine, settings: Settings, name: str) -> None:
         """`settings`: the server's (slots, queue, log); a request's own start from the engine's."""
         self.engine, self.settings, self.name = engine, settings, name
-        self.card = card_of(engine, name, settings.parallel)
+        self.facts = engine.facts()
+        self.card = card_of(self.facts, engine.settings, name, settings.parallel)
         self.totals = Counting()
         self.acclog = AccLog(settings, source="server", warn=lambda msg: log.warning("%s", msg))
         self.loop = asyncio.get_running_loop()  # made in the app's lifespan, on the event loop
@@ -61,31 +63,31 @@ class LocalModel:
         self, text: str, *, add_special: bool = False, parse_special: bool = True
     ) -> list[int]:
         text_ops.check_text(text)
-        target = self.engine.target
+        model = self.engine.text
         return await self._text.run(
-            lambda: target.tokenize(text, add_special=add_special, parse_special=parse_special)
+            lambda: model.tokenize(text, add_special=add_special, parse_special=parse_special)
         )
 
     async def pieces(self, tokens: Sequence[int]) -> list[bytes]:
         text_ops.check_tokens(tokens, text_ops.MAX_PIECES, "spelled out piece by piece")
         self._check_ids(tokens)
-        target = self.engine.target
-        return await self._text.run(lambda: [target.token_bytes(t, special=True) for t in tokens])
+        model = self.engine.text
+        return await self._text.run(lambda: [model.token_bytes(t, special=True) for t in tokens])
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
-        return self.engine.target.token_bytes(token, special=special)
+        return self.engine.text.token_bytes(token, special=special)
 
     async def detokenize(self, tokens: Sequence[int]) -> str:
         text_ops.check_tokens(tokens)
 
         def work() -> str:
             self._check_ids(tokens)  # a million ids: checked off the loop too
-            return self.engine.target.detokenize(tokens, special=True)
+            return self.engine.text.detokenize(tokens, special=True)
 
         return await self._text.run(work)
 
     def _check_ids(self, tokens: Sequence[int]) -> None:
-        n_vocab = self.engine.target.n_vocab
+        n_vocab = self.card.n_vocab
         bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
         if bad is not None:
             raise APIError(400, f"token {bad} is not in the vocabulary (0..{n_vocab - 1})", param="tokens")
@@ -189,27 +191,26 @@ class LocalModel:
 
     def _check_generates(self) -> None:
         """An embedding model served alone has no generation to start (engine/embed_only.py)."""
-        if self.engine.embeds_only:
-            e = embed_only.not_generative(self.engine.target)
+        e = self.engine.not_generative()
+        if e is not None:
             raise APIError(400, str(e), param="model", code="model_not_generative")
 
     def _raw(self, req: Request, s: Settings) -> fim.Layout | None:
         """A raw prompt's tokens where the model lays them out: a fill-in-the-middle request's
         (serving/fim.py), or text whose special tokens are read as such (None: the engine's)."""
-        target = self.engine.target
+        model = self.engine.text
         try:
             if req.fill is not None:
                 f = req.fill
                 for text in (f.prefix, f.suffix, f.prompt, *(c.text for c in f.extra)):
                     text_ops.check_text(require_text(text))
-                bos = target.vocab.bos if target.vocab.add_bos else None
                 return fim.layout(
-                    f, target.fim_tokens(), lambda t: target.tokenize(t, add_special=False),
-                    n_ctx=self.card.n_ctx, n_predict=s.max_tokens, bos=bos,
+                    f, model.fim_tokens(), lambda t: model.tokenize(t, add_special=False),
+                    n_ctx=self.card.n_ctx, n_predict=s.max_tokens, bos=self.facts.bos,
                 )  # fmt: skip
             if req.special and isinstance(req.prompt, str):
                 text_ops.check_text(require_text(req.prompt))
-                ids = target.tokenize(req.prompt, add_special=True, parse_special=True)
+                ids = model.tokenize(req.prompt, add_special=True, parse_special=True)
                 return fim.Layout(ids, False) if ids else None  # none: the engine says it is empty
         except LocalspecError as e:
             raise from_localspec(e, "prompt") from None
@@ -307,23 +308,15 @@ def _clamped(s: Settings, room: int) -> Settings:
     return s.replace(max_tokens=max(room, 1)) if room < s.max_tokens else s
 
 
-def card_of(engine: Engine, name: str, parallel: int) -> ModelCard:
-    target, s = engine.target, engine.settings
+def card_of(f: ModelFacts, s: Settings, name: str, parallel: int) -> ModelCard:
+    """The card of the model with these facts, served under these settings as `name`."""
     return ModelCard(
-        name=name, created=int(time.time()),
-        n_ctx=engine.settings.embed_ctx if engine.embeds_only else engine.target_ctx.n_ctx,
-        n_ctx_train=target.n_ctx_train, n_vocab=target.n_vocab, n_params=target.n_params,
-        size=target.size_bytes, target=Path(s.target).name if s.target else "",
-        draft=draft_kinds.label(s),
-        parallel=parallel, chat_template=target.chat_template(), n_embd=target.n_embd,
-        arch=target.meta("general.architecture") or "", quantization=_file_type(target.meta("general.file_type")),
-        embeds_only=engine.embeds_only, vision=engine.projector is not None, fim=_has_fim(target),
+        name=name, created=int(time.time()), n_ctx=f.n_ctx, n_ctx_train=f.n_ctx_train,
+        n_vocab=f.n_vocab, n_params=f.n_params, size=f.size, target=Path(s.target).name if s.target else "",
+        draft=draft_kinds.label(s), parallel=parallel, chat_template=f.chat_template, n_embd=f.n_embd,
+        arch=f.arch, quantization=_file_type(f.file_type), embeds_only=f.embeds_only, vision=f.vision,
+        fim=f.fim,
     )  # fmt: skip
-
-
-def _has_fim(target) -> bool:  # noqa: ANN001 - a llama.Model
-    fim = target.fim_tokens()
-    return all(fim[k] is not None for k in ("pre", "suf", "mid"))
 
 
 def _file_type(raw: str | None) -> str:

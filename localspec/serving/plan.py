@@ -11,6 +11,8 @@ from localspec.chat import families, media, tool_grammar, tool_prompt, verbatim
 from localspec.chat.output import answer_parser
 from localspec.config.settings import Settings
 from localspec.constrain.vocab import special_text
+from localspec.engine import Engine
+from localspec.engine.facade import TextModel
 from localspec.images import BadImage, Image, decode_image
 from localspec.serving.errors import APIError
 from localspec.serving.request import Message, Request
@@ -86,10 +88,11 @@ def template_vars(req: Request) -> dict[str, Any]:
     return extra
 
 
-def images_of(req: Request, s: Settings, projector: Any) -> list[Image]:
-    """Every image of the conversation, in order, decoded within the server's limits (or a 400)."""
+def images_of(req: Request, s: Settings, vision: bool) -> list[Image]:
+    """Every image of the conversation, in order, decoded within the server's limits (or a 400;
+    `vision`: the model has a projector to read them with)."""
     found = [(i, img) for i, m in enumerate(req.messages) for img in sorted(m.images, key=lambda x: x.at)]
-    if found and projector is None:
+    if found and not vision:
         raise APIError(400, media.NO_PROJECTOR, param=f"messages.{found[0][0]}.content", code="invalid_image")
     if len(found) > s.max_images:
         raise APIError(400, f"{len(found)} images in one request; at most {s.max_images}", param="messages")
@@ -102,7 +105,7 @@ def images_of(req: Request, s: Settings, projector: Any) -> list[Image]:
     return out
 
 
-def special_markers(target: Any, family: families.Family) -> dict[str, int]:
+def special_markers(target: TextModel, family: families.Family) -> dict[str, int]:
     """The family's markers that are one special token in the target's vocabulary, by their id: the
     output keeps their text and grammars name them by id (Qwen's `<tool_call>`, Mistral's `[ARGS]`)."""
     out = {}
@@ -113,16 +116,17 @@ def special_markers(target: Any, family: families.Family) -> dict[str, int]:
     return out
 
 
-def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
+def plan(engine: Engine, req: Request, s: Settings) -> ChatPlan:
     """Render and tokenize a chat request (runs off the event loop: templates, tokenizing and
     decoding images cost)."""
-    template = engine.target.chat_template()
+    model = engine.text
+    template = model.chat_template()
     family = families.detect(template)
     choice = tool_choice(req)
     tools = [template_tool(t) for t in req.tools]
     tools_on = bool(tools) and choice != "none"
     extra = template_vars(req)
-    images, marker = images_of(req, s, engine.projector), media.new_marker()
+    images, marker = images_of(req, s, engine.vision), media.new_marker()
     msgs = [template_message(m, marker) for m in req.messages]
     if template and (tools_on or any("tool_calls" in m or m["role"] == "tool" for m in msgs)):
         msgs, tool_vars = tool_prompt.prepare(
@@ -136,8 +140,8 @@ def plan(engine: Any, req: Request, s: Settings) -> ChatPlan:
         if images
         else media.Prompt(engine.tokenize_chat(marked))
     )
-    text = verbatim.plain(engine.target, marked)
-    specials = special_markers(engine.target, family) if tools_on else {}
+    text = verbatim.plain(model, marked)
+    specials = special_markers(model, family) if tools_on else {}
     own = any(k in req.overrides for k in CONSTRAINTS)
     overrides = (
         tool_grammar.constraint(family, tools, choice, parallel=req.parallel_tool_calls, specials=specials)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, TypeVar
+from typing import Any, Iterator, Mapping, Protocol, TypeVar
 
 from localspec.serving.errors import APIError
 from localspec.serving.facade import Model, ModelCard
@@ -70,6 +70,22 @@ def not_found(name: str, models: Mapping[str, Any]) -> APIError:
 
 def _served(models: Mapping[str, Any]) -> str:
     return ", ".join(repr(n) for n in models) or "no models"
+
+
+class Registry(Protocol):
+    """What a server's routes ask of the models it serves (`Models` below; router.Router)."""
+
+    def __iter__(self) -> Iterator[Model]: ...
+
+    def get(self, name: str | None) -> Model: ...
+
+    async def ready(self, name: str | None) -> Model: ...
+
+    async def load(self, name: str) -> Model: ...
+
+    async def unload(self, name: str) -> Model: ...
+
+    def status(self) -> list[Status]: ...
 
 
 class Models:

@@ -99,6 +99,22 @@ def test_the_bound_recovers_when_drafts_start_to_pay():
     assert unknown.k_cap == 16
 
 
+def test_plain_rounds_cut_nothing_and_bring_the_cap_back_at_the_default_bound():
+    """A plain round that a busy machine stalled is not the drafts' fault, and at the default bound
+    (2 plain steps a token) a plain step is never well under it: a cap cut to 0 stayed there, and
+    the request (the history's, the lookup's) never drafted again."""
+    b = CostBound(2.0, lambda: 1.0, 16)
+    for _ in range(6):
+        b.observe(5.0, 1, n_drafts=0)  # plain rounds at 5x the floor: a neighbour's load
+    assert b.k_cap == 16 and b.cut == 0
+    for _ in range(6):
+        b.observe(17.0, 1, n_drafts=16)  # drafts that cost 17 plain steps for one token
+    assert b.k_cap == 0 and b.cut >= 4
+    for _ in range(16):
+        b.observe(1.0, 1, n_drafts=0)
+    assert b.k_cap == 16
+
+
 def test_a_whole_vocabulary_of_logit_bias_costs_a_row_little():
     """A 49k-entry logit_bias rebuilt its arrays for every row: ~20-55 ms a row, so a verify of 17
     rows cost more than the decode. The arrays are built once."""

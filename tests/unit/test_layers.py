@@ -1,7 +1,8 @@
 """The package's layout stays true without anyone watching: read every module's imports (function-
 local ones too) and fail on an import cycle, on an import against the layer order documented in
-docs/architecture.md, on `llama_cpp` imported outside the llama.cpp boundary, and on server/
-reaching past the model facade."""
+docs/architecture.md, on `llama_cpp` imported outside the llama.cpp boundary, on server/
+reaching past the model facade, on serving/ reaching past the engine's, and on a dialect importing
+another."""
 
 from __future__ import annotations
 
@@ -154,3 +155,57 @@ def test_settings_reach_no_front_end():
             todo += GRAPH[m]
     reached = sorted(m for m in seen if _room(m) in ("hub", "convert", "cli", "server", "bench"))
     assert not reached, f"Settings imports {reached}"
+
+
+# the loaded pair's handles an Engine keeps for the tools below the facade (cli, bench, tests)
+PAIR_HANDLES = {"target", "target_ctx", "draft", "draft_ctx", "projector", "decision", "placement"}
+
+
+def _engine_handles_read(path: Path) -> list[str]:
+    """`engine.target` and the like: a pair handle read off anything named engine."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr in PAIR_HANDLES:
+            owner = node.value
+            name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+            if name == "engine":
+                out.append(f"{path.name}:{node.lineno} engine.{node.attr}")
+    return out
+
+
+def test_serving_reaches_the_model_only_through_the_engine_facade():
+    """serving/ knows the model by the engine's typed facade (engine/facade.py: its text API and
+    its facts), never by llama.cpp's wrappers: no import of localspec.llama, no read of the pair's
+    handles (`engine.target`, `engine.projector`, ...)."""
+    bad = sorted(
+        f"{name} -> {dep}"
+        for name, deps in GRAPH.items()
+        if _room(name) == "serving"
+        for dep in deps
+        if _room(dep) == "llama"
+    )
+    bad += [
+        hit
+        for name, path in MODULES.items()
+        if _room(name) == "serving"
+        for hit in _engine_handles_read(path)
+    ]
+    assert not bad, "serving/ reaches past the engine's facade:\n" + "\n".join(sorted(bad))
+
+
+def _dialect(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "server" else None  # a package under server/
+
+
+def test_no_dialect_imports_another():
+    """A dialect's package (server/openai, server/anthropic, server/ollama) imports its own modules
+    and the server's common ones, never another dialect's: what they share lives in server/."""
+    bad = sorted(
+        f"{name} -> {dep}"
+        for name, deps in GRAPH.items()
+        if (mine := _dialect(name)) is not None
+        for dep in deps
+        if (other := _dialect(dep)) is not None and other != mine
+    )
+    assert not bad, "a dialect imports another:\n" + "\n".join(bad)

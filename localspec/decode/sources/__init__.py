@@ -32,6 +32,7 @@ class Sources(NamedTuple):
     certain: tuple[str, ...]  # the names of the sources whose drafts feed no evidence (kept for certain)
     by_match: tuple[str, ...]  # ... of those priced by match length (draft_len/evidence.py LOOKUP)
     free: tuple[str, ...]  # ... and of every free source, in order (the rest: the drafter's)
+    drafter: DraftSource | None  # the one that decodes with the draft context, if there is one
 
 
 def remembered(settings: Any) -> dict[type, Any]:
@@ -60,6 +61,7 @@ def sources_for(
         tuple(name for name, kind in evidence.items() if kind is None),
         tuple(name for name, kind in evidence.items() if kind == LOOKUP),
         tuple(name for name, kind in evidence.items() if kind != MODEL),
+        next((s for s in made if isinstance(s, drafting)), None),
     )
 
 

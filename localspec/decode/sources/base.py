@@ -1,7 +1,9 @@
 """One interface for everything that drafts (llama.cpp's `common_speculative_impl`, vLLM's proposer
 per file): a source offers what it knows before K is chosen, proposes its tokens into each plan
 within the plan's budget (with their q and its name), hears the verdict, and undoes its part of a
-round that raised, and sees each sequence finish. The round walks the registered sources in order
+round that raised, and sees each sequence finish. What it keeps per sequence is its own: it opens
+it from the request's asks (`open`) and the sequence holds it under the source's name, opaque to
+everyone else (`mine`). The round walks the registered sources in order
 (sources/__init__.py); a source that remembers across requests says what it keeps (`remembers`). A source
 subclasses `DraftSource` and overrides the hooks it needs (`propose` always): the others do nothing,
 and the round does not call them."""
@@ -38,6 +40,20 @@ class DraftSource(Protocol):
     def for_round(cls, draft: Evaluator | None, kept: Any = None) -> "DraftSource | None":
         """The rounds' instance over the draft context (None: the round has no draft context) and
         what it keeps across requests, or None where it does not draft."""
+
+    def open(self, st: SeqState) -> Any:
+        """Its own state for a new sequence, made from what the request asks (`st.cfg`); None: it
+        drafts nothing for it (the default)."""
+        return None
+
+    def mine(self, st: SeqState) -> Any:
+        """Its own state for st, opened the first time it is asked for (the sequence keeps it by
+        this source's name; a source reads no other's)."""
+        try:
+            return st.drafting[self.spec.name]
+        except KeyError:
+            made = st.drafting[self.spec.name] = self.open(st)
+            return made
 
     def offer(self, p: SeqPlan) -> None:
         """Before K is chosen: what this source can say for free, into the plan's fields the K

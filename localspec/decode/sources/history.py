@@ -32,15 +32,19 @@ class HistorySource(DraftSource):
     def for_round(cls, draft: Evaluator | None, kept: History | None = None) -> "HistorySource | None":
         return cls(kept) if kept is not None else None
 
+    def open(self, st: SeqState) -> bool | None:
+        """It drafts, and remembers, where the request asks for lookup drafts."""
+        return True if st.cfg.lookup and st.speculative else None
+
     def offer(self, p: SeqPlan) -> None:
         """Consulted after the request's own lookup (lookup drafts on): a second offer, the tuner
         picks which leads (a longer match in what an agent re-sends beats a short one of its own)."""
-        if p.st.lookup is not None and self.history.size:
+        if self.history.size and self.mine(p.st):
             offer_match(p, self.spec.name, *self.history.propose(p.st.tokens, MAX_PROPOSAL))
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
         draft_offer(plans, self.spec.name)
 
     def finish(self, st: SeqState) -> None:
-        if st.lookup is not None:
+        if self.mine(st):
             self.history.add(st.tokens)

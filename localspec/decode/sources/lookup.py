@@ -1,5 +1,5 @@
 """The lookup: the continuation of the longest recent match of the sequence's own suffix in its
-prompt and output (decode/lookup.py), proposed for free. It offers its proposal and the match's
+prompt and output (decode/lookup.py; its index is the sequence's, `open`), proposed for free. It offers its proposal and the match's
 length before K is chosen (the tuner prices it by the match length's evidence), and drafts it
 where the plan puts the lookup first."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from localspec.decode.clock import Clock
+from localspec.decode.lookup import Lookup
 from localspec.decode.rows import grammar_aware, one_point_q, unbanned
 from localspec.decode.seqplan import SeqPlan, offered
 from localspec.decode.sources.base import DraftSource, SourceSpec
@@ -26,18 +27,25 @@ class LookupSource(DraftSource):
     def for_round(cls, draft: Evaluator | None, kept: None = None) -> "LookupSource":
         return cls()
 
+    def open(self, st: SeqState) -> Lookup | None:
+        """The n-gram index over the sequence's text (and the text the request adds before it),
+        when it asks for lookup drafts."""
+        return Lookup([*st.cfg.lookup_text, *st.tokens]) if st.cfg.lookup and st.speculative else None
+
     def offer(self, p: SeqPlan) -> None:
         """Its proposal past the grammar's forced run (only if it agrees with it), at the match's
         length."""
-        if p.st.lookup is not None:
-            offer_match(p, self.spec.name, *p.st.lookup.propose(MAX_PROPOSAL))
+        index = self.mine(p.st)
+        if index is not None:
+            offer_match(p, self.spec.name, *index.propose(MAX_PROPOSAL))
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
         draft_offer(plans, self.spec.name)
 
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
-        if p.st.lookup is not None:  # the index learns the emitted tokens only: nothing to reset
-            p.st.lookup.extend([s.token for s in new])
+        index = self.mine(p.st)
+        if index is not None:  # the index learns the emitted tokens only: nothing to reset
+            index.extend([s.token for s in new])
 
 
 def offer_match(p: SeqPlan, name: str, tokens: list[int], match_len: int) -> None:

@@ -44,10 +44,17 @@ class ModelSource(DraftSource):
         """This source drafts wherever there is a draft context."""
         return cls(draft) if draft is not None else None
 
+    def open(self, st: SeqState) -> bool | None:
+        """The draft may see the sequence (True), unless it holds an id beyond the draft's
+        vocabulary (a target's may be up to 128 ids larger): then it drafts nothing for it."""
+        return True if st.cfg.draft_model else None
+
     def offer(self, p: SeqPlan) -> None:
-        """How far the draft's cache lags the text: a catch-up to pay before it drafts."""
+        """Whether it drafts for the sequence this round, and how far the draft's cache lags the
+        text: a catch-up to pay before it drafts."""
         st = p.st
-        if st.draft_model:
+        if self.mine(st):
+            p.model = st.k_ctl.has_model
             p.behind = len(st.tokens) - 1 - self.ctx.past(st.seq)
 
     def propose(self, plans: Sequence[SeqPlan], clock: Clock) -> None:
@@ -66,11 +73,11 @@ class ModelSource(DraftSource):
 
     def accept(self, p: SeqPlan, new: Sequence[Step], keep: int) -> None:
         st, ctx = p.st, self.ctx
-        if st.draft_model:
+        if self.mine(st):
             n_vocab = ctx.n_vocab
             for s in new:
                 if s.token >= n_vocab:
-                    st.draft_model = False  # the target made an id the draft has not got: no more drafts
+                    st.drafting[self.spec.name] = None  # the target made an id the draft has not got
                     break
         if st.speculative and st.k_ctl.has_model:
             ctx.truncate(min(ctx.past(st.seq), keep), st.seq)

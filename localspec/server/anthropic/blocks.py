@@ -12,7 +12,7 @@ import uuid
 from typing import Any, AsyncIterator
 
 from localspec.server.anthropic import schemas as s
-from localspec.server.openai.common import timings
+from localspec.server.shared import timings
 from localspec.serving import Delta, Finished, Stream
 
 # our signature carries the reasoning itself, so that a thinking block sent back with its text

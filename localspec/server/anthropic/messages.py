@@ -14,6 +14,7 @@ from fastapi.responses import JSONResponse
 from localspec.server import framing, offload
 from localspec.server.anthropic import blocks, errors
 from localspec.server.anthropic import schemas as s
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.serving import request as internal
@@ -33,7 +34,7 @@ BILLING_HEADER = "x-anthropic-billing-header:"
 @router.post("/v1/messages")
 async def messages(body: s.MessagesBody, request: Request) -> Any:
     req = await offload.run(parse, body)
-    model = request.app.state.models.get(req.model)
+    model = models_of(request).get(req.model)
     stream = await model.submit(req)
     reply = blocks.Reply(model.name, body)
     if req.stream:
@@ -45,7 +46,7 @@ async def messages(body: s.MessagesBody, request: Request) -> Any:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: s.CountBody, request: Request) -> dict[str, int]:
     req = await offload.run(parse, body)
-    prompt = await request.app.state.models.get(req.model).render(req)
+    prompt = await models_of(request).get(req.model).render(req)
     return {"input_tokens": len(prompt.ids)}
 
 

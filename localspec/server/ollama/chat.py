@@ -18,11 +18,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from localspec.server import framing, offload
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.ollama import errors
 from localspec.server.ollama import schemas as s
-from localspec.server.openai.common import timings
+from localspec.server.shared import timings
 from localspec.serving import Delta, Finished, Stream, TokenLogprob
 from localspec.serving import request as internal
 from localspec.serving.errors import APIError
@@ -46,7 +47,7 @@ async def generate(body: s.GenerateRequest, request: Request) -> Any:
 
 async def _respond(request: Request, body: s.GenerationBase, req: internal.Request, kind: str) -> Any:
     started = time.monotonic()
-    model = request.app.state.models.get(req.model)
+    model = models_of(request).get(req.model)
     if body.options is not None:
         body.options.check_context(model.card.n_ctx)
     if not (

@@ -12,12 +12,13 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from localspec.server import offload
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.ollama import errors
 from localspec.server.ollama import schemas as s
 from localspec.server.ollama.chat import model_name
-from localspec.server.openai.embeddings import check_dimensions
+from localspec.server.shared import check_dimensions
 from localspec.serving.errors import APIError
 
 router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
@@ -29,7 +30,7 @@ PREFIX = "/api/"
 async def embed(body: s.EmbedRequest, request: Request) -> dict[str, Any]:
     started = time.monotonic()
     inputs = await offload.run(parse, body)
-    model = request.app.state.models.get(model_name(body.model))
+    model = models_of(request).get(model_name(body.model))
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
     if not inputs:
         return {"model": body.model, "embeddings": []}
@@ -46,7 +47,7 @@ async def embed(body: s.EmbedRequest, request: Request) -> dict[str, Any]:
 @router.post("/api/embeddings")
 async def embeddings(body: s.EmbeddingsRequest, request: Request) -> dict[str, Any]:
     refuse_unsupported(body)
-    model = request.app.state.models.get(model_name(body.model))
+    model = models_of(request).get(model_name(body.model))
     if not body.prompt:
         return {"embedding": []}
     return {

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request
 
 from localspec import __version__
 from localspec.server import offload
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.ollama import errors
@@ -45,7 +46,7 @@ async def version() -> dict[str, str]:
 
 @router.get("/api/tags")
 async def tags(request: Request) -> dict[str, Any]:
-    return {"models": [_listed(m.card) for m in request.app.state.models]}
+    return {"models": [_listed(m.card) for m in models_of(request)]}
 
 
 for _path, _call in (("/api/version", version), ("/api/tags", tags)):  # Ollama answers HEAD on both
@@ -63,7 +64,7 @@ async def ps(request: Request) -> dict[str, Any]:
                 "size_vram": 0,
                 "context_length": st.card.n_ctx,
             }
-            for st in request.app.state.models.status()
+            for st in models_of(request).status()
             if st.state == "loaded"
         ]
     }
@@ -75,7 +76,7 @@ async def show(body: s.ShowRequest, request: Request) -> dict[str, Any]:
     name = body.model or body.name
     if not name:
         raise APIError(400, "model is required", param="model")
-    c = request.app.state.models.get(model_name(name)).card
+    c = models_of(request).get(model_name(name)).card
     info = {
         "general.architecture": c.arch,
         "general.parameter_count": c.n_params,

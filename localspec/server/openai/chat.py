@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from fastapi import APIRouter, Depends, Request
 
-from localspec.server import offload
+from localspec.server import offload, shared
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import common, errors
@@ -107,7 +107,7 @@ def render(done: Sequence[Finished], ids: common.Ids) -> dict:
         choices.append(s.ChatChoice(index=f.choice, message=message, logprobs=lp, finish_reason=f.reason))
     completion = s.ChatCompletion(
         id=ids.id, created=ids.created, model=ids.model, choices=choices,
-        usage=common.usage(done), timings=common.timings(done[0].response),
+        usage=common.usage(done), timings=shared.timings(done[0].response),
     )  # fmt: skip
     return common.wire(completion)
 
@@ -139,6 +139,6 @@ async def render_stream(
         else:
             done.append(e)
             lp = common.chat_logprobs(e.tail_logprobs) if want_lp and e.tail_logprobs else None
-            yield chunk(e.choice, s.Delta(), finish=e.reason, timings=common.timings(e.response), logprobs=lp)
+            yield chunk(e.choice, s.Delta(), finish=e.reason, timings=shared.timings(e.response), logprobs=lp)
     for frame in common.closing(s.ChatCompletionChunk, done, ids, body.include_usage):
         yield frame

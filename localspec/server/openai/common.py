@@ -17,11 +17,12 @@ from pydantic import BaseModel
 from localspec.chat.deltas import Delta as Part
 from localspec.chat.deltas import Message
 from localspec.server import framing
+from localspec.server.app_state import models_of
 from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
 from localspec.serving import Stream
 from localspec.serving import request as internal
-from localspec.serving.events import Finished, Progress, Response, TokenLogprob, total_usage
+from localspec.serving.events import Finished, Progress, TokenLogprob, total_usage
 
 # extras we leave out of a chunk when they are empty; OpenAI's own keys are always sent (null included)
 _OPTIONAL_EXTRAS = ("usage", "timings", "localspec", "prompt_progress")
@@ -48,7 +49,7 @@ async def respond(
     frames: Callable[[Stream, Ids], AsyncIterator[dict[str, str]]],
 ) -> Any:
     """`req` answered by the model it names: one JSON body (`whole`) or, streamed, SSE frames."""
-    model = request.app.state.models.get(req.model)
+    model = models_of(request).get(req.model)
     stream = await model.submit(req)
     ids = Ids(model.name, prefix)
     if req.stream:
@@ -73,35 +74,6 @@ def usage(done: Sequence[Finished]) -> s.Usage:
     u = total_usage(done)
     return s.Usage(
         prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens, total_tokens=u.total_tokens
-    )
-
-
-def timings(resp: Response) -> s.Timings:
-    st = resp.stats
-    prompt_s = st.prefill_ms / 1e3
-    return s.Timings(
-        prompt_n=st.n_prompt_tokens,
-        prompt_ms=st.prefill_ms,
-        prompt_per_token_ms=st.prefill_ms / st.n_prompt_tokens if st.n_prompt_tokens else 0.0,
-        prompt_per_second=st.n_prompt_tokens / prompt_s if prompt_s > 0 else 0.0,
-        predicted_n=st.n_generated,
-        predicted_ms=st.decode_ms,
-        predicted_per_token_ms=1e3 / st.decode_tok_s if st.decode_tok_s else 0.0,
-        predicted_per_second=st.decode_tok_s,
-        draft_n=st.n_drafted,
-        draft_n_accepted=st.n_accepted,
-        cache_n=max(st.n_prompt_tokens - st.n_prefilled, 0),
-        speculative=st.speculative,
-        acceptance_rate=st.acceptance_rate,
-        mean_accepted_len=st.mean_accepted_len,
-        tokens_per_round=st.tokens_per_round,
-        acceptance_by_pos=st.acceptance_by_pos,
-        k_history=st.k_history,
-        fell_back=st.fell_back,
-        seed=resp.seed,
-        draft_sources={
-            k: {"drafted": v["drafted"], "accepted": v["accepted"]} for k, v in st.sources.items()
-        },
     )
 
 

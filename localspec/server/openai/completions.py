@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from fastapi import APIRouter, Depends, Request
 
-from localspec.server import offload
+from localspec.server import offload, shared
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import common, errors
@@ -77,7 +77,7 @@ def render(done: Sequence[Finished], ids: common.Ids) -> dict:
     ]
     completion = s.Completion(
         id=ids.id, created=ids.created, model=ids.model, choices=choices,
-        usage=common.usage(done), timings=common.timings(done[0].response),
+        usage=common.usage(done), timings=shared.timings(done[0].response),
     )  # fmt: skip
     return common.wire(completion)
 
@@ -104,6 +104,6 @@ async def render_stream(
         else:
             done.append(e)
             lp = common.completion_logprobs(e.tail_logprobs) if want_lp and e.tail_logprobs else None
-            yield chunk(e.choice, "", finish=e.reason, timings=common.timings(e.response), logprobs=lp)
+            yield chunk(e.choice, "", finish=e.reason, timings=shared.timings(e.response), logprobs=lp)
     for frame in common.closing(s.Completion, done, ids, body.include_usage):
         yield frame

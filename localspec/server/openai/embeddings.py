@@ -13,10 +13,12 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 
 from localspec.server import offload
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
+from localspec.server.shared import check_dimensions
 from localspec.serving import Embedded
 from localspec.serving.errors import APIError
 
@@ -27,7 +29,7 @@ error_response = errors.error_response
 @router.post("/v1/embeddings")
 async def embeddings(body: s.EmbeddingRequest, request: Request) -> dict[str, Any]:
     inputs = await offload.run(parse, body)
-    model = request.app.state.models.get(body.model)
+    model = models_of(request).get(body.model)
     check_dimensions(body.dimensions, model.card.n_embd, "dimensions")
     done = await model.embed(inputs, is_disconnected=request.is_disconnected)
     return render(done, body.encoding_format, model.name)
@@ -44,17 +46,6 @@ def parse(body: s.EmbeddingRequest) -> list[str | list[int]]:
             400, "input is empty: give a string, strings, token ids or lists of them", param="input"
         )
     return list(x)
-
-
-def check_dimensions(wanted: int | None, width: int, param: str) -> None:
-    """A model's embedding has its own width; a shorter one would be another vector, so refused."""
-    if wanted is not None and width and wanted != width:
-        raise APIError(
-            400,
-            f"{param} {wanted}: this model's embeddings have {width} dimensions and cannot be shortened; "
-            f"leave {param} out",
-            param=param,
-        )
 
 
 def render(done: Embedded, encoding: str, model: str) -> dict[str, Any]:

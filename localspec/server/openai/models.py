@@ -1,30 +1,12 @@
-"""OpenAI's model list, GET /v1/models (and llama-server's GET /models, the same list): every
-model the server serves, loaded or not, with vLLM's `max_model_len`, llama-server's `meta` and its
-router's `status` (loaded, loading, unloaded, error), and the files and memory behind the name;
-Anthropic's shape for Anthropic's clients."""
+"""OpenAI's model card (GET /v1/models, server/model_list.py, and llama-server's GET /models, the
+same list): every model the server serves, loaded or not, with vLLM's `max_model_len`, llama-server's
+`meta` and its router's `status` (loaded, loading, unloaded, error), and the files and memory behind
+the name."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi import APIRouter, Depends, Request
-
-from localspec.server.anthropic import models as anthropic
-from localspec.server.auth import require_key
-from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
 from localspec.serving.registry import Status
-
-router = APIRouter(dependencies=[Depends(require_key)])
-error_response = errors.error_response
-
-
-@router.get("/v1/models")
-async def models(request: Request) -> Any:
-    status = request.app.state.models.status()
-    if anthropic.HEADER in request.headers:  # one path, two dialects: the header tells them apart
-        return anthropic.listing([st.card for st in status])
-    return s.ModelList(data=[card(st) for st in status])
 
 
 def card(st: Status) -> s.ModelCard:

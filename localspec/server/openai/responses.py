@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from localspec.server import framing, offload
+from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
 from localspec.server.fields import refuse_unsupported
 from localspec.server.openai import errors, responses_out
@@ -33,7 +34,7 @@ ASSISTANT_ITEMS = ("message", "reasoning", "function_call", "custom_tool_call")
 async def responses(body: s.ResponsesRequest, request: Request) -> Any:
     tools = await offload.run(Tools, body)
     req = await offload.run(parse, body, tools)
-    model = request.app.state.models.get(req.model)
+    model = models_of(request).get(req.model)
     stream = await model.submit(req)
     out = responses_out.Output(model.name, body, tools)
     headers = {IGNORED_TOOLS_HEADER: ", ".join(tools.ignored)} if tools.ignored else None

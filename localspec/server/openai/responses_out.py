@@ -15,6 +15,7 @@ from typing import Any, AsyncIterator, Sequence
 
 from fastapi.responses import JSONResponse
 
+from localspec.server import shared
 from localspec.server.framing import Frame
 from localspec.server.openai import common
 from localspec.serving import Delta, Finished, Progress, Stream
@@ -51,7 +52,7 @@ class Output:
         if f is not None:
             out["completed_at"] = int(time.time())
             out["usage"] = usage(f)
-            out["timings"] = common.timings(f.response).model_dump(mode="json")
+            out["timings"] = shared.timings(f.response).model_dump(mode="json")
         return out
 
     def whole(self, done: Sequence[Finished]) -> JSONResponse:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from localspec.config.settings import Settings, setting_fields
 from localspec.server.fields import MAX_ITEMS, Checked
+from localspec.server.shared import Timings
 from localspec.serving import request as internal
 
 
@@ -245,34 +246,6 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
-
-
-class Timings(BaseModel):
-    """llama.cpp's `timings` object (same keys, so tools that read llama-server read us), plus the
-    speculation figures llama.cpp does not report."""
-
-    prompt_n: int
-    prompt_ms: float
-    prompt_per_token_ms: float
-    prompt_per_second: float
-    predicted_n: int
-    predicted_ms: float
-    predicted_per_token_ms: float
-    predicted_per_second: float
-    draft_n: int
-    draft_n_accepted: int
-    cache_n: int = 0  # prompt tokens taken from a cached prefix (this slot's or another slot's)
-    # ours
-    speculative: bool
-    acceptance_rate: float
-    mean_accepted_len: float  # accepted draft tokens per verification round (bonus token excluded)
-    tokens_per_round: float
-    acceptance_by_pos: list[float]
-    k_history: list[int]
-    fell_back: bool
-    seed: int
-    # per draft source (draft, lookup, grammar): {"drafted": n, "accepted": n}
-    draft_sources: dict[str, dict[str, int]] = {}
 
 
 class TopLogprob(BaseModel):
