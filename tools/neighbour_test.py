@@ -163,23 +163,34 @@ async def neighbour(client: httpx.AsyncClient, args: argparse.Namespace, phase: 
     for i in range(args.requests):
         body = {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": args.max_tokens, "temperature": 0,
                 "stream": True, "stream_options": {"include_usage": True}, "logit_bias": args.ban}  # fmt: skip
-        first = last = None
-        n = 0
-        async with client.stream("POST", "/v1/completions", json=body) as r:
-            if r.status_code != 200:
-                raise RuntimeError(f"the neighbour got HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-            async for line in r.aiter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                if "error" in (event := json.loads(line[6:])):
-                    raise RuntimeError(f"the neighbour's stream failed: {event['error']}")
-                if event["choices"] and event["choices"][0].get("text"):
-                    last = time.perf_counter()
-                    first = first or last
-                n = (event.get("usage") or {}).get("completion_tokens", n)  # a chunk may hold several
-        if first is not None and n > 1:
-            phase.tokens += n - 1
-            phase.decode_s += last - first
+        for _ in range(30):  # a 503 is waited out, as a well-behaved client does
+            if await _decode(client, body, phase):
+                break
+
+
+async def _decode(client: httpx.AsyncClient, body: dict, phase: Phase) -> bool:
+    """One streamed request's decoding, booked in `phase`; False for a 503 (after its Retry-After)."""
+    first = last = None
+    n = 0
+    async with client.stream("POST", "/v1/completions", json=body) as r:
+        if r.status_code == 503:
+            await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+            return False
+        if r.status_code != 200:
+            raise RuntimeError(f"the neighbour got HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+        async for line in r.aiter_lines():
+            if not line.startswith("data: {"):
+                continue
+            if "error" in (event := json.loads(line[6:])):
+                raise RuntimeError(f"the neighbour's stream failed: {event['error']}")
+            if event["choices"] and event["choices"][0].get("text"):
+                last = time.perf_counter()
+                first = first or last
+            n = (event.get("usage") or {}).get("completion_tokens", n)  # a chunk may hold several
+    if first is not None and n > 1:
+        phase.tokens += n - 1
+        phase.decode_s += last - first
+    return True
 
 
 # the hostile clients run in a process of their own, over plain sockets: their sending and reading
@@ -342,7 +353,12 @@ def main() -> None:
     p.add_argument("--mmproj", default=None, help="that server's projector (the PNG inputs need one)")
     p.add_argument("--serve-arg", action="append", default=[], help="one more argument for that serve")
     p.add_argument("--parallel", type=int, default=2, help="that server's slots")
-    p.add_argument("--max-queue", type=int, default=1, help="that server's queue")
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=2,
+        help="that server's queue (slots + queue: the attackers and the neighbour)",
+    )
     p.add_argument("--api-key", default=None)
     p.add_argument("--server-pid", type=int, default=None, help="the --base-url server's pid, for its RSS")
     p.add_argument("--inputs", default=",".join(INPUTS), help=f"some of: {', '.join(INPUTS)}")

@@ -1,32 +1,24 @@
 """Work that grows with what a client sends - a large body's parse, a long prompt's render and
-tokenizing, a client's own tokenize - runs on one thread at a low CPU priority. On a machine with
-few cores the engine's decoding then keeps them: three clients of 7.8 MB bodies, each parsed and
-refused on an ordinary worker, took a neighbour's decoding to half its speed (issue 60). One thread:
-such work is done one piece at a time, so a flood of it takes at most one core, and only the time
-the engine leaves. A piece that holds the GIL in C (json.loads) still holds it whole."""
+tokenizing, a client's own tokenize - runs on one thread, one piece at a time: a flood of such
+bodies takes at most one core, and the engine's decoding keeps the rest (issue 60: three clients of
+7.8 MB bodies, each parsed and refused on an ordinary worker, took a neighbour's decoding to a
+quarter of its speed on 2 cores).
+
+Not at a lower priority: json.loads and pydantic hold the GIL in C, and a low-priority thread
+holding it is the one every other thread waits for. Measured on the loaded 2-core machine, parsing a
+5.5 MB body of 150k messages took 57 ms of CPU and 5.5 s of wall time at nice 19: the event loop
+and the engine would have waited all of it."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
-NICE = 10  # added to the server's own: below the engine's threads, above other users' idle work
-
-
-def _lower() -> None:
-    """This thread's priority, lowered (on Linux a thread has its own nice value)."""
-    with contextlib.suppress(OSError, AttributeError):
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + NICE))
-
-
-_pool = ThreadPoolExecutor(1, thread_name_prefix="localspec-bulk", initializer=_lower)
+_pool = ThreadPoolExecutor(1, thread_name_prefix="localspec-bulk")
 
 
 async def run(fn: Callable[..., T], *args: Any) -> T:

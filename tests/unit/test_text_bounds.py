@@ -5,7 +5,6 @@ once took a neighbour's decoding to a quarter of its speed)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 
 import pytest
@@ -85,9 +84,6 @@ def test_large_renders_run_on_the_bulk_thread_one_at_a_time(size, together):
     assert all(met) == together and len(met) == 2
 
 
-def test_the_bulk_thread_runs_below_the_servers_priority():
-    """Below the engine's threads, so that on few cores the engine's decoding keeps them."""
-    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    theirs = bulk.call(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-    assert theirs == min(19, mine + bulk.NICE)
+def test_the_bulk_thread_is_one_thread_of_its_own():
     assert asyncio.run(bulk.run(threading.current_thread)).name.startswith("localspec-bulk")
+    assert bulk.call(threading.current_thread) is asyncio.run(bulk.run(threading.current_thread))
