@@ -230,6 +230,72 @@ DIALECT_REQUESTS: list[tuple[str, str, str, int, tuple[str, ...]]] = [
 ]  # fmt: skip
 
 
+# -- the routes that came after (issue 60): llama-server's /infill, fill-in-the-middle through
+# /v1/completions' and /api/generate's `suffix`, raw prompts, Anthropic's count_tokens, streams (refused
+# before their first frame, so a 400 and not an event) and the model routes. Each is one error in its
+# dialect's shape; the stand-in pair has no FIM tokens, so a well-formed fill is that one 400
+_BIG = "x" * 600_000  # two of these: past the characters any request may have tokenized
+_DEEP = '{"type": "object", "properties": {"x": ' * 150 + '{"type": "string"}' + "}}" * 150
+_FIM = "no fill-in-the-middle tokens"
+DIALECT_REQUESTS += [
+    ("infill/not-json", "/infill", '{"input_prefix": ', 400, ("JSON",)),
+    ("infill/no-prefix", "/infill", '{"input_suffix": "b"}', 400, ("input_prefix",)),
+    ("infill/prefix-a-number", "/infill", '{"input_prefix": 5, "input_suffix": "b"}', 400, ("input_prefix",)),
+    ("infill/extra-a-string", "/infill", '{"input_prefix": "a", "input_suffix": "b", "input_extra": "c"}', 400,
+     ("input_extra",)),
+    ("infill/chunk-without-text", "/infill",
+     '{"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": "f"}]}', 400, ("text",)),
+    ("infill/too-many-chunks", "/infill",
+     '{"input_prefix": "a", "input_suffix": "b", "input_extra": [' + '{"text": "c"},' * 100_000 + '{"text": "c"}]}',
+     400, ("100000",)),
+    ("infill/unknown-sampler", "/infill", '{"input_prefix": "a", "input_suffix": "b", "samplers": ["mirostat"]}',
+     400, ("samplers",)),
+    ("infill/unknown-field", "/infill", '{"input_prefix": "a", "input_suffix": "b", "grammar_lazy": 1}', 400,
+     ("grammar_lazy",)),
+    ("infill/lone-surrogate", "/infill", '{"input_prefix": "a\\ud800", "input_suffix": "b"}', 400,
+     ("lone surrogate",)),
+    ("infill/no-fim-tokens", "/infill", '{"input_prefix": "a", "input_suffix": "b"}', 400, (_FIM,)),
+    ("infill/stream-no-fim-tokens", "/infill", '{"input_prefix": "a", "input_suffix": "b", "stream": true}', 400,
+     (_FIM,)),
+    ("infill/huge-extra", "/infill",
+     '{"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "' + _BIG + '"}, {"text": "' + _BIG
+     + '"}]}', 400, (_FIM,)),
+    ("completions/suffix-a-number", "/v1/completions", '{"prompt": "a", "suffix": 5}', 400, ("suffix",)),
+    ("completions/suffix-token-prompt", "/v1/completions", '{"prompt": [1, 2], "suffix": "b"}', 400, ("prompt",)),
+    ("completions/suffix-no-fim-tokens", "/v1/completions", '{"prompt": "a", "suffix": "b", "stream": true}', 400,
+     (_FIM,)),
+    ("ollama-generate/suffix-a-list", "/api/generate", '{"model": "default", "prompt": "a", "suffix": ["b"]}', 400,
+     ("suffix",)),
+    ("ollama-generate/raw-with-images", "/api/generate",
+     '{"model": "default", "prompt": "hi", "raw": true, "images": ["AA=="]}', 400, ("images",)),
+    ("ollama-generate/raw-a-word", "/api/generate", '{"model": "default", "prompt": "hi", "raw": "maybe"}', 400,
+     ("raw",)),
+    ("ollama-generate/raw-too-long", "/api/generate",
+     '{"model": "default", "prompt": "' + _BIG * 2 + 'x", "raw": true}', 400, ("at most",)),
+    ("count-tokens/not-json", "/v1/messages/count_tokens", '{"messages": ', 400, ("JSON",)),
+    ("count-tokens/no-messages", "/v1/messages/count_tokens", '{"model": "m"}', 400, ("messages",)),
+    ("count-tokens/ends-with-assistant", "/v1/messages/count_tokens",
+     '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}', 400, ("assistant",)),
+    ("count-tokens/deep-tool-schema", "/v1/messages/count_tokens",
+     '{"messages": [{"role": "user", "content": "a"}], "tools": [{"name": "f", "input_schema": ' + _DEEP + "}]}",
+     400, ("levels deep",)),
+    ("count-tokens/too-much-text", "/v1/messages/count_tokens",
+     '{"messages": [{"role": "user", "content": "' + _BIG * 2 + '"}]}', 400, ("characters",)),
+    ("messages/stream-bad-max-tokens", "/v1/messages",
+     '{"max_tokens": -1, "stream": true, "messages": [{"role": "user", "content": "a"}]}', 400, ("max_tokens",)),
+    ("responses/stream-bad-input", "/v1/responses", '{"input": 5, "stream": true}', 400, ("input",)),
+    ("ollama-chat/stream-bad-option", "/api/chat",
+     '{"model": "default", ' + HI + ', "stream": true, "options": {"top_k": -1}}', 400, ("top_k",)),
+    ("ollama-embed/truncate-a-word", "/api/embed", '{"model": "default", "input": "a", "truncate": "maybe"}', 400,
+     ("truncate",)),
+    ("ollama-embed/too-much-text", "/api/embed", '{"model": "default", "input": "' + _BIG * 2 + '", "truncate": false}', 400,
+     ("at most",)),
+    ("embeddings/too-much-text", "/v1/embeddings", '{"input": "' + _BIG * 2 + '"}', 400, ("at most",)),
+    ("models/load-no-name", "/models/load", "{}", 400, ("model",)),
+    ("models/unload-a-number", "/models/unload", '{"model": 5}', 400, ("model",)),
+]  # fmt: skip
+
+
 # -- OpenAI's Responses API (#46): each body is one 400 in OpenAI's error shape, naming what to fix;
 # they join DIALECT_REQUESTS (tests/system/test_ollama.py sends them all to a real serve) ----------------
 _FN = {"type": "function", "name": "get", "parameters": {"type": "object"}}

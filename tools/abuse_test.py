@@ -10,10 +10,11 @@ they wait its Retry-After and send again, as a client should: a request that nev
 lost. The abusers, while the well-behaved ones run ("abused" phases):
 - garbage: malformed JSON, wrong types, random bytes, token ids outside the vocabulary, a POST
   that is not JSON, a Host that is not this server, unknown paths, to OpenAI's (the Responses API's
-  too), Ollama's, Anthropic's and the embeddings routes - each must get a 4xx (or the 503 of a full server: a full server refuses
-  before it reads a request's settings);
-- disconnects: streams (OpenAI's completions and Responses SSE, Ollama's NDJSON) closed after their
-  first chunk;
+  too), Ollama's, Anthropic's (count_tokens too), the embeddings routes, /infill, fill-in-the-middle
+  and raw prompts, the model routes and streams refused before their first frame - each must get a
+  4xx (or the 503 of a full server: a full server refuses before it reads a request's settings);
+- disconnects: streams (OpenAI's completions, Responses' and Anthropic's SSE, Ollama's NDJSON, a raw
+  prompt's too) closed after their first chunk;
 - slowloris: connections that send part of their headers and never the rest (the server must
   close them, serve/protocol.py).
 In "costly" phases one abuser sends valid requests that are expensive to serve, one at a time (it
@@ -21,7 +22,8 @@ holds at most one slot, as one more client would): 16 stop strings of 4,096 char
 knobs draft_max 64 and draft_min 64 with the end of text banned by logit_bias; a logit_bias over
 the whole vocabulary; the largest /tokenize and /detokenize bodies the server takes; a Responses
 body of 60,000 function calls, a count_tokens of 7.8 MB, an embedding truncated from 7.8 MB and an
-Ollama format schema nested 400 deep (issue 60: each froze or slowed the server before). Each must
+Ollama format schema nested 400 deep, 99,999 one-letter messages to count, a fill-in-the-middle of
+six 1 MB texts and a raw prompt of 1 MB (issue 60: each froze or slowed the server before). Each must
 cost the others no more than one more ordinary client would: the well-behaved keep >= 70% of their
 clean throughput (`--costly-min`; the exit status says so).
 And in "overloaded" phases, bursts of more requests than slots plus queue: the excess must get
@@ -95,6 +97,18 @@ ROUTE_GARBAGE = [
     ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]}'),
     ("/v1/messages", "application/json", b'{"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}], "thinking": 1}'),
     ("/v1/messages/count_tokens", "application/json", b'{"messages": [{"role": "user", "content": "hi"}], "tools": [{"name": "x"}]}'),
+    ("/v1/messages/count_tokens", "application/json", b'{"messages": [{"role": "assistant", "content": "hi"}]}'),
+    # the routes after #48 (issue 60): fill-in-the-middle, raw prompts, the model routes, streams
+    ("/infill", "application/json", b'{"input_prefix": "a"}'),
+    ("/infill", "application/json", b'{"input_prefix": "a", "input_suffix": "b", "samplers": ["mirostat"]}'),
+    ("/infill", "application/json", b'{"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": 5}]}'),
+    ("/v1/completions", "application/json", b'{"prompt": [1, 2], "suffix": "b"}'),
+    ("/api/generate", "application/json", b'{"model": "MODEL", "prompt": "a", "suffix": ["b"]}'),
+    ("/api/generate", "application/json", b'{"model": "MODEL", "prompt": "a", "raw": true, "images": ["AA=="]}'),
+    ("/models/load", "application/json", b'{"model": 5}'),
+    ("/models/unload", "application/json", b"{}"),
+    ("/v1/messages", "application/json", b'{"max_tokens": -1, "stream": true, "messages": [{"role": "user", "content": "a"}]}'),
+    ("/v1/responses", "application/json", b'{"input": [], "stream": true}'),
 ]  # fmt: skip
 
 
@@ -201,6 +215,9 @@ async def disconnects(args: argparse.Namespace, phase: Phase, stop: asyncio.Even
             ("/v1/responses", {"input": "Once upon a time", "max_output_tokens": 200, "stream": True}),
             ("/api/generate", {"model": await _model_name(client), "prompt": "Once upon a time",
                                "options": {"num_predict": 200}}),
+            ("/v1/messages", {"max_tokens": 200, "stream": True, "messages": [{"role": "user", "content": "Once"}]}),
+            ("/api/generate", {"model": await _model_name(client), "prompt": "<|im_start|>user\nOnce", "raw": True,
+                               "options": {"num_predict": 200}}),
         ]  # fmt: skip
         i = 0
         while not stop.is_set():
@@ -288,6 +305,12 @@ def costly_requests(n_vocab: int) -> list[tuple[str, str, dict]]:
         ("huge truncate", "/api/embed", {"model": "x", "input": big, "truncate": True}),
         ("deep schema", "/api/chat", {"model": "x", "messages": [{"role": "user", "content": "hi"}], "format": deep,
                                       "stream": False}),
+        ("many messages", "/v1/messages/count_tokens", {"model": "x", "messages": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": "x"} for i in range(99_999)]}),
+        ("huge fill", "/infill", {"input_prefix": big[:1 << 20], "input_suffix": big[:1 << 20], "n_predict": 4,
+                                  "input_extra": [{"text": big[:1 << 20]}] * 4}),
+        ("huge raw", "/api/generate", {"model": "x", "prompt": text, "raw": True, "stream": False,
+                                       "options": {"num_predict": 4}}),
     ]  # fmt: skip
 
 

@@ -16,11 +16,12 @@ from typing import Any, AsyncIterator, ClassVar, Sequence
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from pydantic import Field
 
-from localspec.server import framing, shared
+from localspec.server import framing, offload, shared
 from localspec.server.app_state import models_of
 from localspec.server.auth import require_key
-from localspec.server.fields import Checked, refuse_unsupported
+from localspec.server.fields import MAX_ITEMS, Checked, refuse_unsupported
 from localspec.server.openai import errors
 from localspec.server.openai import schemas as s
 from localspec.serving import Delta, Finished, Stream
@@ -28,7 +29,7 @@ from localspec.serving import request as internal
 from localspec.serving.errors import APIError
 from localspec.serving.fim import Extra, Fill
 
-router = APIRouter(dependencies=[Depends(require_key)])
+router = APIRouter(dependencies=[Depends(require_key)], route_class=offload.Route)
 error_response = errors.error_response
 
 # llama-server's sampler names (and their one-letter forms): what each one turns off when left out
@@ -56,7 +57,7 @@ class InfillRequest(s.Overrides):
     model: str | None = None
     input_prefix: str
     input_suffix: str
-    input_extra: list[Chunk] | None = None
+    input_extra: list[Chunk] | None = Field(None, max_length=MAX_ITEMS)
     prompt: str = ""
     n_predict: int | None = None
     samplers: list[str] | str | None = None

@@ -1,7 +1,7 @@
 """Nothing a request sends runs on the event loop in proportion to its size: FastAPI parses a JSON
 body and validates it against the route's model on the loop (a 7 MB body froze every client,
-/health included, for seconds), so `Route` does both in a worker thread for a body past LARGE_BODY
-and hands FastAPI the validated model (which it takes as it is); a route then turns the model into
+/health included, for seconds), so `Route` does both for a body past LARGE_BODY on the bulk thread
+(serving/bulk.py: one at a time, at a low priority) and hands FastAPI the validated model (which it takes as it is); a route then turns the model into
 the internal request with `run` (also a worker's). The limits on what a body may hold are in
 docs/serving.md: --max-body (413) and fields.MAX_ITEMS (400)."""
 
@@ -19,6 +19,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from localspec.server.errors import is_json
+from localspec.serving import bulk
 
 LARGE_BODY = 64 * 1024  # bytes: a smaller body is parsed where it is read (a thread costs more)
 CHUNK = 1000  # a long list's items validated at a time (the GIL is held for one validation)
@@ -35,7 +36,7 @@ class Route(APIRoute):
         async def parsed_off_the_loop(request: Request) -> Response:
             body = await request.body()
             if len(body) > LARGE_BODY and is_json(request.headers.get("content-type", "")):
-                request._json = await anyio.to_thread.run_sync(_validated, field, body)
+                request._json = await bulk.run(_validated, field, body)
             return await handler(request)
 
         return parsed_off_the_loop

@@ -52,7 +52,7 @@ class LocalModel:
         self._idle = asyncio.Event()
         self._idle.set()
         self._text = text_ops.OffLoop()  # tokenizing for clients: bounded, off the loop, one at a time
-        self._big = text_ops.Large()  # a large prompt's render and tokenizing: one at a time
+        self._big = text_ops.Large()  # bounds a prompt's text; a large embedding's tokenizing: one at a time
 
     def load(self) -> tuple[int, int]:
         running = min(self._admitted, self.settings.parallel)
@@ -169,11 +169,14 @@ class LocalModel:
         def start() -> None:  # n choices: n sequences from one prompt (the slots share its cache)
             chars = len(prompt) if isinstance(prompt, str) else 0  # a raw prompt is tokenized here
             self._big.check(chars, self.card.n_ctx, "prompt")
-            with self._big.one(chars):
+
+            def each() -> None:
                 for i, si in enumerate(choices):
                     stream.handles[i] = self.engine.submit(
                         prompt, keep_special=keep, sink=stream.sink(i), settings=si, lookup_text=also
                     )
+
+            text_ops.in_turn(chars, each)
 
         try:
             await anyio.to_thread.run_sync(start)  # tokenizing and the fit check run off the loop
@@ -202,15 +205,22 @@ class LocalModel:
         try:
             if req.fill is not None:
                 f = req.fill
-                for text in (f.prefix, f.suffix, f.prompt, *(c.text for c in f.extra)):
+                texts = (f.prefix, f.suffix, f.prompt, *(c.filename + c.text for c in f.extra))
+                for text in texts:
                     text_ops.check_text(require_text(text))
-                return fim.layout(
-                    f, model.fim_tokens(), lambda t: model.tokenize(t, add_special=False),
+                vocab = fim.fim_tokens(model.fim_tokens())  # a model without them: a 400 first
+                size = sum(map(len, texts))  # all of it is tokenized: bounded as a chat's messages are
+                self._big.check(size, self.card.n_ctx, "input_extra" if f.extra else "prompt")
+                lay = functools.partial(
+                    fim.layout, f, vocab, functools.partial(model.tokenize, add_special=False),
                     n_ctx=self.card.n_ctx, n_predict=s.max_tokens, bos=self.facts.bos,
                 )  # fmt: skip
+                return text_ops.in_turn(size, lay)
             if req.special and isinstance(req.prompt, str):
                 text_ops.check_text(require_text(req.prompt))
-                ids = model.tokenize(req.prompt, add_special=True, parse_special=True)
+                ids = text_ops.in_turn(
+                    len(req.prompt), lambda: model.tokenize(req.prompt, add_special=True, parse_special=True)
+                )
                 return fim.Layout(ids, False) if ids else None  # none: the engine says it is empty
         except LocalspecError as e:
             raise from_localspec(e, "prompt") from None
@@ -226,12 +236,11 @@ class LocalModel:
 
     def _plan(self, req: Request, s: Settings) -> chat_plan.ChatPlan:
         """The chat plan (in a worker): its text bounded before anything is rendered or tokenized,
-        and a large one's made one at a time (text_ops.Large)."""
+        and a large one's made on the bulk thread (text_ops.in_turn)."""
         size = text_ops.chars_of(req)
         self._big.check(size, self.card.n_ctx, "messages")
         try:
-            with self._big.one(size):
-                return chat_plan.plan(self.engine, req, s)
+            return text_ops.in_turn(size, lambda: chat_plan.plan(self.engine, req, s))
         except LocalspecError as e:
             raise from_localspec(e, "messages") from None
 

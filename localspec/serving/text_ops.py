@@ -9,8 +9,7 @@ import contextlib
 import threading
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-import anyio
-
+from localspec.serving import bulk
 from localspec.serving.errors import APIError
 
 T = TypeVar("T")
@@ -19,6 +18,9 @@ MAX_TOKENS = 1 << 20  # ids one request may detokenize
 MAX_PIECES = 1 << 16  # tokens one request may have spelled out piece by piece
 CHARS_PER_TOKEN = 8  # a prompt's characters per token of its context, at most (above MAX_TEXT)
 LARGE = 1 << 16  # characters: a prompt this long is rendered and tokenized one at a time
+# what a message, call or tool counts for at least: every template wraps each in its markers (4 tokens
+# or more, 32 characters at CHARS_PER_TOKEN), so no more items than a context could hold are rendered
+ITEM_CHARS = 4 * CHARS_PER_TOKEN
 
 
 def check_text(text: str) -> None:
@@ -36,28 +38,35 @@ def check_tokens(tokens: Sequence[int], most: int = MAX_TOKENS, what: str = "det
 
 
 class OffLoop:
-    """Text work in a worker thread, one at a time (more at once would take the engine's cores)."""
-
-    def __init__(self) -> None:
-        self._one = anyio.CapacityLimiter(1)
+    """Text work on the bulk thread: one at a time, at a low priority (more at once, or at the
+    engine's priority, would take the engine's cores)."""
 
     async def run(self, fn: Callable[[], T]) -> T:
-        return await anyio.to_thread.run_sync(fn, limiter=self._one)
+        return await bulk.run(fn)
+
+
+def in_turn(size: int, fn: Callable[[], T]) -> T:
+    """`fn()`, the render or tokenizing of a prompt of `size` characters: past LARGE, on the bulk
+    thread (one at a time, at a low priority), else here (a worker thread)."""
+    return bulk.call(fn) if size > LARGE else fn()
 
 
 def chars_of(req: Any) -> int:
     """The text a chat request or a raw prompt holds, in characters (what its render and tokenizing
-    cost grows with): its messages' content, reasoning and calls' arguments, its tools' words."""
+    cost grows with): its messages' content, reasoning and calls' arguments, its tools' words, and
+    ITEM_CHARS for each message, call and tool (60k empty calls are 120k characters of arguments,
+    but seconds of a template's loop: issue 60)."""
     n = len(req.prompt) if isinstance(req.prompt, str) else 0
     for m in req.messages:
-        n += len(m.content) + len(m.reasoning) + sum(len(c.arguments) for c in m.tool_calls)
-    return n + sum(len(t.description or "") for t in req.tools)
+        n += len(m.content) + len(m.reasoning) + ITEM_CHARS
+        n += sum(len(c.arguments) + len(c.name) + ITEM_CHARS for c in m.tool_calls)
+    return n + sum(len(t.description or "") + ITEM_CHARS for t in req.tools)
 
 
 class Large:
-    """Prompts past LARGE characters, rendered and tokenized one at a time (a 7.8 MB one took 4-5 s
-    of a core; three at once slowed a neighbour's decoding to a quarter), and none past what the
-    context could hold (`check`, before anything is rendered or tokenized)."""
+    """No prompt past what the context could hold is rendered or tokenized (`check`, before any of
+    it: a 7.8 MB one took 4-5 s of a core; three at once slowed a neighbour's decoding to a
+    quarter); an embedding's large inputs are tokenized one at a time (`one`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -68,8 +77,8 @@ class Large:
         if size > most:
             raise APIError(
                 400,
-                f"{param}: {size} characters; at most {most} are rendered and tokenized "
-                f"(the context holds {n_ctx} tokens)",
+                f"{param}: {size} characters (each message, call and tool counts {ITEM_CHARS} more); "
+                f"at most {most} are rendered and tokenized (the context holds {n_ctx} tokens)",
                 param=param,
                 code="context_length_exceeded",
             )

@@ -94,3 +94,19 @@ def test_a_model_without_fim_tokens_is_one_400(smollm2_path):
         )
         r = client.post("/v1/completions", json={"prompt": "a", "suffix": "b"})
         assert r.status_code == 400 and "missing: prefix, suffix, middle" in r.json()["error"]["message"]
+
+
+def test_a_fill_past_what_may_be_tokenized_is_a_400_before_any_tokenizing(qwen_draft_path):
+    """Each text of a fill was bounded, not all of them: two 600k-character chunks were tokenized
+    whole (and three such clients at once took a neighbour's cores) to keep what a 512-token
+    context holds (issue 60). The 0.5B has the pair's FIM tokens and loads fastest."""
+    s = Settings(target=qwen_draft_path, n_ctx=512)
+    big = "x = 1\n" * 100_000
+    with TestClient(create_app(s, lambda: Engine(s)), base_url="http://localhost") as client:
+        r = client.post("/infill", json={"input_prefix": "a", "input_suffix": "b", "n_predict": 1,
+                                         "input_extra": [{"text": big}, {"text": big}]})  # fmt: skip
+        assert r.status_code == 400 and "characters" in r.json()["error"]["message"], r.text[:300]
+        r = client.post("/v1/completions", json={"prompt": big, "suffix": big, "max_tokens": 1})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text[:300]
+        r = client.post("/infill", json={"input_prefix": big, "input_suffix": "b", "n_predict": 1})
+        assert r.status_code == 200 and r.json()["truncated"] is True  # one text under the bound: cut

@@ -308,6 +308,24 @@ def test_bad_request(api, case):
     assert any(n in error["message"] for n in case.needles), f"{case.id}: {error['message']}"
 
 
+def test_abuse_tests_garbage_gets_one_4xx_each(api):
+    """tools/abuse_test.py's garbage (every dialect's routes, /infill, fill-in-the-middle, raw prompts,
+    count_tokens, the model routes, streams), sent once: each is one 4xx in its dialect's shape. The
+    tool sends them in a loop beside well-behaved clients; a case that stopped being refused there
+    would pass unseen."""
+    from tools.abuse_test import GARBAGE, ROUTE_GARBAGE
+
+    model = httpx.get(api.url + "/api/tags", timeout=10).json()["models"][0]["model"].encode()
+    cases = [("/v1/completions", ctype, body, extra) for ctype, body, extra in GARBAGE]
+    cases += [(path, ctype, body.replace(b"MODEL", model), {}) for path, ctype, body in ROUTE_GARBAGE]
+    for path, ctype, body, extra in cases:
+        r = httpx.post(api.url + path, content=body, headers={"content-type": ctype, **extra}, timeout=60)
+        label = f"{path} {body[:80]!r}: {r.status_code} {r.text[:200]}"
+        assert 400 <= r.status_code < 500, label
+        error = r.json()["error"]
+        assert isinstance(error if path.startswith("/api/") else error["message"], str), label
+
+
 def test_big_tokenizes_leave_the_server_answering(api):
     """A 7.9 MB body with its pieces froze every request for 18.5 s: tokenizing ran on the event
     loop. Two of the largest texts one may tokenize now run beside it; /health answers throughout."""
