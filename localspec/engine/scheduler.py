@@ -10,6 +10,11 @@ weights), and then it joins the rounds. A job leaves when it ends, when it wants
 stop string) or when it is cancelled - at the latest one round later (a prompt alone is prefilled
 a batch a round, so that is never a whole long prefill). A stage that raises (admit,
 prefill, round, deliver, end) fails only the job it raised for, which gives its slot back.
+
+A cancel does not wait for the round: where every job in it is cancelled, `cancelled()` (on the
+canceller's thread) interrupts its decode part way (llama/interrupt.py), so an editor's stale
+completion gives its slot to the next keystroke at once. An interrupted round is put back as a
+failed one is; a job still live in it (it came in meanwhile) has it run again.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from localspec.decode.round import decode_round
 from localspec.decode.sources import sources_for
@@ -27,7 +32,7 @@ from localspec.decode.sources.model import ModelSource
 from localspec.decode.state import SeqState
 from localspec.engine.prompt_disk.warm import PromptDisk
 from localspec.engine.sharing import Sharing, common_prefix
-from localspec.errors import LocalspecError
+from localspec.errors import Interrupted, LocalspecError
 from localspec.evaluator import Evaluator
 
 # a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
@@ -78,6 +83,24 @@ class Schedulable:
         must not raise itself."""
 
 
+class Stop(Protocol):
+    """What interrupts a decode part way (llama.Interrupt); set from any thread."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class NoStop:
+    """Decodes run to their end (a fake backend, or no abort callback)."""
+
+    def set(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
 class Scheduler:
     def __init__(
         self,
@@ -90,9 +113,11 @@ class Scheduler:
         disk: PromptDisk | None = None,
         drafting: type[DraftSource] = ModelSource,
         kept: Mapping[type, Any] | None = None,
+        stop: Stop | None = None,
     ) -> None:
         """`drafting`: the source that decodes with `draft` (its kind's, draft_kinds.source_of);
-        `kept`: what the free sources keep across this engine's requests (sources.remembered)."""
+        `kept`: what the free sources keep across this engine's requests (sources.remembered);
+        `stop`: what interrupts the target's and the draft's decodes (llama.Interrupt)."""
         self.target, self.draft = target, draft
         self.sources = sources_for(draft, drafting, kept)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
@@ -107,6 +132,8 @@ class Scheduler:
         self._recurrent = target.checkpoints  # a recurrent target: prompt checkpoints
         self.sharing = Sharing(target, draft)
         self.disk = disk  # long prompts' states saved and loaded (prompt_disk/warm.py)
+        self.stop = stop or NoStop()
+        self._in_round = False  # a decode of the round runs (what `cancelled` may interrupt)
 
     @property
     def busy(self) -> bool:
@@ -125,6 +152,7 @@ class Scheduler:
     def step(self) -> None:
         """One round: drop cancelled jobs, admit waiting ones, prefill a chunk, decode, deliver.
         What raises in a stage fails only the job it raised for, and that job's slot is free again."""
+        self.stop.clear()  # one a cancel set just as the last round ended: those jobs are dropped now
         for job in [j for j in self.waiting if j.cancelled]:
             self.waiting.remove(job)
             self._end(job, None, "cancelled")
@@ -134,12 +162,18 @@ class Scheduler:
         runs = [(job, st) for job, st, _ in self.running]
         if runs:
             self.sharing.top_up_drafts(self._held, [st for _, st, pre in self.running if not pre])
+            self._in_round = True
             try:
                 self._round(runs)
+            except Interrupted:  # its jobs were cancelled: they leave below or next step
+                self._resync(runs)
             except Exception as e:  # noqa: BLE001 - find whose rows caused it, fail only those
                 self._isolate(runs, e)
+            finally:
+                self._in_round = False
+                self.stop.clear()
         for job, st, pre in list(self.running):
-            if pre and st.finish is None:
+            if pre and st.finish is None and not job.cancelled:
                 continue
             try:
                 steps = st.take()
@@ -153,6 +187,13 @@ class Scheduler:
                     self._leave(job, st, st.finish)
             except Exception as e:  # noqa: BLE001 - this job's own text or bookkeeping
                 self._leave(job, st, "error", error=e)
+
+    def cancelled(self) -> None:
+        """A job was cancelled (called on the canceller's thread). Where no running job is live any
+        more, the round's decode stops now instead of at its end (a long prompt's batch: seconds)."""
+        running = self.running
+        if self._in_round and running and all(job.cancelled for job, _, _ in running):
+            self.stop.set()
 
     def abort(self, error: BaseException) -> None:
         """Fail every job and free every slot, caches forgotten (a bug of ours, or the engine
@@ -280,6 +321,8 @@ class Scheduler:
         for run in suspects:
             try:
                 self._round([run])
+            except Interrupted:  # cancelled meanwhile: not its failure
+                self._resync([run])
             except Exception as e:  # noqa: BLE001
                 self._leave(*run, "error", error=e)
 

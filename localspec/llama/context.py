@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import llama_cpp as C
 import numpy as np
 
-from localspec.errors import LocalspecError
+from localspec.errors import Interrupted, LocalspecError
 from localspec.evaluator import Item
 from localspec.llama import image_rows, recurrent, seq_state
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
@@ -365,6 +365,8 @@ class Context(Owner):
                 self._rollback.after_decode(s, 0)  # no state of the failed call is reused
                 self._past[s] = first_pos + 1  # so truncate drops whatever it left
                 self.truncate(first_pos, s)
+            if rc == 2:  # its abort callback said stop (llama/interrupt.py)
+                raise Interrupted("the decode was interrupted")
             raise LocalspecError(f"llama_decode failed (code {rc}) at position {int(pos[0])}")
         for chain in self._retired:  # the graph that used them is rebuilt
             C.llama_sampler_free(chain)
