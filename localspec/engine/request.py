@@ -119,7 +119,7 @@ class Request(Schedulable):
         return not self.text.done
 
     def end(self, state: SeqState | None, reason: str) -> None:
-        self.tuners.finished(self.settings, self.k_ctl)
+        self.tuners.finished(self.settings, self.k_ctl, whole=reason != "cancelled")
         if reason == "cancelled":
             self.post(None)
             return
