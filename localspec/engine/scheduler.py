@@ -114,10 +114,13 @@ class Scheduler:
         drafting: type[DraftSource] = ModelSource,
         kept: Mapping[type, Any] | None = None,
         stop: Stop | None = None,
+        cache_reuse: int = 0,
     ) -> None:
         """`drafting`: the source that decodes with `draft` (its kind's, draft_kinds.source_of);
         `kept`: what the free sources keep across this engine's requests (sources.remembered);
-        `stop`: what interrupts the target's and the draft's decodes (llama.Interrupt)."""
+        `stop`: what interrupts the target's and the draft's decodes (llama.Interrupt);
+        `cache_reuse`: cached runs of at least this many tokens that moved are shifted, not
+        evaluated again (0: only the common prefix is kept; the target must `can_shift`)."""
         self.target, self.draft = target, draft
         self.sources = sources_for(draft, drafting, kept)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
@@ -133,6 +136,7 @@ class Scheduler:
         self.sharing = Sharing(target, draft)
         self.disk = disk  # long prompts' states saved and loaded (prompt_disk/warm.py)
         self.stop = stop or NoStop()
+        self.cache_reuse = cache_reuse
         self._in_round = False  # a decode of the round runs (what `cancelled` may interrupt)
 
     @property
@@ -267,6 +271,8 @@ class Scheduler:
         recurrent model's state) starts empty instead: a full prefill, not a failed request."""
         n = common_prefix(self.cached[slot], prompt)
         try:
+            if self.cache_reuse:
+                n = self._reuse_moved(slot, prompt, n)
             for ctx in self._contexts():  # both caches hold prefixes of cached[slot]
                 ctx.truncate(min(n, ctx.past(slot)), slot)
         except LocalspecError:
@@ -274,6 +280,17 @@ class Scheduler:
             for ctx in self._contexts():
                 ctx.truncate(0, slot)
         self.cached[slot] = list(prompt[:n])
+
+    def _reuse_moved(self, slot: int, prompt: Sequence[int], n: int) -> int:
+        """--cache-reuse: the target keeps its prefix of `prompt` and the runs that moved back in it
+        (shifted); a draft that can shift does the same, one that cannot keeps the common prefix
+        `n`. Both hold prefixes of `prompt` after it; returns the target's."""
+        held = self.target.reuse_chunks(slot, prompt, self.cache_reuse)
+        if self.draft is not None and self.draft.can_shift:
+            self.draft.reuse_chunks(slot, prompt, self.cache_reuse)
+        elif self.draft is not None:
+            self.draft.truncate(min(n, self.draft.past(slot)), slot)
+        return held
 
     def _round(self, runs: list[tuple[Schedulable, SeqState]]) -> None:
         """One decode_round over `runs` (each either decoding or still prefilling)."""

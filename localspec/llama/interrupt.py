@@ -15,7 +15,15 @@ try:
 except ImportError:  # pragma: no cover - a build without a C compiler
     _kernels = None
 
-_ADDRESS = getattr(_kernels, "abort_callback", lambda: None)()  # None: kernels built before it
+
+def _callback_address() -> int | None:
+    try:
+        return _kernels.abort_callback()
+    except AttributeError:  # no compiled kernels, or kernels built before the callback was added
+        return None
+
+
+_ADDRESS = _callback_address()
 
 
 class Interrupt:
