@@ -26,3 +26,9 @@ class Busy(LocalspecError):
 
 class Cancelled(LocalspecError):
     """The work was given up part way (its client left): nobody is waiting for the answer."""
+
+
+class Interrupted(LocalspecError):
+    """A decode was stopped part way on purpose (every request in it had been cancelled): its entries
+    are dropped as a failed decode's are, nothing failed, and a round that had a live request in it
+    is run again."""

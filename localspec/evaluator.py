@@ -41,6 +41,7 @@ class Evaluator(Protocol):
     checkpoints: bool  # `checkpoint` keeps a prompt's state for a later request (recurrent memory)
     memory_kind: str  # attention | recurrent | hybrid
     saves_state: bool  # `seq_state` / `set_seq_state` give a sequence's cache as bytes and take it back
+    can_shift: bool  # `reuse_chunks` moves cached runs to earlier positions (a KV cache)
 
     def past(self, seq: int = 0) -> int: ...
 
@@ -65,6 +66,10 @@ class Evaluator(Protocol):
 
     def checkpoint(self, seq: int = 0, at: int | None = None) -> None:
         """Keep seq's state here, or where a later decode ends at `at` (only where `checkpoints`)."""
+
+    def reuse_chunks(self, seq: int, prompt: Sequence[int], n_min: int) -> int:
+        """Keep seq's cached prefix of `prompt` and the runs of >= n_min tokens it has further
+        back, moved there (chunk_reuse.py); how many of prompt's tokens it holds (only where `can_shift`)."""
 
     def seq_state(self, seq: int) -> bytearray:
         """seq's whole cache as bytes (only where `saves_state`; a cache of text only)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from localspec import chunk_reuse
 from localspec.errors import LocalspecError
 from localspec.top_logits import TopLogits
 
@@ -22,6 +23,7 @@ class FakeContext:
     prefix_copy = True
     checkpoints = False
     saves_state = True  # its "KV state" is the tokens it holds, as bytes
+    can_shift = True  # a run of its cache moves with its tokens (its logits depend on the token alone)
     memory_kind = "attention"
 
     def __init__(
@@ -102,6 +104,16 @@ class FakeContext:
         self._record(seq, ("truncate", pos, 0))
         if self.hook:
             self.hook(self)
+
+    def reuse_chunks(self, seq: int, prompt, n_min: int) -> int:  # noqa: ANN001
+        """As llama.Context.reuse_chunks: the planned runs move back, the rest is dropped."""
+        held = self.caches[seq]
+        _, moves, end = chunk_reuse.plan(held, prompt, n_min)
+        for src, dst, m in moves:
+            held[dst : dst + m] = held[src : src + m]
+        del held[end:]
+        self._record(seq, ("reuse", end, len(moves)))
+        return end
 
     def copy_prefix(self, src: int, dst: int, n: int) -> None:
         """As llama.Context.copy_prefix: dst now holds src's first n positions (no decode)."""

@@ -4,7 +4,10 @@ after it, other files' chunks as context, the reference middle, and a test. Ever
 through the same FIM layout as /infill (serving/fim.py), greedy, ending where a line is less
 indented than the cursor's (llama.vim's n_indent), plain and speculative interleaved, each from a
 cold cache; per request: time to first token, total latency, tokens, acceptance, and
-whether prefix + middle + suffix passes the problem's test (run in a child Python, 10 s at most)."""
+whether prefix + middle + suffix passes the problem's test (run in a child Python, 10 s at most).
+Ours runs plain, with the tuner's K ("speculative") and at each fixed K asked; with a peer,
+llama-server's /infill runs the same problems plain and with the draft at those fixed K
+(fim_peer.py), every configuration interleaved problem by problem."""
 
 from __future__ import annotations
 
@@ -14,17 +17,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from localspec.bench import fim_peer
+from localspec.bench import peer as peer_mod
 from localspec.config.settings import Settings
 from localspec.errors import LocalspecError
 from localspec.serving import fim
 
 TEST_TIMEOUT_S = 10
-CONFIGS = ("plain", "speculative")
+PEER = "llama-server "  # the peer's configurations are named with this in front
 
 
 @dataclass(frozen=True)
@@ -101,16 +107,35 @@ def passes(p: Problem, middle: str) -> bool:
 
 
 def run_fim(
-    settings: Settings, *, runs: int, gen_tokens: int, progress: Callable[[str], None] | None = None
+    settings: Settings,
+    *,
+    runs: int,
+    gen_tokens: int,
+    draft_max: Sequence[str] = ("auto",),
+    peer: peer_mod.PeerSettings | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[Sample]:
+    """`draft_max`: "auto" (the tuner) and fixed K, as `bench --draft-max` gives them; `peer`:
+    llama-server beside ours, plain and at each fixed K."""
+    from localspec.bench.concurrency import PeerServer  # noqa: PLC0415
     from localspec.engine import Engine  # noqa: PLC0415
 
     say = progress or (lambda msg: None)
     problems = load_problems()
-    with Engine(settings) as eng:
+    fixed = [int(k) for k in draft_max if k != "auto"]
+    with Engine(settings) as eng, ExitStack() as stack:
         t = eng.target
         base = eng.settings.replace(temperature=0.0, max_tokens=gen_tokens)
-        kinds = {"plain": base.replace(spec=False), "speculative": base}
+        ours = {"plain": base.replace(spec=False)}
+        ours |= {
+            "speculative" if k == "auto" else f"K={k}": base.replace(draft_max=k if k == "auto" else int(k))
+            for k in draft_max
+        }
+        peers = {}
+        for k in [None, *fixed] if peer is not None else ():
+            say(f"llama-server {'plain' if k is None else f'K={k}'}: loading")
+            peers[PEER + ("plain" if k is None else f"K={k}")] = stack.enter_context(PeerServer(peer, 1, k))
+        names = [*ours, *peers]
         bos = t.vocab.bos if t.vocab.add_bos else None
         out = []
         for r in range(runs):
@@ -119,15 +144,19 @@ def run_fim(
                     p.fill(), t.fim_tokens(), lambda x: t.tokenize(x, add_special=False),
                     n_ctx=eng.target_ctx.n_ctx, n_predict=gen_tokens, bos=bos,
                 )  # fmt: skip
-                order = CONFIGS if (r + i) % 2 == 0 else CONFIGS[::-1]  # interleaved, alternating
-                for name in order:
-                    eng.clear_cache()  # each from a cold cache: the second would reuse the first's
-                    out.append(_one(eng, p, name, r, lay, kinds[name].replace(n_indent=p.indent)))
+                shift = (r * len(problems) + i) % len(names)  # interleaved: each goes first in turn
+                for name in names[shift:] + names[:shift]:
+                    if name in ours:
+                        eng.clear_cache()  # each from a cold cache: the second would reuse the first's
+                        m = _ours(eng, lay, ours[name].replace(n_indent=p.indent))
+                    else:
+                        m = fim_peer.infill(peers[name], p, gen_tokens, peer)
+                    out.append(Sample(p.id, name, r, *m[:4], passes(p, m.middle), m.middle))
                     say(f"{p.id} {name}: {out[-1].latency_ms:.0f} ms, passed={out[-1].passed}")
     return out
 
 
-def _one(eng: Any, p: Problem, config: str, run: int, lay: fim.Layout, s: Settings) -> Sample:
+def _ours(eng: Any, lay: fim.Layout, s: Settings) -> fim_peer.Measured:
     t0 = time.perf_counter()
     first = None
     resp = None
@@ -137,9 +166,9 @@ def _one(eng: Any, p: Problem, config: str, run: int, lay: fim.Layout, s: Settin
         resp = chunk.response or resp
     t1 = time.perf_counter()
     st = resp.stats
-    return Sample(
-        p.id, config, run, ((first or t1) - t0) * 1e3, (t1 - t0) * 1e3, st.n_generated,
-        st.acceptance_rate if st.speculative else 0.0, passes(p, resp.text), resp.text,
+    return fim_peer.Measured(
+        ((first or t1) - t0) * 1e3, (t1 - t0) * 1e3, st.n_generated,
+        st.acceptance_rate if st.speculative else 0.0, resp.text,
     )  # fmt: skip
 
 
@@ -147,10 +176,8 @@ def summary(samples: Sequence[Sample]) -> list[dict[str, Any]]:
     """Per configuration: requests, pass rate, median and p90 latency, median time to first
     token, mean tokens and acceptance."""
     rows = []
-    for config in CONFIGS:
+    for config in dict.fromkeys(s.config for s in samples):
         xs = [s for s in samples if s.config == config]
-        if not xs:
-            continue
         lat = sorted(s.latency_ms for s in xs)
         rows.append({
             "config": config, "requests": len(xs), "pass_rate": sum(s.passed for s in xs) / len(xs),

@@ -58,7 +58,7 @@ class ZeroCostDecoder:
     rollback = "truncate"
     max_draft = None
     source = "draft"
-    prefix_copy = checkpoints = saves_state = False
+    prefix_copy = checkpoints = saves_state = can_shift = False
     memory_kind = "attention"
 
     def __init__(

@@ -59,7 +59,7 @@ def run_benchmark(
     threads = settings.n_threads or default_threads()
     settings = settings.replace(n_threads=threads, spec=True, cost_bound=0)  # each K as asked: no bound
     results: list[TempResult] = []
-    ps = _peer_settings(settings) if plan.peer else None
+    ps = peer_settings(settings) if plan.peer else None
     with Engine(settings) as eng:  # the peer runs while our models sit idle in memory
         fitted = fit_prompts(chosen, eng.target, plan.prompt_tokens)
         peer_texts = _peer_texts(eng.target, fitted)
@@ -148,12 +148,15 @@ def _peer_texts(model, fitted: Sequence[FittedPrompt]) -> dict[str, str]:  # noq
     return texts
 
 
-def _peer_settings(s: Settings) -> peer_mod.PeerSettings:
-    assert s.target is not None and s.draft is not None and s.n_threads is not None
+def peer_settings(s: Settings) -> peer_mod.PeerSettings:
+    """llama.cpp's side of a benchmark, with the same models, threads, batch and sampling."""
+    from localspec.llama import default_threads  # noqa: PLC0415
+
+    assert s.target is not None and s.draft is not None
     return peer_mod.PeerSettings(
         target=s.target,
         draft=s.draft,
-        n_threads=s.n_threads,
+        n_threads=s.n_threads or default_threads(),
         n_ctx=s.n_ctx,
         n_batch=s.n_batch,
         n_ubatch=s.n_ubatch,
@@ -185,7 +188,7 @@ def run_concurrency_benchmark(
     chosen = select(load_prompts(plan.prompts), plan.per_kind, plan.kinds)
     threads = settings.n_threads or default_threads()
     settings = settings.replace(n_threads=threads, spec=True, parallel=max(levels), cost_bound=0)
-    ps = _peer_settings(settings) if plan.peer else None
+    ps = peer_settings(settings) if plan.peer else None
     fixed_k = [int(k) for k in plan.draft_max if k != "auto"]
     rows: list[dict] = []
     with Engine(settings) as eng:

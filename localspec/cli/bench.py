@@ -40,9 +40,9 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
 @click.option(
     "--draft-max",
     "draft_max_list",
-    default="1,2,3,4,6,8,auto",
-    show_default=True,
-    help="Draft lengths to compare, comma-separated; 'auto' is the online tuner.",
+    default=None,
+    help="Draft lengths to compare, comma-separated; 'auto' is the online tuner "
+    "[default: 1,2,3,4,6,8,auto; with --kinds fim: auto].",
 )
 @click.option(
     "--temperature",
@@ -171,7 +171,7 @@ def _choices(option: str, allowed: tuple[str, ...], value: str) -> list[str]:
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def bench(
-    draft_max_list: str,
+    draft_max_list: str | None,
     temperatures: str,
     spec_modes: str,
     lookups: str,
@@ -214,8 +214,18 @@ def bench(
     if settings.target is None:
         raise LocalspecError("no model to benchmark: pass --pair DIR or --target T.gguf [--draft D.gguf]")
     if kinds == "fim":  # code completion: its own problems, latency per request and a pass rate
-        _fim(settings, runs, gen_tokens, progress, json_out, md_out)
+        _fim(
+            settings,
+            parse_draft_max(draft_max_list or "auto"),
+            peer,
+            runs,
+            gen_tokens,
+            progress,
+            json_out,
+            md_out,
+        )
         return
+    draft_max_list = draft_max_list or "1,2,3,4,6,8,auto"
     if prompt_tokens + gen_tokens > settings.n_ctx:  # refused before the models load
         raise LocalspecError(
             f"--prompt-tokens + --gen-tokens = {prompt_tokens + gen_tokens} exceeds the context "
@@ -270,10 +280,16 @@ def _round_overhead(kwargs: dict, progress, json_out: Path | None, md_out: Path 
         md_out.write_text(round_cost.markdown(rows))
 
 
-def _fim(settings, runs: int, gen_tokens: int, progress, json_out: Path | None, md_out: Path | None) -> None:  # noqa: ANN001
+def _fim(settings, draft_max, peer: bool, runs: int, gen_tokens: int, progress, json_out, md_out) -> None:  # noqa: ANN001
     from localspec.bench import fim  # noqa: PLC0415
+    from localspec.bench.suite import peer_settings  # noqa: PLC0415
 
-    samples = fim.run_fim(settings, runs=runs, gen_tokens=gen_tokens, progress=progress)
+    if peer and settings.draft is None:
+        raise LocalspecError("--peer runs llama-server with the draft: give --pair or --draft")
+    ps = peer_settings(settings) if peer else None
+    samples = fim.run_fim(
+        settings, runs=runs, gen_tokens=gen_tokens, draft_max=draft_max, peer=ps, progress=progress
+    )
     table = fim.markdown(fim.summary(samples))
     click.echo(table)
     if json_out:

@@ -198,6 +198,16 @@ class Settings:
     tuner_cache: bool = _f(
         True, "Remember measured costs and acceptance per pair and machine across runs.", group="model"
     )
+    cache_reuse: int = _f(
+        0,
+        "Reuse cached runs of at least this many tokens that moved in the new prompt, by shifting "
+        "their positions (llama-server's --cache-reuse; an editor resends the file with the cursor "
+        "moved and its start cut). The moved runs keep what they were computed with before. "
+        "0 = off; a recurrent or hybrid model cannot shift (refused).",
+        group="model",
+        ge=0,
+        le=1 << 24,
+    )
     prompt_cache: bool = _f(
         False,
         "Keep the KV state of long prompts on disk (--prompt-cache-dir): after a restart or a "

@@ -4,11 +4,13 @@
  * sampling.py's numpy code is the definition and the fallback; this is the same arithmetic with
  * the fixed cost of ~25 numpy calls a step taken out (tests/unit/test_kernels.py holds them equal).
  * Arrays come in through the buffer protocol, so no numpy headers are needed to build it.
- * Ties: equal logits are ordered by id, lower first - one order for whole rows and top-k rows. */
+ * Ties: equal logits are ordered by id, lower first - one order for whole rows and top-k rows.
+ * Beside them, the one other thing that must be C: the flag llama.cpp's decode checks to stop. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -504,6 +506,15 @@ static PyObject *isa(PyObject *self, PyObject *unused) { return PyUnicode_FromSt
 
 static PyObject *threads(PyObject *self, PyObject *unused) { return PyLong_FromLong(n_threads); }
 
+/* llama.cpp's abort callback (ggml_abort_callback: ggml asks it after every graph node): true once the
+ * int at `data` is set. Here rather than in Python so that each ask is one load, not a GIL taken
+ * (llama/interrupt.py sets the int from the thread that cancels). */
+static bool flag_is_set(void *data) { return *(volatile int *)data != 0; }
+
+static PyObject *abort_callback(PyObject *self, PyObject *unused) {
+    return PyLong_FromVoidPtr((void *)(uintptr_t)&flag_is_set);
+}
+
 static PyMethodDef methods[] = {
     {"process_rows", (PyCFunction)(void (*)(void))process_rows, METH_FASTCALL, NULL},
     {"process_candidates", (PyCFunction)(void (*)(void))process_candidates, METH_FASTCALL, NULL},
@@ -511,6 +522,7 @@ static PyMethodDef methods[] = {
     {"pos_keys", (PyCFunction)(void (*)(void))pos_keys, METH_FASTCALL, NULL},
     {"isa", isa, METH_NOARGS, "The vector instructions the row scan runs on this CPU."},
     {"threads", threads, METH_NOARGS, "The threads a call of many long rows shares them among."},
+    {"abort_callback", abort_callback, METH_NOARGS, "The address of a ggml_abort_callback reading an int."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -74,6 +74,8 @@ class AutoK:
         self._seen_first = False  # the first round pays one-off costs (graph building): not a timing
         self._retake_at: int | None = None  # the round this request retakes a suspect plain timing at
         self._retake_gap = RETAKE_AFTER
+        self.emitted = 0  # tokens this request's rounds emitted
+        self.expected_len: float | None = None  # what requests like it generated (lengths.py)
 
     has_model = property(lambda self: self.cfg.has_model)
     k_min = property(lambda self: self.cfg.k_min)
@@ -218,6 +220,7 @@ class AutoK:
         f = price.facts
         if not self.has_model or f.behind <= CATCH_UP_FREE or f.left is None:
             return True
+        left = self._expected_left(f.left)
         if not price.model_tokens(k, lead):
             return True
         per_token = self.costs.t_catch.value
@@ -226,8 +229,16 @@ class AutoK:
         alt_k, alone = price.best_plan(model=False)
         alt = max(price.expected_rate(0, None), price.expected_rate(alt_k, alone) if alt_k else 0.0)
         rate = price.all_kept_rate() if probe else price.expected_rate(k, lead)
-        saved = f.left * (1.0 / alt - 1.0 / rate)
+        saved = left * (1.0 / alt - 1.0 / rate)
         return saved > f.behind * per_token
+
+    def _expected_left(self, left: int) -> float:
+        """Tokens this request should still emit: `left` (what its max_tokens allows), or fewer
+        where requests that asked the same max_tokens ended sooner (an editor's completion: 128
+        asked, 20 written). A short answer cannot repay a long prompt's catch-up."""
+        if self.expected_len is None:
+            return left
+        return min(left, max(self.expected_len - self.emitted, 1.0))
 
     def _reprobe_gap(self) -> int:
         """The first stretch's plain steps: long enough that a re-probe which loses (one drafted
@@ -280,6 +291,7 @@ class AutoK:
         worth, judged against the output (without this, a match-length bucket that one early miss
         put below the drafter would never be tried again)."""
         bucket = lookup_bucket(o.lead_confidence)
+        self.emitted += o.n_emitted
         if o.catch_tokens:  # the round's catch-up decode, timed (round.py runs one only for a real lag)
             self.costs.t_catch.add(o.catch_s / o.catch_tokens)
         if o.replay:  # it re-evaluated what a snapshot rollback undid: speculation's cost

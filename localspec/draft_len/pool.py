@@ -15,6 +15,7 @@ from localspec.draft_len.cost_bound import CostBound
 from localspec.draft_len.costs import Costs
 from localspec.draft_len.evidence import LOOKUP_PRIORS, LOOKUP_PRIORS_SAMPLED
 from localspec.draft_len.fixed import FixedK
+from localspec.draft_len.lengths import Lengths
 from localspec.draft_len.memory import TunerMemory, TunerRecord
 
 # a neutral prefix for timing decodes at a realistic depth (the text itself does not matter)
@@ -36,6 +37,7 @@ class TunerPool:
         self.costs: Costs | None = None  # made with the first tuner (its K bounds clip the probes)
         self.by_kind: dict[tuple, AutoK] = {}
         self.plain_at_load: float | None = None  # a one-token decode's seconds, timed at load
+        self.lengths = Lengths()  # how long requests turned out: a tuned request's expected length
 
     @classmethod
     def for_pair(
@@ -97,7 +99,9 @@ class TunerPool:
             return FixedK(s.draft_k, has_model=key[2])
         if key not in self.by_kind:
             self.by_kind[key] = self._new_tuner(*key)
-        return self.by_kind[key].fork()
+        ctl = self.by_kind[key].fork()
+        ctl.expected_len = self.lengths.expected(s.max_tokens)
+        return ctl
 
     def plain_s(self) -> float | None:
         """A plain step's seconds on this engine: the one-token verify as measured now, else as
@@ -115,10 +119,13 @@ class TunerPool:
             return None
         return CostBound(s.cost_bound, self.plain_s, s.draft_k or AUTO_K_MAX)
 
-    def finished(self, s: Any, ctl: KController) -> None:
-        """A request ended: its evidence goes back to its tuner, and the pair's to the memory."""
+    def finished(self, s: Any, ctl: KController, *, whole: bool = True) -> None:
+        """A request ended: its evidence goes back to its tuner, and the pair's to the memory; its
+        length, where it ran to its end (`whole`: not cancelled), to the lengths."""
         if ctl.costs is None:
             return
+        if whole:
+            self.lengths.add(s.max_tokens, ctl.emitted)
         tuner = self.by_kind[self.key(s, ctl.has_model)]
         tuner.absorb(ctl)
         if self.memory is not None and (ctl.has_model or not self.has_draft):  # the record is the pair's

@@ -83,9 +83,18 @@ class Engine:
             own_cache=kind is None or kind.own_cache,
         )  # fmt: skip
         self.prompt_disk = open_disk(self.settings, pair, self._log)
+        if self.settings.cache_reuse and not pair.target_ctx.can_shift:
+            raise LocalspecError(
+                f"--cache-reuse moves cached tokens to new positions; this model's {pair.target_ctx.memory_kind} "
+                "memory cannot shift them (a recurrent state is not per position): leave --cache-reuse at 0"
+            )
+        stop = llama.Interrupt()  # a cancel stops the decode it leaves with nobody waiting on
+        for ctx in pair.contexts():
+            stop.attach(ctx.ptr)
         self._sched = Scheduler(
             pair.target_ctx, pair.draft_ctx, self.settings.parallel, prefill_alone=self.settings.n_batch,
             disk=self.prompt_disk, drafting=draft_kinds.source_of(self.settings), kept=remembered(self.settings),
+            stop=stop, cache_reuse=self.settings.cache_reuse,
         )  # fmt: skip
         return self._sched
 
@@ -324,7 +333,7 @@ class Engine:
         self._inbox.put(req)
         if self._closed:  # closed meanwhile: the engine thread may be gone
             req.fail(LocalspecError("this engine is closed; create a new Engine"))
-        return Handle(req)
+        return Handle(req, on_cancel=self._sched.cancelled)
 
     def _infill_of(self, s: Settings) -> Infill | None:
         """The target vocabulary's infill sampler (made on the first request that asks for it)."""

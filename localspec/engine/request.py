@@ -119,7 +119,7 @@ class Request(Schedulable):
         return not self.text.done
 
     def end(self, state: SeqState | None, reason: str) -> None:
-        self.tuners.finished(self.settings, self.k_ctl)
+        self.tuners.finished(self.settings, self.k_ctl, whole=reason != "cancelled")
         if reason == "cancelled":
             self.post(None)
             return
@@ -192,17 +192,21 @@ def grammar_for(s: Settings, pair: LoadedPair) -> Grammar | None:
 
 class Handle:
     """One submitted request. Iterating yields its chunks (the last carries the Response); cancel()
-    stops it - its slot is free again within one round - after which iteration ends without a
-    response. Errors raise where the handle is iterated."""
+    stops it - its slot is free again within one round, at once where no other request runs in it
+    (its decode is interrupted) - after which iteration ends without a response. Errors raise where the handle is iterated."""
 
-    def __init__(self, req: Request) -> None:
+    def __init__(self, req: Request, on_cancel: Callable[[], None] | None = None) -> None:
+        """`on_cancel`: told after a cancel, on the canceller's thread (Scheduler.cancelled)."""
         self._req = req
+        self._on_cancel = on_cancel
         self.prompt_tokens = req.prompt
         self.settings = req.settings  # what this request runs with: the engine's and its overrides
         self.response: Response | None = None
 
     def cancel(self) -> None:
         self._req.cancel_event.set()
+        if self._on_cancel is not None:
+            self._on_cancel()
 
     @property
     def cancelled(self) -> bool:

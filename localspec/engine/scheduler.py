@@ -10,6 +10,11 @@ weights), and then it joins the rounds. A job leaves when it ends, when it wants
 stop string) or when it is cancelled - at the latest one round later (a prompt alone is prefilled
 a batch a round, so that is never a whole long prefill). A stage that raises (admit,
 prefill, round, deliver, end) fails only the job it raised for, which gives its slot back.
+
+A cancel does not wait for the round: where every job in it is cancelled, `cancelled()` (on the
+canceller's thread) interrupts its decode part way (llama/interrupt.py), so an editor's stale
+completion gives its slot to the next keystroke at once. An interrupted round is put back as a
+failed one is; a job still live in it (it came in meanwhile) has it run again.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from localspec.decode.round import decode_round
 from localspec.decode.sources import sources_for
@@ -27,7 +32,7 @@ from localspec.decode.sources.model import ModelSource
 from localspec.decode.state import SeqState
 from localspec.engine.prompt_disk.warm import PromptDisk
 from localspec.engine.sharing import Sharing, common_prefix
-from localspec.errors import LocalspecError
+from localspec.errors import Interrupted, LocalspecError
 from localspec.evaluator import Evaluator
 
 # a recurrent target keeps prompt checkpoints inside a long prefill at 256, 512, 1024, ... tokens (and
@@ -78,6 +83,24 @@ class Schedulable:
         must not raise itself."""
 
 
+class Stop(Protocol):
+    """What interrupts a decode part way (llama.Interrupt); set from any thread."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+class NoStop:
+    """Decodes run to their end (a fake backend, or no abort callback)."""
+
+    def set(self) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
 class Scheduler:
     def __init__(
         self,
@@ -90,9 +113,14 @@ class Scheduler:
         disk: PromptDisk | None = None,
         drafting: type[DraftSource] = ModelSource,
         kept: Mapping[type, Any] | None = None,
+        stop: Stop | None = None,
+        cache_reuse: int = 0,
     ) -> None:
         """`drafting`: the source that decodes with `draft` (its kind's, draft_kinds.source_of);
-        `kept`: what the free sources keep across this engine's requests (sources.remembered)."""
+        `kept`: what the free sources keep across this engine's requests (sources.remembered);
+        `stop`: what interrupts the target's and the draft's decodes (llama.Interrupt);
+        `cache_reuse`: cached runs of at least this many tokens that moved are shifted, not
+        evaluated again (0: only the common prefix is kept; the target must `can_shift`)."""
         self.target, self.draft = target, draft
         self.sources = sources_for(draft, drafting, kept)  # the draft sources every round walks
         self.prefill_chunk = prefill_chunk  # prompt tokens per sequence and round beside running streams
@@ -107,6 +135,9 @@ class Scheduler:
         self._recurrent = target.checkpoints  # a recurrent target: prompt checkpoints
         self.sharing = Sharing(target, draft)
         self.disk = disk  # long prompts' states saved and loaded (prompt_disk/warm.py)
+        self.stop = stop or NoStop()
+        self.cache_reuse = cache_reuse
+        self._in_round = False  # a decode of the round runs (what `cancelled` may interrupt)
 
     @property
     def busy(self) -> bool:
@@ -125,6 +156,7 @@ class Scheduler:
     def step(self) -> None:
         """One round: drop cancelled jobs, admit waiting ones, prefill a chunk, decode, deliver.
         What raises in a stage fails only the job it raised for, and that job's slot is free again."""
+        self.stop.clear()  # one a cancel set just as the last round ended: those jobs are dropped now
         for job in [j for j in self.waiting if j.cancelled]:
             self.waiting.remove(job)
             self._end(job, None, "cancelled")
@@ -139,12 +171,18 @@ class Scheduler:
                     self._held,
                     [st for _, st, pre in self.running if not pre and drafter.mine(st) is not None],
                 )
+            self._in_round = True
             try:
                 self._round(runs)
+            except Interrupted:  # its jobs were cancelled: they leave below or next step
+                self._resync(runs)
             except Exception as e:  # noqa: BLE001 - find whose rows caused it, fail only those
                 self._isolate(runs, e)
+            finally:
+                self._in_round = False
+                self.stop.clear()
         for job, st, pre in list(self.running):
-            if pre and st.finish is None:
+            if pre and st.finish is None and not job.cancelled:
                 continue
             try:
                 steps = st.take()
@@ -158,6 +196,13 @@ class Scheduler:
                     self._leave(job, st, st.finish)
             except Exception as e:  # noqa: BLE001 - this job's own text or bookkeeping
                 self._leave(job, st, "error", error=e)
+
+    def cancelled(self) -> None:
+        """A job was cancelled (called on the canceller's thread). Where no running job is live any
+        more, the round's decode stops now instead of at its end (a long prompt's batch: seconds)."""
+        running = self.running
+        if self._in_round and running and all(job.cancelled for job, _, _ in running):
+            self.stop.set()
 
     def abort(self, error: BaseException) -> None:
         """Fail every job and free every slot, caches forgotten (a bug of ours, or the engine
@@ -231,6 +276,8 @@ class Scheduler:
         recurrent model's state) starts empty instead: a full prefill, not a failed request."""
         n = common_prefix(self.cached[slot], prompt)
         try:
+            if self.cache_reuse:
+                n = self._reuse_moved(slot, prompt, n)
             for ctx in self._contexts():  # both caches hold prefixes of cached[slot]
                 ctx.truncate(min(n, ctx.past(slot)), slot)
         except LocalspecError:
@@ -238,6 +285,17 @@ class Scheduler:
             for ctx in self._contexts():
                 ctx.truncate(0, slot)
         self.cached[slot] = list(prompt[:n])
+
+    def _reuse_moved(self, slot: int, prompt: Sequence[int], n: int) -> int:
+        """--cache-reuse: the target keeps its prefix of `prompt` and the runs that moved back in it
+        (shifted); a draft that can shift does the same, one that cannot keeps the common prefix
+        `n`. Both hold prefixes of `prompt` after it; returns the target's."""
+        held = self.target.reuse_chunks(slot, prompt, self.cache_reuse)
+        if self.draft is not None and self.draft.can_shift:
+            self.draft.reuse_chunks(slot, prompt, self.cache_reuse)
+        elif self.draft is not None:
+            self.draft.truncate(min(n, self.draft.past(slot)), slot)
+        return held
 
     def _round(self, runs: list[tuple[Schedulable, SeqState]]) -> None:
         """One decode_round over `runs` (each either decoding or still prefilling)."""
@@ -285,6 +343,8 @@ class Scheduler:
         for run in suspects:
             try:
                 self._round([run])
+            except Interrupted:  # cancelled meanwhile: not its failure
+                self._resync([run])
             except Exception as e:  # noqa: BLE001
                 self._leave(*run, "error", error=e)
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import llama_cpp as C
 import numpy as np
 
-from localspec.errors import LocalspecError
+from localspec import chunk_reuse
+from localspec.errors import Interrupted, LocalspecError
 from localspec.evaluator import Item
 from localspec.llama import image_rows, recurrent, seq_state
 from localspec.llama.log import default_threads, last_error, log_mark, log_since
@@ -143,6 +144,7 @@ class Context(Owner):
         self._ptr = ptr
         self.init_log = log_since(mark)
         self.n_seq = n_seq
+        self._shared = [0] * n_seq  # cells below this a copy_prefix may share with another sequence
         self.n_ctx = min(n_ctx, int(C.llama_n_ctx(ptr)))  # per sequence
         self.n_batch = int(C.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
         self.n_vocab = model.n_vocab
@@ -166,6 +168,7 @@ class Context(Owner):
         self.prefix_copy = self.rollback == recurrent.TRUNCATE  # a recurrent state is one per sequence
         self.checkpoints = self.rollback != recurrent.TRUNCATE  # a KV cache keeps every prefix anyway
         self.saves_state = self.rollback == recurrent.TRUNCATE  # a recurrent state is not only its tokens'
+        self.can_shift = bool(C.llama_memory_can_shift(self._mem)) and self.rollback == recurrent.TRUNCATE
         self.on_decode: Callable[[list[tuple[int, int, int]]], None] | None = None  # llama/mtp.py
         self._top_on = [self.top_k > 0] * n_seq  # whose rows come back as their top_k largest
         self._retired: list = []  # chains detached since the last decode
@@ -365,6 +368,8 @@ class Context(Owner):
                 self._rollback.after_decode(s, 0)  # no state of the failed call is reused
                 self._past[s] = first_pos + 1  # so truncate drops whatever it left
                 self.truncate(first_pos, s)
+            if rc == 2:  # its abort callback said stop (llama/interrupt.py)
+                raise Interrupted("the decode was interrupted")
             raise LocalspecError(f"llama_decode failed (code {rc}) at position {int(pos[0])}")
         for chain in self._retired:  # the graph that used them is rebuilt
             C.llama_sampler_free(chain)
@@ -390,6 +395,7 @@ class Context(Owner):
         position and go as one; the caller re-evaluates the difference."""
         pos = self._whole(seq, min(pos, self._past[seq]))
         self._past[seq] = self._rollback.truncate(seq, pos, self._past[seq])
+        self._shared[seq] = min(self._shared[seq], self._past[seq])
 
     def _whole(self, seq: int, index: int) -> int:
         """index, or the first row of the M-RoPE image it would cut (rows sharing its position)."""
@@ -416,9 +422,34 @@ class Context(Owner):
         n = self._whole(src, n)
         if n:
             C.llama_memory_seq_cp(self._mem, src, dst, 0, self.position(src, n))
+        self._shared[src], self._shared[dst] = max(self._shared[src], n), n
         self._past[dst] = n
         self._held[dst, :n] = self._held[src, :n]
         self._at[dst, : n + 1] = self._at[src, : n + 1]
+
+    def reuse_chunks(self, seq: int, prompt: Sequence[int], n_min: int) -> int:
+        """Keep what the cache holds of `prompt`: its common prefix, then the cached runs of at least
+        `n_min` tokens that it has further back, shifted there (chunk_reuse.py; llama.cpp re-rotates
+        their keys at the next decode). Everything past them is dropped; returns how many of
+        `prompt`'s tokens the cache now holds. A cache holding an image's rows keeps its prefix."""
+        if not self.can_shift:
+            raise LocalspecError(f"a {self.memory_kind} memory cannot shift positions (--cache-reuse)")
+        past = self._past[seq]
+        held = self._held[seq, :past].tolist()
+        n, moves, end = chunk_reuse.plan(held, prompt, n_min, self._shared[seq])
+        if int(self._at[seq, past]) != past or min(held, default=0) < 0:  # positions are not indices
+            self.truncate(n, seq)
+            return self._past[seq]
+        for src, dst, m in moves:  # a KV cache of text: each position is its index
+            C.llama_memory_seq_rm(self._mem, seq, dst, src)
+            C.llama_memory_seq_add(self._mem, seq, src, src + m, dst - src)
+            held[dst : dst + m] = held[src : src + m]
+        C.llama_memory_seq_rm(self._mem, seq, end, -1)
+        self._past[seq] = end
+        self._shared[seq] = min(self._shared[seq], end)
+        self._held[seq, :end] = held[:end]
+        self._at[seq, : end + 1] = np.arange(end + 1)
+        return end
 
     def seq_state(self, seq: int) -> bytearray:
         """Sequence seq's whole cache as bytes (llama/seq_state.py), for the prompt cache on disk.
@@ -452,6 +483,7 @@ class Context(Owner):
     def reset(self) -> None:
         C.llama_memory_clear(self._mem, True)
         self._past = [0] * self.n_seq
+        self._shared = [0] * self.n_seq
         self._rollback.reset()
 
 

@@ -110,3 +110,37 @@ def test_a_fill_past_what_may_be_tokenized_is_a_400_before_any_tokenizing(qwen_d
         assert r.status_code == 400 and r.json()["error"]["param"] == "prompt", r.text[:300]
         r = client.post("/infill", json={"input_prefix": big, "input_suffix": "b", "n_predict": 1})
         assert r.status_code == 200 and r.json()["truncated"] is True  # one text under the bound: cut
+
+
+@pytest.mark.slow  # ~40 s on an idle 2-core machine: the 1.5B's load, three 24-token answers
+def test_cache_reuse_moves_the_chunks_a_rotated_context_kept_and_answers_as_without_it(qwen_target_path):
+    """llama.vim's ring buffer drops its oldest chunk: everything after it moved back in the prompt.
+    With --cache-reuse the cached runs are shifted there, not evaluated again, and the answer is the
+    one a cold cache gives (tie-aware: the moved runs were computed after the dropped chunk)."""
+    s = Settings(target=qwen_target_path, n_ctx=N_CTX, parallel=1, cache_reuse=32)
+    lines = "".join(f"def helper_{i}(x):\n    return x * {i} + {i % 5}\n\n" for i in range(16))
+    chunks = [
+        {"filename": "old.py", "text": "import os\nimport sys\n" * 8},
+        {"filename": "helpers.py", "text": lines},
+    ]
+    body = {
+        "input_prefix": PREFIX,
+        "input_suffix": SUFFIX,
+        "prompt": "    ",
+        "n_predict": N,
+        "temperature": 0,
+    }
+    with TestClient(create_app(s, lambda: Engine(s)), base_url="http://localhost") as client:
+        client.post("/infill", json=body | {"input_extra": chunks})
+        moved = client.post("/infill", json=body | {"input_extra": chunks[1:]}).json()
+        t = moved["timings"]
+        assert t["cache_n"] >= t["prompt_n"] - 8, t  # the helpers, the file: shifted, not evaluated
+    with Engine(s.replace(cache_reuse=0)) as eng:
+        t = eng.target
+        fill = fim.Fill(PREFIX, SUFFIX, (fim.Extra(lines, "helpers.py"),), "    ")
+        ids = fim.layout(fill, t.fim_tokens(), lambda x: t.tokenize(x, add_special=False),
+                         n_ctx=N_CTX, n_predict=N, bos=None).ids  # fmt: skip
+        cold = eng.generate(ids, max_tokens=N, temperature=0)
+        assert cold.stats.n_prefilled == len(ids)
+        if moved["content"] != cold.text:
+            _same_or_near_tie(eng, ids, cold.tokens, t.tokenize(moved["content"], add_special=False))

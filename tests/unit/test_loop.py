@@ -431,6 +431,31 @@ def test_auto_k_drafts_with_the_model_only_where_what_is_left_repays_its_catch_u
     assert (ctl.plan(Facts(behind=128, left=left)).k > 0) == drafts
 
 
+def test_the_catch_up_is_priced_over_what_requests_asking_the_same_max_tokens_generated():
+    """An editor asks for 64 tokens and its completions end after 16 (the line's end): once the
+    pool has seen requests asking 64 end there, the next one's catch-up is priced over 16 tokens
+    (it does not pay: a plain step), while one asking 512, never seen, is priced over its 512."""
+    from localspec.config.settings import Settings
+    from localspec.draft_len.memory import TunerRecord
+    from localspec.draft_len.pool import TunerPool
+
+    pool = TunerPool(
+        n_batch=512, has_draft=True, known=TunerRecord(dict(_FLAT), 0.002, catch_s=0.002), memory=None
+    )
+    editor, chat = Settings(max_tokens=64, temperature=0), Settings(max_tokens=512, temperature=0)
+    assert pool.controller(editor, True).plan(Facts(behind=128, left=63)).k > 0  # nothing known yet
+    for _ in range(3):
+        ctl = pool.controller(editor, True)
+        ctl.observe(
+            Outcome(k=0, n_drafted=0, n_accepted=0, n_emitted=16, draft_s=0, verify_s=0.02, round_s=0.02)
+        )
+        pool.finished(editor, ctl)
+    pool.finished(editor, pool.controller(editor, True), whole=False)  # a cancelled one says nothing
+    assert pool.lengths.expected(64) == pytest.approx(16)
+    assert pool.controller(editor, True).plan(Facts(behind=128, left=63)).k == 0
+    assert pool.controller(chat, True).plan(Facts(behind=128, left=511)).k > 0
+
+
 @pytest.mark.parametrize("catch_s,drafts", [(0.05, False), (1e-7, True)])
 def test_a_draft_whose_catch_up_cannot_pay_is_never_evaluated(catch_s, drafts):
     """Through the real round: a 20-token request on a pair whose draft catches up at 50 ms a token
