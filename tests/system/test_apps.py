@@ -1,16 +1,26 @@
 """Libraries people build on, end to end against `localspec serve` on the real default pair
 (Qwen2.5-Coder 0.5B -> 1.5B, speculation on, auto K), as their own docs say to point them at an
 OpenAI-compatible server: pydantic-ai (an agent framework; a structured output_type is a tool it
-forces, so this runs tool calling through the constraint) and outlines (it sends response_format json_schema). Each must finish its task on
-the first try, with the right facts: greedy, one request each, no retries."""
+forces, so this runs tool calling through the constraint), outlines (it sends response_format
+json_schema) and instructor (its default mode, TOOLS: a forced tool call; it runs in a venv of its own,
+.venv-apps, since its pins clash with pydantic-ai's openai). Each must finish its task on the first
+try, with the right facts: greedy, one request each, no retries."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
 
 import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from ..helpers import Server
+from ..helpers import ROOT, Server
+
+INSTRUCTOR_PY = ROOT / ".venv-apps" / "bin" / "python"  # make app-venvs
+INSTRUCTOR_APP = Path(__file__).with_name("instructor_app.py")
 
 pytest.importorskip("pydantic_ai")
 pytest.importorskip("outlines")
@@ -92,3 +102,17 @@ def test_outlines_structured_generation(server):
     text = model("Ann is 31 years old. Extract the person as JSON.", Person, max_tokens=60, temperature=0)
     person = Person.model_validate_json(text)
     assert person.name == "Ann" and person.age == 31
+
+
+def test_instructor_extracts_a_person_through_a_tool_call(server):
+    if not INSTRUCTOR_PY.exists():
+        if os.environ.get("CI"):
+            pytest.fail("instructor's venv .venv-apps is missing: `make app-venvs` builds it")
+        pytest.skip("instructor's venv .venv-apps is missing (make app-venvs)")
+    sentence = "Maria Lopez is a 42-year-old engineer who lives in Madrid."
+    run = subprocess.run(
+        [str(INSTRUCTOR_PY), str(INSTRUCTOR_APP), server.url + "/v1", server.health()["model"], "TOOLS", sentence],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(run.stdout) == {"name": "Maria Lopez", "age": 42, "city": "Madrid"}
