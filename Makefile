@@ -106,7 +106,7 @@ $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json:
 
 # the Python apps whose pins clash with the dev venv's, each in a venv of its own that the system tests
 # run as a subprocess: instructor 1.17 wants jiter<0.15, which the dev venv's openai (pydantic-ai's)
-# outgrew (tests/system/test_instructor.py). The stamp holds the pins: a changed pin installs again
+# outgrew (tests/system/test_apps.py). The stamp holds the pins: a changed pin installs again
 APP_VENV := .venv-apps
 APP_PINS := instructor==1.17.0 openai==3.3.0
 app-venvs:
@@ -147,4 +147,4 @@ format:
 	$(VENV)/bin/ruff check --fix localspec tests tools research
 
 clean:
-	rm -rf $(VENV) .wheels .pytest_cache
+	rm -rf $(VENV) $(APP_VENV) .wheels .pytest_cache
