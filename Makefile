@@ -32,7 +32,7 @@ export LOCALSPEC_MODELS ?= $(CURDIR)/models
 export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
 WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS) $(NO_AMX) $(CPU_KEY)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
-.PHONY: setup models test-models rpc-server peer npm-clients demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models test-models rpc-server peer npm-clients app-venvs demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -89,7 +89,7 @@ ui-vendor:
 chat: setup
 	$(VENV)/bin/localspec chat
 
-test: test-models rpc-server npm-clients
+test: test-models rpc-server npm-clients app-venvs
 	$(PY) -m pytest -q --durations=40
 
 # the agents the system tests drive, from npm into .npm-clients (git-ignored), pinned; their native
@@ -103,6 +103,18 @@ $(NPM_CLIENTS)/node_modules/@openai/codex/package.json:
 
 $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json:
 	$(NPM_INSTALL) @anthropic-ai/claude-code@2.1.332
+
+# the Python apps whose pins clash with the dev venv's, each in a venv of its own that the system tests
+# run as a subprocess: instructor 1.17 wants jiter<0.15, which the dev venv's openai (pydantic-ai's)
+# outgrew (tests/system/test_apps.py). The stamp holds the pins: a changed pin installs again
+APP_VENV := .venv-apps
+APP_PINS := instructor==1.17.0 openai==3.3.0
+app-venvs:
+	@test "$$(cat $(APP_VENV)/.pins 2>/dev/null)" = "$(APP_PINS)" || { \
+		rm -rf $(APP_VENV) && $(PYTHON) -m venv $(APP_VENV) \
+		&& $(APP_VENV)/bin/python -m pip install -q --upgrade pip \
+		&& $(APP_VENV)/bin/python -m pip install -q $(APP_PINS) \
+		&& printf '%s\n' "$(APP_PINS)" > $(APP_VENV)/.pins; }
 
 # the tiers: tests/unit (pure: the fake backend, no model), tests/models (the real small models in this
 # process), tests/system (processes: the CLI, servers, rpc-servers, a browser)
@@ -135,4 +147,4 @@ format:
 	$(VENV)/bin/ruff check --fix localspec tests tools research
 
 clean:
-	rm -rf $(VENV) .wheels .pytest_cache
+	rm -rf $(VENV) $(APP_VENV) .wheels .pytest_cache

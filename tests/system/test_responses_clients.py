@@ -1,9 +1,8 @@
-"""The Responses API's own clients against `localspec serve` on the embedded pair, as their docs say to
-point them at another server: the official `openai` SDK (client.responses) and the OpenAI Agents SDK
-(an Agent on OpenAIResponsesModel). Streamed equals non-streamed; a forced tool call validates
-against its schema and its result goes back in (the SDK; the Agent runs its forced tool); structured
-output validates. Greedy, one request
-per step, no retries."""
+"""The Responses API's own client against `localspec serve` on the stand-in pair, as its docs say to
+point it at another server: the official `openai` SDK (client.responses). Streamed equals
+non-streamed; a forced tool call validates against its schema and its result goes back in; structured
+output validates. Greedy, one request per step, no retries. The OpenAI Agents SDK runs its tasks on
+the real pair in test_apps.py."""
 
 from __future__ import annotations
 
@@ -14,8 +13,6 @@ import pytest
 from pydantic import BaseModel, Field
 
 from ..helpers import Server
-
-pytest.importorskip("agents")
 
 WEATHER = {
     "type": "object",
@@ -83,44 +80,3 @@ def test_openai_sdk_structured_output_validates(server, model):
     r = client.responses.parse(model=model, input="Ann is 31 years old. Extract the person.", text_format=Person,
                                temperature=0, max_output_tokens=60)  # fmt: skip
     assert isinstance(r.output_parsed, Person) and r.output_parsed.name
-
-
-def _agent_model(server, model):  # noqa: ANN001, ANN202
-    import openai
-    from agents import OpenAIResponsesModel, set_tracing_disabled
-
-    set_tracing_disabled(True)  # its traces go to OpenAI's servers
-    client = openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
-    return OpenAIResponsesModel(model=model, openai_client=client)
-
-
-def test_agents_sdk_runs_a_forced_tool(server, model):
-    from agents import Agent, ModelSettings, Runner, function_tool
-
-    seen: list[str] = []
-
-    @function_tool
-    def get_weather(city: str) -> str:
-        """The weather in a city."""
-        seen.append(city)
-        return f"Sunny, 21 C in {city}."
-
-    agent = Agent(
-        name="weather", instructions="Answer with the weather tool's result.", tools=[get_weather],
-        model=_agent_model(server, model), tool_use_behavior="stop_on_first_tool",  # a 135M model calls again
-        model_settings=ModelSettings(tool_choice="get_weather", temperature=0, max_tokens=60),
-    )  # fmt: skip
-    result = Runner.run_sync(agent, ASK, max_turns=2)
-    assert seen and isinstance(seen[0], str)  # the call validated against the tool's schema and ran
-    assert result.final_output == f"Sunny, 21 C in {seen[0]}."
-
-
-def test_agents_sdk_structured_output_validates(server, model):
-    from agents import Agent, ModelSettings, Runner
-
-    agent = Agent(
-        name="extract", instructions="Extract the person.", output_type=Person,
-        model=_agent_model(server, model), model_settings=ModelSettings(temperature=0, max_tokens=60),
-    )  # fmt: skip
-    result = Runner.run_sync(agent, "Ann is 31 years old.", max_turns=1)
-    assert isinstance(result.final_output, Person) and result.final_output.name
