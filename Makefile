@@ -32,7 +32,7 @@ export LOCALSPEC_MODELS ?= $(CURDIR)/models
 export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
 WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS) $(NO_AMX) $(CPU_KEY)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
-.PHONY: setup models test-models rpc-server peer npm-clients demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models test-models rpc-server peer npm-clients aider demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -89,20 +89,32 @@ ui-vendor:
 chat: setup
 	$(VENV)/bin/localspec chat
 
-test: test-models rpc-server npm-clients
+test: test-models rpc-server npm-clients aider
 	$(PY) -m pytest -q --durations=40
 
 # the agents the system tests drive, from npm into .npm-clients (git-ignored), pinned; their native
 # binaries come inside the packages. One line per agent (tests/system/test_codex.py, ...)
 NPM_CLIENTS := .npm-clients
 NPM_INSTALL := npm install --prefix $(NPM_CLIENTS) --save-exact --no-audit --no-fund --loglevel=error
-npm-clients: $(NPM_CLIENTS)/node_modules/@openai/codex/package.json $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json
+npm-clients: $(NPM_CLIENTS)/node_modules/@openai/codex/package.json $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json \
+	$(NPM_CLIENTS)/node_modules/opencode-ai/package.json
 
 $(NPM_CLIENTS)/node_modules/@openai/codex/package.json:
 	$(NPM_INSTALL) @openai/codex@0.171.0
 
 $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json:
 	$(NPM_INSTALL) @anthropic-ai/claude-code@2.1.332
+
+$(NPM_CLIENTS)/node_modules/opencode-ai/package.json:
+	$(NPM_INSTALL) opencode-ai@1.18.33
+
+# Aider (tests/system/test_aider.py) pins its many dependencies: a venv of its own (git-ignored), not .venv
+AIDER_VENV := .venv-aider
+aider: $(AIDER_VENV)/bin/aider
+
+$(AIDER_VENV)/bin/aider:
+	test -x $(AIDER_VENV)/bin/python || $(PYTHON) -m venv $(AIDER_VENV)
+	$(AIDER_VENV)/bin/python -m pip install -q aider-chat==0.86.2
 
 # the tiers: tests/unit (pure: the fake backend, no model), tests/models (the real small models in this
 # process), tests/system (processes: the CLI, servers, rpc-servers, a browser)
