@@ -61,7 +61,7 @@ def test_a_slow_prefill_a_restart_and_a_damaged_cache_file(smollm2_path, tmp_pat
         srv.stop()
     assert "Reconnecting" not in cold.stderr and "stream disconnected" not in cold.stderr, cold.stderr[-3000:]
     assert rec_cold.requests == 1 and rec_cold.cut == 0, rec_cold
-    assert rec_cold.first_prefill_s > 3 * IDLE_MS / 1e3, rec_cold  # the prefill did outlast Codex's timer
+    assert rec_cold.first_prefill_s > 2 * IDLE_MS / 1e3, rec_cold  # the prefill did outlast Codex's timer
     assert cold.returncode == 0 and cold.stdout.strip(), cold.stderr[-3000:]
     assert list(cache.glob(f"*{SUFFIX}")), "the prefix was saved"
 
