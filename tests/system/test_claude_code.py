@@ -34,7 +34,7 @@ def test_a_prefill_slower_than_its_stream_watchdog_is_not_retried(smollm2_path, 
     # each prefill round of 32 tokens 0.4 s slower: Claude Code's ~1.9k-token prompt takes 24 s or more
     srv = Server(
         smollm2_path, "--n-ctx", "8192", "--parallel", "1", "--temperature", "0", "--lookup", "only",
-        "--n-batch", "32", "--stream-keepalive", "1", "--log", str(log),
+        "--n-batch", "32", "--stream-keepalive", "1", "--log", str(log), start_timeout=300,
         env={"LOCALSPEC_TEST_PREFILL_DELAY": "0.4"},
     )  # fmt: skip
     try:

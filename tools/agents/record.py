@@ -25,9 +25,8 @@ class TaskRecord:
     generated: int = 0
     drafted: int = 0
     accepted: int = 0
-    prefill: list[float] = field(
-        default_factory=list
-    )  # each request's prefill seconds (its time to first token)
+    # each request's prefill seconds: its time to first token, about
+    prefill: list[float] = field(default_factory=list)
 
     @property
     def prefill_s(self) -> float:
