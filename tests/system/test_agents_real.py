@@ -21,7 +21,15 @@ from tools.agents.tasks import COMMAND, CREATE, FIX, Task
 from ..helpers import Server
 
 N_CTX = 32768
-pytestmark = pytest.mark.slow
+# not yet seen passing: on the shared machine of the session that wrote them no first request of the
+# real pair's 10k-token prefill finished in 30 minutes (issue 57's note); CI runs them once set
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("LOCALSPEC_AGENT_TASKS") != "1", reason="LOCALSPEC_AGENT_TASKS=1 runs them"
+    ),
+]
+TIMEOUT_S = 900  # per task: a loop or a stall fails in CI's time, not after it
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +53,10 @@ def agent_does(agent: str, task: Task, server: Server, tmp_path, min_prompt: int
     work.mkdir()
     secret = task.setup(work)
     watch = Watch(server.url, server.acclog)
-    out = run(agent, ep, tmp_path / "home", work, task.prompt, files=task.files, timeout=1500)
+    out = run(agent, ep, tmp_path / "home", work, task.prompt, files=task.files, timeout=TIMEOUT_S)
     rec = watch.record()
     print(f"{agent} {task.name}: {out.seconds:.0f} s; {rec.brief()}")
+    assert out.returncode is not None, f"{agent} did not finish in {TIMEOUT_S} s"
     assert task.check(work, out.stdout, secret) is None, (out.stdout[-2000:], out.stderr[-3000:])
     assert out.returncode == 0, out.stderr[-3000:]
     assert rec.cut == 0 and rec.drafted > 0, rec
