@@ -14,11 +14,11 @@ import os
 
 import pytest
 
-from tools.agents.clients import Endpoint, installed, run
+from tools.agents.clients import Endpoint, run
 from tools.agents.record import Watch
 from tools.agents.tasks import COMMAND, CREATE, FIX, Task
 
-from ..helpers import Server
+from ..helpers import Server, need_agent
 
 N_CTX = 32768
 # not yet seen passing: on the shared machine of the session that wrote them no first request of the
@@ -44,10 +44,7 @@ def server(real_pair, tmp_path_factory):
 def agent_does(agent: str, task: Task, server: Server, tmp_path, min_prompt: int):  # noqa: ANN001, ANN201
     """The agent given the task once; the record of what the server did. `min_prompt`: the size
     that tells the agent's own turns from its side calls (a title, a quota check)."""
-    if not installed(agent):
-        if os.environ.get("CI"):
-            pytest.fail(f"{agent} is not installed: `make npm-clients aider` installs it")
-        pytest.skip(f"{agent} is not installed (make npm-clients aider)")
+    need_agent(agent)
     ep = Endpoint(server.url, server.health()["model"], N_CTX)
     work = tmp_path / "work"
     work.mkdir()

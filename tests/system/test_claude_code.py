@@ -8,25 +8,20 @@ SmolLM2 runs without the tools (`--tools ""`: their ~11k tokens would pass its 8
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tools.agents.clients import Endpoint, installed, run
+from tools.agents.clients import Endpoint, run
 from tools.agents.record import Watch
 
-from ..helpers import Server
+from ..helpers import Server, need_agent
 
 IDLE_MS = 10_000  # the floor Claude Code puts under CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def claude() -> None:
-    if not installed("claude"):
-        if os.environ.get("CI"):
-            pytest.fail("Claude Code is not installed: `make npm-clients` installs it")
-        pytest.skip("Claude Code is not installed (make npm-clients)")
+def _installed() -> None:
+    need_agent("claude")
 
 
 def test_a_prefill_slower_than_its_stream_watchdog_is_not_retried(smollm2_path, tmp_path):

@@ -11,16 +11,15 @@ goal and sub-agent tools, which it loops on."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from localspec.engine.prompt_disk.store import SUFFIX
-from tools.agents.clients import BINARIES, Endpoint, installed, run
+from tools.agents.clients import Endpoint, run
 from tools.agents.record import Watch
 
-from ..helpers import Server
+from ..helpers import Server, need_agent
 
 N_CTX = 16384
 IDLE_MS = 10_000  # Codex's wait for the next streamed event: a loaded machine's server still answers in it
@@ -28,18 +27,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def codex() -> Path:
-    if not installed("codex"):
-        if os.environ.get("CI"):
-            pytest.fail("Codex CLI is not installed: `make npm-clients` installs it")
-        pytest.skip("Codex CLI is not installed (make npm-clients)")
-    return BINARIES["codex"]
+def _installed() -> None:
+    need_agent("codex")
 
 
 def smol(smollm2_path: Path, cache: Path, log: Path, *args: str, env: dict | None = None) -> Server:
     return Server(
         smollm2_path, "--n-ctx", str(N_CTX), "--parallel", "1", "--temperature", "0", "--repeat-penalty", "1.1",
-        "--prompt-cache-dir", str(cache), "--log", str(log), *args, env=env, start_timeout=300,
+        "--prompt-cache-dir", str(cache), "--log", str(log), *args, env=env, start_timeout=600,
     )  # fmt: skip
 
 
