@@ -32,7 +32,7 @@ export LOCALSPEC_MODELS ?= $(CURDIR)/models
 export LOCALSPEC_PEER_BIN ?= $(CURDIR)/third_party/llama.cpp-build/bin
 WHEEL_DIR := .wheels/$(shell { printf '%s' "$(CMAKE_ARGS) $(NO_AMX) $(CPU_KEY)"; cat $(HIDDEN_TABLES); } | sha1sum | cut -c1-12)
 
-.PHONY: setup models test-models rpc-server peer npm-clients app-venvs demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
+.PHONY: setup models test-models rpc-server peer npm-clients app-venvs aider demo serve chat ui-vendor test test-unit test-fast bench bench-full gpu-bundle gpu-check-cpu lint format clean
 
 setup: $(VENV)/.installed
 
@@ -89,14 +89,15 @@ ui-vendor:
 chat: setup
 	$(VENV)/bin/localspec chat
 
-test: test-models rpc-server npm-clients app-venvs
+test: test-models rpc-server npm-clients app-venvs aider
 	$(PY) -m pytest -q --durations=40
 
 # the agents the system tests drive, from npm into .npm-clients (git-ignored), pinned; their native
 # binaries come inside the packages. One line per agent (tests/system/test_codex.py, ...)
 NPM_CLIENTS := .npm-clients
 NPM_INSTALL := npm install --prefix $(NPM_CLIENTS) --save-exact --no-audit --no-fund --loglevel=error
-npm-clients: $(NPM_CLIENTS)/node_modules/@openai/codex/package.json $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json
+npm-clients: $(NPM_CLIENTS)/node_modules/@openai/codex/package.json $(NPM_CLIENTS)/node_modules/@anthropic-ai/claude-code/package.json \
+	$(NPM_CLIENTS)/node_modules/opencode-ai/package.json
 
 $(NPM_CLIENTS)/node_modules/@openai/codex/package.json:
 	$(NPM_INSTALL) @openai/codex@0.171.0
@@ -115,6 +116,17 @@ app-venvs:
 		&& $(APP_VENV)/bin/python -m pip install -q --upgrade pip \
 		&& $(APP_VENV)/bin/python -m pip install -q $(APP_PINS) \
 		&& printf '%s\n' "$(APP_PINS)" > $(APP_VENV)/.pins; }
+
+$(NPM_CLIENTS)/node_modules/opencode-ai/package.json:
+	$(NPM_INSTALL) opencode-ai@1.18.33
+
+# Aider (tests/system/test_aider.py) pins its many dependencies: a venv of its own (git-ignored), not .venv
+AIDER_VENV := .venv-aider
+aider: $(AIDER_VENV)/bin/aider
+
+$(AIDER_VENV)/bin/aider:
+	test -x $(AIDER_VENV)/bin/python || $(PYTHON) -m venv $(AIDER_VENV)
+	$(AIDER_VENV)/bin/python -m pip install -q aider-chat==0.86.2
 
 # the tiers: tests/unit (pure: the fake backend, no model), tests/models (the real small models in this
 # process), tests/system (processes: the CLI, servers, rpc-servers, a browser)

@@ -451,3 +451,14 @@ def assert_answer_follows_the_image(answer_to: Callable[[int], Any]):  # noqa: A
     assert a.text != b.text, a.text
     assert a_again.tokens == a.tokens
     return a
+
+
+def need_agent(agent: str) -> None:
+    """Skip where a coding agent (tools/agents/clients.py) is not installed; in CI, fail: `make test`
+    installs them all (npm-clients, aider)."""
+    from tools.agents.clients import installed  # noqa: PLC0415
+
+    if not installed(agent):
+        if os.environ.get("CI"):
+            pytest.fail(f"{agent} is not installed: `make npm-clients aider` installs it")
+        pytest.skip(f"{agent} is not installed (make npm-clients aider)")

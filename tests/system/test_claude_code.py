@@ -4,7 +4,9 @@ anywhere else. SmolLM2 is the target (lookup drafts, no draft model) with a 16k 
 with `--tools ""`: its own system prompt (~1.9k tokens) without the 12 tools' ~11k tokens of schemas,
 which would put the prompt past SmolLM2's 8192-token training context, where its answers degenerate and
 never end (Claude Code treats an answer cut at max_tokens or at the context as an error). `claude -p` completes a turn; the second (`--continue`) re-sends the whole conversation,
-and only its new tokens are evaluated: the cached prefix serves the rest."""
+and only its new tokens are evaluated: the cached prefix serves the rest. With each prefill round slowed
+past Claude Code's stream watchdog (its byte watchdog at its floor, 10 s; the event watchdog's floor is
+5 minutes) the answer comes in one request, none cut off and none retried (issue 57)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,14 @@ import time
 
 import pytest
 
-from ..helpers import ROOT, Server
+from tools.agents.clients import Endpoint, run
+from tools.agents.record import Watch
+
+from ..helpers import ROOT, Server, need_agent
 
 CLAUDE = ROOT / ".npm-clients" / "node_modules" / ".bin" / "claude"
 N_CTX = 16384
+IDLE_MS = 10_000  # the floor Claude Code puts under CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS
 pytestmark = pytest.mark.slow
 
 
@@ -78,3 +84,26 @@ def test_two_turns_and_the_second_evaluates_only_its_new_tokens(server, tmp_path
     # reminders); a prefill that re-read the prompt would take about as long as the first turn's
     assert 0 < tokens_2 < 0.1 * tokens_1, (tokens_1, tokens_2)
     assert seconds_2 < 0.25 * seconds_1, (seconds_1, seconds_2, time.monotonic() - start)
+
+
+def test_a_prefill_slower_than_its_stream_watchdog_is_not_retried(smollm2_path, tmp_path):
+    need_agent("claude")
+    log = tmp_path / "acc.jsonl"
+    # each prefill round of 32 tokens 0.4 s slower: Claude Code's ~1.9k-token prompt takes 24 s or more
+    srv = Server(
+        smollm2_path, "--n-ctx", "8192", "--parallel", "1", "--temperature", "0", "--lookup", "only",
+        "--n-batch", "32", "--stream-keepalive", "1", "--log", str(log), start_timeout=300,
+        env={"LOCALSPEC_TEST_PREFILL_DELAY": "0.4"},
+    )  # fmt: skip
+    try:
+        ep = Endpoint(srv.url, srv.health()["model"], 8192, stream_idle_ms=IDLE_MS, small_model=True)
+        watch = Watch(srv.url, log)
+        out = run("claude", ep, tmp_path / "home", tmp_path / "work", "What is the capital of France?",
+                  timeout=600)  # fmt: skip
+        rec = watch.record()
+    finally:
+        srv.stop()
+    assert out.returncode == 0 and out.stdout.strip(), out.stdout[-2000:] + out.stderr[-3000:]
+    main = [i for i, n in enumerate(rec.prompts) if n > 1000]  # its system prompt is ~1.9k tokens
+    assert len(main) == 1 and rec.cut == 0, rec  # one request, not cut off, not sent again
+    assert rec.prefill[main[0]] > 2 * IDLE_MS / 1e3, rec  # the prefill did outlast the watchdog

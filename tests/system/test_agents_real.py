@@ -1,0 +1,82 @@
+"""Real agents finish real tasks on the real pair (issue 57): Codex CLI (Responses), Claude Code
+(Messages), OpenCode (chat completions, its OpenAI-compatible provider) and Aider (chat completions,
+through litellm), each pinned (`make npm-clients aider`), each with its default tools and its full
+prompt, in a temporary HOME and work folder, against one `localspec serve` on models/default
+(Qwen2.5-Coder 1.5B + 0.5B, speculation on, the default `auto`). Each gets the cheapest task that
+shows it works, checked from outside (tools/agents/tasks.py): Codex and Claude Code run a command and
+report what it printed, OpenCode creates a file, Aider fixes a bug so that a test passes (it has no
+tool that runs commands). Every agent request after an agent's first evaluates only what is new.
+The grid of every task x agent, with the figures, is `python -m tools.agents` (docs/apps.md)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tools.agents.clients import Endpoint, run
+from tools.agents.record import Watch
+from tools.agents.tasks import COMMAND, CREATE, FIX, Task
+
+from ..helpers import Server, need_agent
+
+N_CTX = 32768
+# not yet seen passing: on the shared machine of the session that wrote them no first request of the
+# real pair's 10k-token prefill finished in 30 minutes (issue 57's note); CI runs them once set
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.environ.get("LOCALSPEC_AGENT_TASKS") != "1", reason="LOCALSPEC_AGENT_TASKS=1 runs them"
+    ),
+]
+TIMEOUT_S = 900  # per task: a loop or a stall fails in CI's time, not after it
+
+
+@pytest.fixture(scope="module")
+def server(real_pair, tmp_path_factory):
+    log = tmp_path_factory.mktemp("agents") / "acc.jsonl"
+    srv = Server(real_pair, "--n-ctx", str(N_CTX), "--parallel", "1", "--log", str(log), start_timeout=300)
+    srv.acclog = log
+    yield srv
+    srv.stop()
+
+
+def agent_does(agent: str, task: Task, server: Server, tmp_path, min_prompt: int):  # noqa: ANN001, ANN201
+    """The agent given the task once; the record of what the server did. `min_prompt`: the size
+    that tells the agent's own turns from its side calls (a title, a quota check)."""
+    need_agent(agent)
+    ep = Endpoint(server.url, server.health()["model"], N_CTX)
+    work = tmp_path / "work"
+    work.mkdir()
+    secret = task.setup(work)
+    watch = Watch(server.url, server.acclog)
+    out = run(agent, ep, tmp_path / "home", work, task.prompt, files=task.files, timeout=TIMEOUT_S)
+    rec = watch.record()
+    print(f"{agent} {task.name}: {out.seconds:.0f} s; {rec.brief()}")
+    assert out.returncode is not None, f"{agent} did not finish in {TIMEOUT_S} s"
+    assert task.check(work, out.stdout, secret) is None, (out.stdout[-2000:], out.stderr[-3000:])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert rec.cut == 0 and rec.drafted > 0, rec
+    turns = [i for i, n in enumerate(rec.prompts) if n > min_prompt]
+    assert turns, rec
+    assert all(rec.evaluated[i] < 0.2 * rec.prompts[turns[0]] for i in turns[1:]), rec  # the rest: cached
+    return rec, turns
+
+
+def test_codex_runs_a_command_and_reports_its_output(server, tmp_path):
+    rec, turns = agent_does("codex", COMMAND, server, tmp_path, min_prompt=5000)  # ~10k: its prompt
+    assert len(turns) >= 2  # the tool call, then the answer
+
+
+def test_claude_code_runs_a_command_and_reports_its_output(server, tmp_path):
+    rec, turns = agent_does("claude", COMMAND, server, tmp_path, min_prompt=5000)
+    assert len(turns) >= 2
+
+
+def test_opencode_creates_a_file(server, tmp_path):
+    rec, turns = agent_does("opencode", CREATE, server, tmp_path, min_prompt=3000)
+    assert len(turns) >= 1
+
+
+def test_aider_fixes_a_bug_so_the_test_passes(server, tmp_path):
+    agent_does("aider", FIX, server, tmp_path, min_prompt=500)
