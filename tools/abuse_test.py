@@ -72,7 +72,7 @@ GARBAGE = [  # (content-type, body, extra headers)
 ROUTE_GARBAGE = [
     ("/api/chat", "application/json", b'{"model": "MODEL", "messages": ['),
     ("/api/chat", "application/json", b'{"model": "MODEL", "messages": "hi", "options": {"num_ctx": 1e9}}'),
-    ("/api/chat", "application/json", b'{"model": "no-such-model", "messages": []}'),
+    ("/api/chat", "application/json", b'{"model": "MODEL", "messages": [5]}'),
     ("/api/generate", "application/json", b'{"model": "MODEL", "prompt": "hi", "options": {"temperature": -1}}'),
     ("/api/generate", "text/plain", b'{"model": "MODEL", "prompt": "hi"}'),
     ("/api/embed", "application/json", b'{"model": "MODEL", "input": [1, 2]}'),
