@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol, Sequence
 
 from localspec.bench import peer as peer_mod
 from localspec.errors import LocalspecError
 
 if TYPE_CHECKING:
     from localspec.bench.concurrency import PeerServer
-    from localspec.bench.fim import Problem
 
 
 class Measured(NamedTuple):
@@ -27,7 +26,21 @@ class Measured(NamedTuple):
     middle: str
 
 
-def body(p: "Problem", gen_tokens: int, ps: peer_mod.PeerSettings) -> dict:
+class Chunk(Protocol):
+    filename: str
+    text: str
+
+
+class Problem(Protocol):  # what is sent of a bench/fim.py problem (that module imports this one)
+    prefix: str
+    suffix: str
+    extra: Sequence[Chunk]
+
+    @property
+    def indent(self) -> int: ...
+
+
+def body(p: Problem, gen_tokens: int, ps: peer_mod.PeerSettings) -> dict:
     return {
         "input_prefix": p.prefix, "input_suffix": p.suffix,
         "input_extra": [{"filename": c.filename, "text": c.text} for c in p.extra],
@@ -36,7 +49,7 @@ def body(p: "Problem", gen_tokens: int, ps: peer_mod.PeerSettings) -> dict:
     }  # fmt: skip
 
 
-def infill(server: "PeerServer", p: "Problem", gen_tokens: int, ps: peer_mod.PeerSettings) -> Measured:
+def infill(server: "PeerServer", p: Problem, gen_tokens: int, ps: peer_mod.PeerSettings) -> Measured:
     """One /infill request to llama-server, timed from send to its last frame."""
     req = urllib.request.Request(
         f"http://127.0.0.1:{server.port}/infill",
