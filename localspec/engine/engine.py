@@ -108,7 +108,7 @@ class Engine:
         """The loaded target's facts, for a model card."""
         s = self.settings
         n_ctx = s.embed_ctx if self.embeds_only else self._pair.target_ctx.n_ctx
-        return facts_of(self.target, n_ctx, embeds_only=self.embeds_only, vision=self.projector is not None)
+        return facts_of(self.target, n_ctx, embeds_only=self.embeds_only, vision=self.vision)
 
     def not_generative(self) -> LocalspecError | None:
         """Why this engine generates nothing (an embedding model served alone), or None."""

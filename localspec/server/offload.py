@@ -1,7 +1,7 @@
 """Nothing a request sends runs on the event loop in proportion to its size: FastAPI parses a JSON
 body and validates it against the route's model on the loop (a 7 MB body froze every client,
 /health included, for seconds), so `Route` does both for a body past LARGE_BODY on the bulk thread
-(serving/bulk.py: one at a time, at a low priority) and hands FastAPI the validated model (which it takes as it is); a route then turns the model into
+(serving/bulk.py: one at a time) and hands FastAPI the validated model (which it takes as it is); a route then turns the model into
 the internal request with `run` (also a worker's). The limits on what a body may hold are in
 docs/serving.md: --max-body (413) and fields.MAX_ITEMS (400)."""
 

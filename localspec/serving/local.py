@@ -22,7 +22,7 @@ from localspec.config.settings import Settings
 from localspec.engine import Engine, Response
 from localspec.engine.facade import ModelFacts
 from localspec.errors import LocalspecError
-from localspec.serving import fim, text_ops
+from localspec.serving import bulk, fim, text_ops
 from localspec.serving import plan as chat_plan
 from localspec.serving.answer import Answer
 from localspec.serving.errors import APIError, from_localspec
@@ -51,7 +51,6 @@ class LocalModel:
         self._admitted = 0  # choices in the engine or about to be
         self._idle = asyncio.Event()
         self._idle.set()
-        self._text = text_ops.OffLoop()  # tokenizing for clients: bounded, off the loop, one at a time
         self._big = text_ops.Large()  # bounds a prompt's text; a large embedding's tokenizing: one at a time
 
     def load(self) -> tuple[int, int]:
@@ -64,7 +63,7 @@ class LocalModel:
     ) -> list[int]:
         text_ops.check_text(text)
         model = self.engine.text
-        return await self._text.run(
+        return await bulk.run(
             lambda: model.tokenize(text, add_special=add_special, parse_special=parse_special)
         )
 
@@ -72,7 +71,7 @@ class LocalModel:
         text_ops.check_tokens(tokens, text_ops.MAX_PIECES, "spelled out piece by piece")
         self._check_ids(tokens)
         model = self.engine.text
-        return await self._text.run(lambda: [model.token_bytes(t, special=True) for t in tokens])
+        return await bulk.run(lambda: [model.token_bytes(t, special=True) for t in tokens])
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         return self.engine.text.token_bytes(token, special=special)
@@ -84,7 +83,7 @@ class LocalModel:
             self._check_ids(tokens)  # a million ids: checked off the loop too
             return self.engine.text.detokenize(tokens, special=True)
 
-        return await self._text.run(work)
+        return await bulk.run(work)
 
     def _check_ids(self, tokens: Sequence[int]) -> None:
         n_vocab = self.card.n_vocab

@@ -37,17 +37,9 @@ def check_tokens(tokens: Sequence[int], most: int = MAX_TOKENS, what: str = "det
         raise APIError(400, f"{len(tokens)} tokens; at most {most} are {what} at once", param="tokens")
 
 
-class OffLoop:
-    """Text work on the bulk thread: one at a time, at a low priority (more at once, or at the
-    engine's priority, would take the engine's cores)."""
-
-    async def run(self, fn: Callable[[], T]) -> T:
-        return await bulk.run(fn)
-
-
 def in_turn(size: int, fn: Callable[[], T]) -> T:
     """`fn()`, the render or tokenizing of a prompt of `size` characters: past LARGE, on the bulk
-    thread (one at a time, at a low priority), else here (a worker thread)."""
+    thread (one at a time), else here (a worker thread)."""
     return bulk.call(fn) if size > LARGE else fn()
 
 
