@@ -9,7 +9,7 @@ from typing import Sequence
 
 from localspec.decode.clock import Clock
 from localspec.decode.lookup import Lookup
-from localspec.decode.rows import grammar_aware, one_point_q, unbanned
+from localspec.decode.rows import constrained, grammar_aware, one_point_q, unbanned
 from localspec.decode.seqplan import SeqPlan, offered
 from localspec.decode.sources.base import DraftSource, SourceSpec
 from localspec.decode.state import SeqState, Step
@@ -49,10 +49,14 @@ class LookupSource(DraftSource):
 
 
 def offer_match(p: SeqPlan, name: str, tokens: list[int], match_len: int) -> None:
-    """A match's continuation offered past the grammar's forced run (only if it agrees with it)."""
+    """A match's continuation offered past the grammar's forced run (only if it agrees with it), as
+    far as the grammar allows it: the plan is priced on the offer's length, and a drafter asked to
+    extend an offer the grammar then cut would pay its catch-up for tokens no plan priced."""
     if p.forced:
         n = len(p.forced)
         tokens = tokens[n:] if tokens[:n] == p.forced else []
+    if tokens and grammar_aware(p.st):  # the forced run is in the matcher already (GrammarSource.offer)
+        tokens = constrained(p.st, p.st.track.valid, tokens) or []
     if tokens:
         p.offers += (Offer(name, tokens, match_len),)
 
