@@ -3,10 +3,14 @@ suffix decoding, llama.cpp's ngram-cache): agents resend the same tools and syst
 re-emit the same edits, editors re-type near-identical completions, JSON answers share their keys.
 
 Each finished sequence (prompt + output) is kept whole; an n-gram index maps every n-gram (n <=
-N_MAX) to where its most recent occurrence in the kept text ended. A sequence's own suffix is looked
-up longest first, the match measured backwards for its confidence (as decode/lookup.py does within
-one sequence), and its continuation proposed. Memory is bounded: past `cap` tokens the oldest
-sequences go, and their index entries with them.
+N_MAX) to where its most recent occurrence in the kept text ended, and whether the occurrence before
+it went on with the same token. A sequence's own suffix is looked up longest first, the match
+measured backwards for its confidence (as decode/lookup.py does within one sequence), and its
+continuation proposed - unless the history contradicts itself there: a context every request shares
+(a chat template's turn markers, `<|im_end|>\n<|im_start|>assistant\n`) is followed by whatever
+each answer began with, and the latest one predicts the next no better than chance (llama.cpp's
+ngram-cache and vLLM's suffix decoding score a continuation by how often it followed too). Memory is
+bounded: past `cap` tokens the oldest sequences go, and their index entries with them.
 """
 
 from __future__ import annotations
@@ -26,14 +30,16 @@ class History:
         self._docs: deque[tuple[int, list[int]]] = deque()  # (id, tokens), oldest first
         self._by_id: dict[int, list[int]] = {}
         self._next = 0
-        self._index: dict[tuple[int, ...], tuple[int, int]] = {}  # n-gram -> (doc id, its end)
+        # n-gram -> (doc id, its end, whether the occurrence before it went on with the same token)
+        self._index: dict[tuple[int, ...], tuple[int, int, bool]] = {}
 
     def __len__(self) -> int:
         return len(self._docs)
 
     def add(self, tokens: Sequence[int]) -> None:
-        """Keep a finished sequence (the most recent occurrence of an n-gram wins), then drop the
-        oldest ones past the cap. A sequence longer than the cap keeps its last cap tokens."""
+        """Keep a finished sequence (the most recent occurrence of an n-gram wins, noting whether
+        it agrees with the one before), then drop the oldest ones past the cap. A sequence longer
+        than the cap keeps its last cap tokens."""
         toks = [int(t) for t in tokens[-self.cap :]] if self.cap > 0 else []
         if len(toks) < N_MIN + 1:
             return
@@ -41,10 +47,13 @@ class History:
         self._docs.append((doc, toks))
         self._by_id[doc] = toks
         self.size += len(toks)
-        index = self._index
+        index, by_id = self._index, self._by_id
         for end in range(1, len(toks)):  # the n-grams ending before `end` have a continuation there
+            nxt = toks[end]
             for n in range(1, min(N_MAX, end) + 1):
-                index[tuple(toks[end - n : end])] = (doc, end)
+                key = tuple(toks[end - n : end])
+                was = index.get(key)
+                index[key] = (doc, end, was is None or by_id[was[0]][was[1]] == nxt)
         while self.size > self.cap:
             self._drop_oldest()
 
@@ -61,12 +70,15 @@ class History:
 
     def propose(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
         """Up to k tokens continuing the longest recent match of `tokens`' suffix in the kept
-        sequences, and the match's length (0: none). Image ids (negative) end a proposal."""
+        sequences, and the match's length (0: none; also where the match's two latest occurrences
+        went on differently). Image ids (negative) end a proposal."""
         size = len(tokens)
         for n in range(min(N_MAX, size), N_MIN - 1, -1):
             hit = self._index.get(tuple(tokens[size - n :]))
             if hit is None:
                 continue
+            if not hit[2]:  # its record contradicts itself: this context does not predict what follows
+                return [], 0
             doc = self._by_id[hit[0]]
             start, length = hit[1], n
             while length < MATCH_CAP and length < start and length < size and doc[start - length - 1] == tokens[size - length - 1]:  # fmt: skip
