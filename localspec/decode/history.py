@@ -71,7 +71,8 @@ class History:
     def propose(self, tokens: Sequence[int], k: int) -> tuple[list[int], int]:
         """Up to k tokens continuing the longest recent match of `tokens`' suffix in the kept
         sequences, and the match's length (0: none; also where the match's two latest occurrences
-        went on differently). Image ids (negative) end a proposal."""
+        went on differently). The proposal ends where the history contradicts itself (the N_MAX
+        tokens before a token went on differently the last two times) or at an image's ids."""
         size = len(tokens)
         for n in range(min(N_MAX, size), N_MIN - 1, -1):
             hit = self._index.get(tuple(tokens[size - n :]))
@@ -84,6 +85,14 @@ class History:
             while length < MATCH_CAP and length < start and length < size and doc[start - length - 1] == tokens[size - length - 1]:  # fmt: skip
                 length += 1
             out = doc[start : start + k]
-            cut = next((i for i, t in enumerate(out) if t < 0), len(out))
+            cut = next(
+                (i for i, t in enumerate(out) if t < 0 or (i and self._disputed(doc, start + i))), len(out)
+            )
             return (out[:cut], length) if cut else ([], 0)
         return [], 0
+
+    def _disputed(self, doc: list[int], end: int) -> bool:
+        """Whether the kept text's two latest occurrences of the tokens before doc[end] (N_MAX of
+        them, the most specific context indexed) went on differently."""
+        hit = self._index.get(tuple(doc[max(end - N_MAX, 0) : end]))
+        return hit is not None and not hit[2]

@@ -29,8 +29,8 @@ def test_a_match_in_an_earlier_sequence_proposes_its_continuation():
     h.add([9, 1, 2, 3, 4, 5, 6, 7])
     assert h.propose([0, 0, 2, 3, 4], 3) == ([5, 6, 7], 3)  # the suffix 2 3 4 matched, 3 long
     assert h.propose([8, 8], 3) == ([], 0)  # nothing recurs
-    h.add([1, 2, 3, 4, 5, 0])  # the most recent occurrence wins
-    assert h.propose([3, 4], 2) == ([5, 0], 2)
+    h.add([1, 2, 3, 4, 5, 6, 0])  # 4 5 6 went on otherwise here: the proposal stops before it
+    assert h.propose([3, 4], 3) == ([5, 6], 2)
     h.add([5, 6, -1, -1])  # an image's ids end a proposal
     assert h.propose([5, 6], 4) == ([], 0)
 
@@ -44,8 +44,10 @@ def test_a_context_whose_continuations_disagree_offers_nothing():
     assert h.propose([5, *MARKER], 2) == ([10, 11], 4)  # seen once: nothing contradicts it yet
     h.add([3, 4, *MARKER, 20, 21])  # the next began otherwise
     assert h.propose([5, *MARKER], 2) == ([], 0)  # the latest predicts the next no better than chance
-    h.add([6, 7, *MARKER, 20, 22])  # two in a row began alike
-    assert h.propose([5, *MARKER], 2) == ([20, 22], 4)
+    h.add([6, 7, *MARKER, 20, 22])  # two in a row began alike, and went on otherwise
+    assert h.propose([5, *MARKER], 3) == ([20], 4)  # as far as the history agrees with itself
+    h.add([8, 9, *MARKER, 20, 22, 30])
+    assert h.propose([5, *MARKER], 3) == ([20, 22, 30], 4)
 
 
 def test_its_memory_holds_its_cap_under_ten_thousand_requests():
