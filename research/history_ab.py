@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> dict:
     base = dict(
         **model, tuner_cache=False, no_log=True, n_ctx=args.n_ctx, draft_max=args.draft_max, trace=args.trace
     )
+    if args.cost_bound is not None:  # 0: a fixed K stays K (the bound moves it by wall time, noisily)
+        base["cost_bound"] = args.cost_bound
     rows: dict[str, list[dict]] = {kind: [] for kind in args.kinds.split(",")}
     with (
         Engine(Settings.load(**base, history_tokens=args.history)) as on,
@@ -145,6 +147,7 @@ def main() -> None:
     )
     ap.add_argument("--draft-max", default="auto", help="auto (the tuner decides) or a fixed K")
     ap.add_argument("--kinds", default="agent,one-off", help="agent, one-off or both (interleaved)")
+    ap.add_argument("--cost-bound", type=float, help="--cost-bound on both sides (default: the setting's)")
     ap.add_argument("--trace", action="store_true", help="keep each request's rounds (K, drafts by source)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
