@@ -82,8 +82,12 @@ def _parted_at_a_tie(eng: Engine, messages: list[dict], a: list[int], b: list[in
 
 def run(args: argparse.Namespace) -> dict:
     model = dict(pair=args.pair, lookup="on") if args.pair else dict(target=args.target, lookup="only")
-    base = dict(**model, tuner_cache=False, no_log=True, n_ctx=args.n_ctx, draft_max=args.draft_max)
-    rows: dict[str, list[dict]] = {"agent": [], "one-off": []}
+    base = dict(
+        **model, tuner_cache=False, no_log=True, n_ctx=args.n_ctx, draft_max=args.draft_max, trace=args.trace
+    )
+    if args.cost_bound is not None:  # 0: a fixed K stays K (the bound moves it by wall time, noisily)
+        base["cost_bound"] = args.cost_bound
+    rows: dict[str, list[dict]] = {kind: [] for kind in args.kinds.split(",")}
     with (
         Engine(Settings.load(**base, history_tokens=args.history)) as on,
         Engine(Settings.load(**base)) as off,
@@ -92,12 +96,9 @@ def run(args: argparse.Namespace) -> dict:
         # tuner would then choose apart for reasons that are not the history's
         off.tuners.known = on.tuners.known
         for i in range(args.rounds):
-            for kind in ("agent", "one-off"):
-                engines = (
-                    [("on", on), ("off", off)]
-                    if (i + len(rows[kind])) % 2 == 0
-                    else [("off", off), ("on", on)]
-                )
+            for kind in rows:
+                # the first to run may be the slower (or the faster): each goes first every other request
+                engines = [("on", on), ("off", off)] if i % 2 == 0 else [("off", off), ("on", on)]
                 got = {}
                 for side, eng in engines:
                     r = eng.generate(
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> dict:
                     "n": got["on"].stats.n_generated, "history": h,
                     "on_passes": got["on"].stats.rounds + got["on"].stats.plain_steps,
                     "off_passes": got["off"].stats.rounds + got["off"].stats.plain_steps, "tie": tie,
+                    **({"trace": {s: got[s].stats.rounds_trace for s in got}} if args.trace else {}),
                 })  # fmt: skip
     out = {}
     for kind, rs in rows.items():
@@ -141,6 +143,9 @@ def main() -> None:
         "--asks", type=int, default=len(ASKS), help="agent asks cycled over (fewer: more repeats)"
     )
     ap.add_argument("--draft-max", default="auto", help="auto (the tuner decides) or a fixed K")
+    ap.add_argument("--kinds", default="agent,one-off", help="agent, one-off or both (interleaved)")
+    ap.add_argument("--cost-bound", type=float, help="--cost-bound on both sides (default: the setting's)")
+    ap.add_argument("--trace", action="store_true", help="keep each request's rounds (K, drafts by source)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     got = run(args)

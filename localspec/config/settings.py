@@ -365,9 +365,10 @@ class Settings:
     history_tokens: int = _f(
         0,
         "Lookup drafts from this model's earlier requests too: the prompts and outputs it remembers, "
-        "this many tokens of them at most (oldest out; 0: off). Where a request's own lookup finds "
-        "nothing, a match in them is offered, priced by the tuner like any source (agents resend "
-        "the same tools and edits). Each model served keeps its own.",
+        "this many tokens of them at most (oldest out; 0: off). After a request's own lookup, a match "
+        "in them is offered as far as what followed it there agrees with itself, priced by the "
+        "tuner like any source (agents resend the same tools and edits). Each model served keeps "
+        "its own.",
         group="spec",
         scope=(FLAG, CONFIG),  # the server's memory, as tuner_cache is its disk
         ge=0,

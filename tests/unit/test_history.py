@@ -29,10 +29,25 @@ def test_a_match_in_an_earlier_sequence_proposes_its_continuation():
     h.add([9, 1, 2, 3, 4, 5, 6, 7])
     assert h.propose([0, 0, 2, 3, 4], 3) == ([5, 6, 7], 3)  # the suffix 2 3 4 matched, 3 long
     assert h.propose([8, 8], 3) == ([], 0)  # nothing recurs
-    h.add([1, 2, 3, 4, 0, 0])  # the most recent occurrence wins
-    assert h.propose([3, 4], 2) == ([0, 0], 2)
+    h.add([1, 2, 3, 4, 5, 6, 0])  # 4 5 6 went on otherwise here: the proposal stops before it
+    assert h.propose([3, 4], 3) == ([5, 6], 2)
     h.add([5, 6, -1, -1])  # an image's ids end a proposal
     assert h.propose([5, 6], 4) == ([], 0)
+
+
+MARKER = [90, 91, 92, 93]  # a run every request shares: a chat template's turn markers
+
+
+def test_a_context_whose_continuations_disagree_offers_nothing():
+    h = History(cap=1000)
+    h.add([1, 2, *MARKER, 10, 11])  # one answer began 10 11
+    assert h.propose([5, *MARKER], 2) == ([10, 11], 4)  # seen once: nothing contradicts it yet
+    h.add([3, 4, *MARKER, 20, 21])  # the next began otherwise
+    assert h.propose([5, *MARKER], 2) == ([], 0)  # the latest predicts the next no better than chance
+    h.add([6, 7, *MARKER, 20, 22])  # two in a row began alike, and went on otherwise
+    assert h.propose([5, *MARKER], 3) == ([20], 4)  # as far as the history agrees with itself
+    h.add([8, 9, *MARKER, 20, 22, 30])
+    assert h.propose([5, *MARKER], 3) == ([20, 22, 30], 4)
 
 
 def test_its_memory_holds_its_cap_under_ten_thousand_requests():
@@ -109,3 +124,28 @@ def test_the_tuner_prices_history_under_its_own_name():
     assert {"lookup", "history"} <= set(forks[-1].evidence.offers)
     kept, tried = forks[-1].evidence.offer_evidence("history")
     assert tried.sum() > 0 and kept.sum() > 0
+
+
+def test_a_shared_marker_with_unlike_answers_costs_a_fixed_k_nothing():
+    """One-off chats share only the template's turn markers: what followed them last time is
+    another answer's start. Under a fixed K a long enough match leads the round, so a history that
+    offered it would cost a rejected round (the drafter, the target itself here, would have kept
+    all K)."""
+    t, _ = markov_tables(v=96, noise=1.0, seed=5)
+    prompt = [1, 2, *MARKER]
+    runs = []
+    for on in (False, True):
+        kept = remembered(Settings(history_tokens=4096 if on else 0))
+        for h in kept.values():  # earlier requests: each answer after the markers began otherwise
+            for i in range(3):
+                h.add([40 + i, 50 + i, *MARKER, 60 + i, 70 + i, 80 + i])
+        sched = Scheduler(FakeContext(t), FakeContext(t), 1, kept=kept)
+        job = Job(prompt, 30, FixedK(4))
+        sched.add(job)
+        drain(sched)
+        assert job.got == plain(t, prompt, n=30)
+        c = job.state.counters
+        runs.append((c.rounds + c.plain_steps, c.sources.get("history")))
+    (off, _), (on, history) = runs
+    assert on == off  # target passes
+    assert history is None or history.drafted == 0
