@@ -20,6 +20,7 @@ from localspec.server.body_text import lone_surrogate
 from localspec.server.dialects import DIALECTS
 from localspec.server.offload import LARGE_BODY
 from localspec.server.openai.errors import error_response as openai_error
+from localspec.serving import bulk
 from localspec.serving.errors import APIError
 from localspec.serving.facade import Model
 from localspec.serving.local import LocalModel
@@ -123,11 +124,7 @@ class BodyLimit:
                 return await self._too_large(scope, receive, send)
         data, replayed = b"".join(body), False
         # a body holding a surrogate's escape is parsed to find it: a large one off the event loop
-        where = (
-            await anyio.to_thread.run_sync(lone_surrogate, data)
-            if len(data) > LARGE_BODY
-            else lone_surrogate(data)
-        )
+        where = await bulk.run(lone_surrogate, data) if len(data) > LARGE_BODY else lone_surrogate(data)
         if where is not None:
             error = APIError(
                 400,
