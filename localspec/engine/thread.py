@@ -14,9 +14,9 @@ from localspec.engine.scheduler import Schedulable, Scheduler
 from localspec.errors import LocalspecError
 
 GATHER_S = 0.02  # against prompt passes of 0.1-10 s; a lone request's first token waits this much more
-# While jobs decode, `Yielding` commands (embedding passes) take at most this share of the thread: an
-# embeddings pass of 512 tokens costs ~0.3 s, a round ~10 ms, and three clients' passes run back to
-# back held a decoding neighbour to a few tokens a second (issue 60).
+# While jobs decode, `Yielding` commands (embedding passes) take at most this share of the thread: a
+# pass of --embed-ctx tokens costs many rounds' time, and three clients' passes run back to back held
+# a decoding neighbour to a few tokens a second (issue 60).
 YIELDING_SHARE = 0.2
 
 
