@@ -2,7 +2,7 @@
 tokenizing, a client's own tokenize - runs on one thread, one piece at a time, and over a flood at
 most a fifth of a core's time (`_Turns`): the engine's decoding keeps the rest (issue 60: three
 clients of 7.8 MB bodies, each parsed and refused on an ordinary worker, took a neighbour's decoding
-to a quarter of its speed on 2 cores; on this one thread without turns, to a fifth).
+to a quarter of its speed on 2 cores; on this one thread without turns, to 0.19-0.27 of it).
 
 Not at a lower priority: json.loads and pydantic hold the GIL in C, and a low-priority thread
 holding it is the one every other thread waits for. Measured on the loaded 2-core machine, parsing a
@@ -29,30 +29,49 @@ BURST_S = 1.0
 
 
 class _Turns:
-    """The bulk thread's credit of CPU seconds: it grows by SHARE a second up to BURST_S, a piece
-    spends its CPU time, and a piece that finds it below zero first waits for it to be zero."""
+    """The bulk work's credit of CPU seconds: it grows by SHARE a second up to BURST_S, a piece
+    spends its CPU time, and a piece that finds it below zero first waits for it to be zero. The
+    bulk thread's pieces and the event loop's reading of large bodies (`turn`, `spend`) share it."""
 
     def __init__(self) -> None:
         self.credit, self.at = BURST_S, time.monotonic()
+        self._lock = threading.Lock()
 
-    def _grow(self) -> None:
-        now = time.monotonic()
-        self.credit, self.at = min(BURST_S, self.credit + (now - self.at) * SHARE), now
+    def wait_s(self) -> float:
+        """How long the next piece waits for its turn."""
+        with self._lock:
+            now = time.monotonic()
+            self.credit, self.at = min(BURST_S, self.credit + (now - self.at) * SHARE), now
+            return max(0.0, -self.credit / SHARE)
+
+    def spend(self, cpu_s: float) -> None:
+        self.wait_s()  # the credit grown to now
+        with self._lock:
+            self.credit -= cpu_s
 
     def __call__(self, fn: Callable[[], T]) -> T:
-        self._grow()
-        if self.credit < 0:
-            time.sleep(-self.credit / SHARE)
-            self._grow()
+        if (wait := self.wait_s()) > 0:
+            time.sleep(wait)  # once: the credit is then zero (to within a rounding)
         cpu = time.thread_time()
         try:
             return fn()
         finally:
-            self._grow()
-            self.credit -= time.thread_time() - cpu
+            self.spend(time.thread_time() - cpu)
 
 
-_turns = _Turns()  # used by the bulk thread alone
+_turns = _Turns()
+
+
+async def turn(most_s: float) -> None:
+    """Wait, on the event loop, for the bulk work's turn, `most_s` at most: a large body is read in
+    it (its reading costs the event loop as much as its parse costs the bulk thread); then `spend`
+    what it cost."""
+    if (wait := min(_turns.wait_s(), most_s)) > 0:
+        await asyncio.sleep(wait)
+
+
+def spend(cpu_s: float) -> None:
+    _turns.spend(cpu_s)
 
 
 async def run(fn: Callable[..., T], *args: Any) -> T:

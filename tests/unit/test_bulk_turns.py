@@ -6,6 +6,7 @@ On a clock of its own: the rule, not this machine's load."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from localspec.serving import bulk
 
@@ -50,3 +51,16 @@ def test_within_the_burst_pieces_never_wait_and_past_it_get_their_share(monkeypa
     work = (burst + 100) * PIECE_S
     assert work <= bulk.BURST_S + bulk.SHARE * clock.now + PIECE_S  # the flood had its share, no more
     assert clock.now <= (work - bulk.BURST_S) / bulk.SHARE + PIECE_S  # and no less
+
+
+def test_a_large_body_is_read_in_the_bulk_work_s_turn_and_a_small_one_at_once(client, monkeypatch):
+    turns = bulk._Turns()
+    turns.credit = -3 * bulk.SHARE  # a flood's pieces overdrew it: it is zero again 3 s from now
+    start = time.monotonic()
+    monkeypatch.setattr(bulk, "_turns", turns)
+    small = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
+    assert client.post("/v1/messages/count_tokens", json=small).status_code == 200
+    assert time.monotonic() - start < 2, "a small body waited for the bulk work's turn"
+    large = {"model": "fake", "messages": [{"role": "user", "content": "x" * 100_000}]}
+    assert client.post("/v1/messages/count_tokens", json=large).status_code == 200
+    assert time.monotonic() - start >= 2.95
