@@ -1,6 +1,7 @@
 """Work that grows with what a client sends - a large body's parse, a long prompt's render and
 tokenizing, a client's own tokenize - runs on one thread, one piece at a time, and over a flood at
-most a fifth of a core's time (`_Turns`): the engine's decoding keeps the rest (issue 60: three
+most a fifth of a core's time (`_Turns`; a large body's reading on the event loop counts in it too):
+the engine's decoding keeps the rest (issue 60: three
 clients of 7.8 MB bodies, each parsed and refused on an ordinary worker, took a neighbour's decoding
 to a quarter of its speed on 2 cores; on this one thread without turns, to 0.19-0.27 of it).
 
