@@ -152,6 +152,9 @@ class Phase:
     worst_health_s: float = 0.0
     rss0_mb: float = 0.0
     rss_peak_mb: float = 0.0
+    cpu_s: float = 0.0  # the server's CPU time over the phase (its threads and children)
+    wall_s: float = 0.0
+    cut: bool = False  # the neighbour's requests ran past --phase-limit: booked as far as they got
     answers: dict[str, int] = field(default_factory=dict)  # the hostile requests' statuses
 
     @property
@@ -169,27 +172,34 @@ async def neighbour(client: httpx.AsyncClient, args: argparse.Namespace, phase: 
 
 
 async def _decode(client: httpx.AsyncClient, body: dict, phase: Phase) -> bool:
-    """One streamed request's decoding, booked in `phase`; False for a 503 (after its Retry-After)."""
+    """One streamed request's decoding, booked in `phase`; False for a 503 (after its Retry-After).
+    Cut short (the phase's --phase-limit), the tokens so far are booked: one a chunk."""
     first = last = None
-    n = 0
-    async with client.stream("POST", "/v1/completions", json=body) as r:
-        if r.status_code == 503:
-            await asyncio.sleep(float(r.headers.get("retry-after", "1")))
-            return False
-        if r.status_code != 200:
-            raise RuntimeError(f"the neighbour got HTTP {r.status_code}: {(await r.aread())[:300]!r}")
-        async for line in r.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            if "error" in (event := json.loads(line[6:])):
-                raise RuntimeError(f"the neighbour's stream failed: {event['error']}")
-            if event["choices"] and event["choices"][0].get("text"):
-                last = time.perf_counter()
-                first = first or last
-            n = (event.get("usage") or {}).get("completion_tokens", n)  # a chunk may hold several
-    if first is not None and n > 1:
-        phase.tokens += n - 1
-        phase.decode_s += last - first
+    n = seen = 0
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code == 503:
+                await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                return False
+            if r.status_code != 200:
+                raise RuntimeError(f"the neighbour got HTTP {r.status_code}: {(await r.aread())[:300]!r}")
+            async for line in r.aiter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                if "error" in (event := json.loads(line[6:])):
+                    raise RuntimeError(f"the neighbour's stream failed: {event['error']}")
+                if event["choices"] and event["choices"][0].get("text"):
+                    last = time.perf_counter()
+                    first = first or last
+                    seen += 1
+                n = (event.get("usage") or {}).get("completion_tokens", n)  # a chunk may hold several
+    except asyncio.CancelledError:
+        n = seen
+        raise
+    finally:
+        if first is not None and n > 1:
+            phase.tokens += n - 1
+            phase.decode_s += last - first
     return True
 
 
@@ -248,6 +258,7 @@ async def watch(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> 
     """/health's latency and the server's RSS, every 0.1 s."""
     proc = _server_proc(args)
     phase.rss0_mb = phase.rss_peak_mb = _rss_mb(proc)
+    cpu0, start = _cpu_s(proc), time.perf_counter()
     async with httpx.AsyncClient(base_url=args.base_url, timeout=30) as c:
         while not stop.is_set():
             t0 = time.perf_counter()
@@ -258,6 +269,7 @@ async def watch(args: argparse.Namespace, phase: Phase, stop: asyncio.Event) -> 
             phase.worst_health_s = max(phase.worst_health_s, time.perf_counter() - t0 if ok else 99.0)
             phase.rss_peak_mb = max(phase.rss_peak_mb, _rss_mb(proc))
             await asyncio.sleep(0.1)
+    phase.cpu_s, phase.wall_s = _cpu_s(proc) - cpu0, time.perf_counter() - start
 
 
 async def run_phase(args: argparse.Namespace, name: str, bodies: list[tuple[str, bytes]] | None) -> Phase:
@@ -274,7 +286,9 @@ async def run_phase(args: argparse.Namespace, name: str, bodies: list[tuple[str,
             attackers.start()
             await asyncio.sleep(args.lead)  # the hostile bodies are in flight before the neighbour starts
         try:
-            await neighbour(c, args, phase)
+            await asyncio.wait_for(neighbour(c, args, phase), args.phase_limit or None)
+        except TimeoutError:
+            phase.cut = True
         finally:
             if bodies:
                 stop.set()  # each client ends with its answer
@@ -303,7 +317,8 @@ async def main_async(args: argparse.Namespace) -> dict:
                 p = await run_phase(args, name, bodies if attacked else None)
                 phases.append(p)
                 print(f"{name:<22} {'attack' if attacked else 'alone ':<6} {p.tok_s:7.2f} tok/s  "
-                      f"health {p.worst_health_s:5.2f} s  RSS +{p.rss_peak_mb - p.rss0_mb:6.0f} MB  {p.answers}",
+                      f"health {p.worst_health_s:5.2f} s  RSS +{p.rss_peak_mb - p.rss0_mb:6.0f} MB  "
+                      f"server {p.cpu_s / max(p.wall_s, 1e-9):4.2f} cores  {p.answers}{'  (cut)' if p.cut else ''}",
                       flush=True)  # fmt: skip
         out[name] = summary(phases)
         print(f"{name:<22} ratio {out[name]['ratio']}", flush=True)
@@ -325,6 +340,9 @@ def summary(phases: list[Phase]) -> dict:
         "ratios": [round(r, 3) for r in ratios],
         "worst_health_s": round(max(p.worst_health_s for p in attacked), 3),
         "worst_health_alone_s": round(max(p.worst_health_s for p in alone), 3),
+        "server_cores_alone": round(statistics.fmean(p.cpu_s / p.wall_s for p in alone), 2),
+        "server_cores_attacked": round(statistics.fmean(p.cpu_s / p.wall_s for p in attacked), 2),
+        "cut_phases": sum(p.cut for p in phases),
         "rss_growth_mb": round(max(p.rss_peak_mb - p.rss0_mb for p in attacked)),
         "answers": {k: sum(p.answers.get(k, 0) for p in attacked) for k in {k for p in attacked for k in p.answers}},
     }  # fmt: skip
@@ -336,6 +354,12 @@ def _server_proc(args: argparse.Namespace):  # noqa: ANN202 - psutil's Process, 
     import psutil  # noqa: PLC0415
 
     return psutil.Process(args.server_pid)
+
+
+def _cpu_s(proc) -> float:  # noqa: ANN001
+    if proc is None:
+        return 0.0
+    return sum(sum(p.cpu_times()[:2]) for p in [proc, *proc.children(recursive=True)])
 
 
 def _rss_mb(proc) -> float:  # noqa: ANN001
@@ -366,6 +390,10 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="alone / attacked pairs per input")
     p.add_argument("--requests", type=int, default=2, help="the neighbour's requests per phase")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per neighbour request")
+    p.add_argument(
+        "--phase-limit", type=float, default=120, help="seconds a phase may run (0: no limit); past it, the "
+        "tokens decoded so far are booked",
+    )  # fmt: skip
     p.add_argument("--lead", type=float, default=1.0, help="seconds the attack runs before the neighbour")
     p.add_argument(
         "--ban", type=json.loads, default=None, help="logit_bias banning the end (default: ChatML's)"

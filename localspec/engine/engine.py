@@ -25,7 +25,7 @@ from localspec.engine.loader import LoadedPair, load_pair, memory_key
 from localspec.engine.prompt_disk import CLOSE_WAIT_S, open_disk
 from localspec.engine.request import Handle, Request
 from localspec.engine.scheduler import Scheduler
-from localspec.engine.thread import load_then_serve
+from localspec.engine.thread import Yielding, load_then_serve
 from localspec.engine.types import Chunk, Response
 from localspec.errors import Cancelled, GenerationFailed, LocalspecError, PromptTooLong
 from localspec.evaluator import Evaluator
@@ -140,10 +140,11 @@ class Engine:
         return self._pair.report
 
     # -- the engine thread -----------------------------------------------------------------------
-    def on_engine_thread(self, fn: Callable[[], T]) -> T:
+    def on_engine_thread(self, fn: Callable[[], T], *, yielding: bool = False) -> T:
         """fn() on the engine thread, between rounds, and its result. Tools that drive target_ctx and
         draft_ctx themselves (traces and timings) go through this, so that every decode stays on one
-        thread; called from the engine thread, it just runs fn."""
+        thread; called from the engine thread, it just runs fn. `yielding`: work a client waits for
+        beside others' decoding (an embeddings pass) takes its turn, a share of the thread (thread.py)."""
         self._check_open()
         if threading.current_thread() is self._thread:
             return fn()
@@ -157,7 +158,7 @@ class Engine:
                 box.append((True, e))
             done.set()
 
-        self._inbox.put(cmd)
+        self._inbox.put(Yielding(cmd) if yielding else cmd)
         done.wait()
         raised, value = box[0]
         if raised:
@@ -385,6 +386,8 @@ class Engine:
         ids = embed.token_lists(self.target, inputs, n_ctx, truncate)
 
         def run(part: range) -> np.ndarray:
+            if stop is not None and stop.is_set():  # the client left while the pass waited its turn
+                raise Cancelled("the embeddings were cancelled")
             try:
                 return self._embedder_made().embed([ids[i] for i in part])
             except LocalspecError as e:  # the context or its decode failed: ours, not the input's
@@ -394,7 +397,7 @@ class Engine:
         for part in embed.passes([len(x) for x in ids], n_ctx, llama.EMBED_SEQS):
             if stop is not None and stop.is_set():
                 raise Cancelled("the embeddings were cancelled")
-            parts.append(self.on_engine_thread(lambda part=part: run(part)))
+            parts.append(self.on_engine_thread(lambda part=part: run(part), yielding=True))
         return embed.Embeddings(embed.unit(np.concatenate(parts)), [len(x) for x in ids])
 
     def _embedder_made(self) -> Any:

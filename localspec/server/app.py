@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -20,6 +21,8 @@ from localspec.server.body_text import lone_surrogate
 from localspec.server.dialects import DIALECTS
 from localspec.server.offload import LARGE_BODY
 from localspec.server.openai.errors import error_response as openai_error
+from localspec.server.protocol import READ_TIMEOUT_S
+from localspec.serving import bulk
 from localspec.serving.errors import APIError
 from localspec.serving.facade import Model
 from localspec.serving.local import LocalModel
@@ -110,6 +113,10 @@ class BodyLimit:
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await self._too_large(scope, receive, send)
+        large = declared is not None and declared.isdigit() and int(declared) > LARGE_BODY
+        if large:  # unread, it waits in the client's socket (uvicorn reads no further ahead), within
+            await bulk.turn(READ_TIMEOUT_S / 2)  # the time a request has to be read (protocol.py)
+        cpu = time.thread_time()
         body, more = [], True
         size = 0
         while more:
@@ -122,12 +129,10 @@ class BodyLimit:
             if size > self.max_bytes:
                 return await self._too_large(scope, receive, send)
         data, replayed = b"".join(body), False
+        if large:  # the event loop's time for it (and for what ran beside it: an overcount, never under)
+            bulk.spend(time.thread_time() - cpu)
         # a body holding a surrogate's escape is parsed to find it: a large one off the event loop
-        where = (
-            await anyio.to_thread.run_sync(lone_surrogate, data)
-            if len(data) > LARGE_BODY
-            else lone_surrogate(data)
-        )
+        where = await bulk.run(lone_surrogate, data) if len(data) > LARGE_BODY else lone_surrogate(data)
         if where is not None:
             error = APIError(
                 400,

@@ -3,7 +3,7 @@ body and validates it against the route's model on the loop (a 7 MB body froze e
 /health included, for seconds), so `Route` does both for a body past LARGE_BODY on the bulk thread
 (serving/bulk.py: one at a time) and hands FastAPI the validated model (which it takes as it is); a route then turns the model into
 the internal request with `run` (also a worker's). The limits on what a body may hold are in
-docs/serving.md: --max-body (413) and fields.MAX_ITEMS (400)."""
+docs/serving.md: --max-body (413), MAX_OBJECTS and fields.MAX_ITEMS (400)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,15 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from localspec.server.errors import is_json
-from localspec.serving import bulk
+from localspec.serving import bulk, text_ops
+from localspec.serving.errors import APIError
 
 LARGE_BODY = 64 * 1024  # bytes: a smaller body is parsed where it is read (a thread costs more)
 CHUNK = 1000  # a long list's items validated at a time (the GIL is held for one validation)
+# JSON objects a body may hold (messages, parts, calls, tools, schema nodes): each costs a template
+# ITEM_CHARS at least, and no more than MAX_TEXT characters are rendered (issue 60: 60k calls or 150k
+# messages took 0.3-0.8 s of validation each, under the GIL, only to be refused after it)
+MAX_OBJECTS = text_ops.MAX_TEXT // text_ops.ITEM_CHARS
 T = TypeVar("T")
 
 
@@ -56,12 +61,34 @@ def _validated(field: Any, body: bytes) -> Any:
             [{"type": "json_invalid", "loc": ("body",), "msg": "JSON decode error", "input": {},
               "ctx": {"error": "nested too deep"}}]
         ) from None  # fmt: skip
+    if body.count(b"{") > MAX_OBJECTS and _objects(value) > MAX_OBJECTS:  # the count, a C scan, first
+        raise APIError(
+            400,
+            f"the body holds more than {MAX_OBJECTS} JSON objects (messages, content parts, calls, tools, "
+            f"schema nodes): each counts {text_ops.ITEM_CHARS} characters of a prompt, and at most "
+            f"{text_ops.MAX_TEXT} are rendered",
+            param="body",
+            code="too_many_items",
+        )
     if isinstance(value, dict) and isinstance(field.field_info.annotation, type):
         value = _items_first(field.field_info.annotation, value)
     out, errors = field.validate(value, {}, loc=("body",))
     if errors:
         raise RequestValidationError(errors)
     return out
+
+
+def _objects(value: Any) -> int:
+    """The JSON objects in a parsed body, counted up to one past MAX_OBJECTS (a loop: any depth)."""
+    n, stack = 0, [value]
+    while stack and n <= MAX_OBJECTS:
+        v = stack.pop()
+        if isinstance(v, dict):
+            n += 1
+            stack.extend(x for x in v.values() if isinstance(x, (dict, list)))
+        elif isinstance(v, list):
+            stack.extend(x for x in v if isinstance(x, (dict, list)))
+    return n
 
 
 def _items_first(model: type, value: dict) -> dict:

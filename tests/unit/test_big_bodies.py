@@ -1,8 +1,9 @@
 """Large bodies never freeze the server (issue 60, #1 and #10): a body's parse, validation and
 conversion to the internal request run in a worker thread and are linear in its items, so /health
-answers within a second while a 5 MB Responses body of 60k function calls (merged a message per
-item before: quadratic, on the event loop) or an Ollama chat of 60k tool calls is taken; past the
-documented item limit a list is a 400 in the dialect's shape, past --max-body a 413."""
+answers within a second while a 2.4 MB Responses body of 30k function calls (merged a message per
+item before: quadratic, on the event loop) or an Ollama chat of 10k tool calls is taken; past the
+documented object limit a body is a 400 in the dialect's shape before it is validated (60k calls
+took 0.3-0.8 s of validation each to be refused after it), past --max-body a 413."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ import time
 
 import pytest
 
+from localspec.server import offload
 from localspec.server.fields import MAX_ITEMS
+from localspec.server.offload import MAX_OBJECTS
 
-N = 60_000
+N = 30_000  # objects: Responses calls are one each, Ollama's three (N // 3 of them)
 CALLS = [{"type": "function_call", "call_id": f"c{i}", "name": "f", "arguments": "{}"} for i in range(N)]
-OLLAMA_CALLS = [{"function": {"name": "f", "arguments": {}}} for _ in range(N)]
+OLLAMA_CALLS = [{"function": {"name": "f", "arguments": {}}} for _ in range(N // 3)]
 BODIES = {
     "responses": ("/v1/responses", {"model": "fake", "input": [*CALLS, {"role": "user", "content": "go"}]}),
     "ollama": ("/api/chat", {"model": "fake", "stream": False, "messages": [
         {"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": OLLAMA_CALLS},
-        *({"role": "tool", "content": "ok"} for _ in range(N // 10))]}),
+        *({"role": "tool", "content": "ok"} for _ in range(N // 30))]}),
 }  # fmt: skip
 
 
@@ -51,16 +54,33 @@ def test_health_answers_within_a_second_while_a_large_body_is_taken(client, fake
     # event loop /health waited for all of it
     assert answered >= 3 and worst < max(1.0, took / 3), f"/health took {worst:.2f} s of {took:.1f} s"
     calls = [c for m in fake.requests[-1].messages for c in m.tool_calls]
-    assert len(calls) == N  # merged into one assistant turn, none lost
+    assert len(calls) == len(
+        OLLAMA_CALLS if dialect == "ollama" else CALLS
+    )  # merged into one turn, none lost
 
 
-def test_past_the_item_limit_a_list_is_a_400_naming_it(client):
-    many = [{"role": "user", "content": "x"}] * (MAX_ITEMS + 1)
+def test_past_the_object_limit_a_body_is_a_400_before_it_is_validated(client, monkeypatch):
+    def validated(*args):  # noqa: ANN002, ANN202
+        raise AssertionError("a body over the object limit was validated")
+
+    monkeypatch.setattr(offload, "_items_first", validated)
+    many = [{"role": "user", "content": "x"}] * (MAX_ITEMS + 1)  # over fields.MAX_ITEMS too
     r = client.post("/v1/messages/count_tokens", json={"model": "fake", "messages": many})
     assert r.status_code == 400 and r.json()["type"] == "error", r.text[:300]  # Anthropic's shape
-    assert f"at most {MAX_ITEMS} items" in r.json()["error"]["message"]
-    r = client.post("/v1/chat/completions", json={"model": "fake", "messages": many})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text[:300]
+    assert f"more than {MAX_OBJECTS} JSON objects" in r.json()["error"]["message"]
+    calls = CALLS + CALLS[: MAX_OBJECTS - N]  # one past the limit with the user's message
+    r = client.post(
+        "/v1/responses", json={"model": "fake", "input": [*calls, {"role": "user", "content": "go"}]}
+    )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "too_many_items", r.text[:300]
+    ollama = [{"function": {"name": "f", "arguments": {"i": i}}} for i in range(MAX_OBJECTS // 2)]
+    msgs = [{"role": "assistant", "content": "", "tool_calls": ollama}, {"role": "user", "content": "go"}]
+    r = client.post("/api/chat", json={"model": "fake", "stream": False, "messages": msgs})
+    assert r.status_code == 400 and "JSON objects" in r.json()["error"], r.text[:300]  # Ollama's shape
+    text = [{"role": "user", "content": "{" * (MAX_OBJECTS + 1)}]  # braces in a string are no objects
+    assert (
+        client.post("/v1/messages/count_tokens", json={"model": "fake", "messages": text}).status_code == 200
+    )
 
 
 def test_a_large_body_that_is_not_json_or_not_valid_is_a_400_as_a_small_one_is(client):
