@@ -6,8 +6,9 @@ runs in one long-lived child (`python -m localspec.chat.isolated`) whose address
 (RLIMIT_AS: MemoryError past RENDER_MEMORY) and which is killed once RENDER_S + KILL_GRACE_S have
 passed without an answer; the next render starts a fresh child. Renders take turns (a lock): they
 take milliseconds. A new child says when it is ready (its imports done), and only then does the
-render's clock start: on a loaded machine starting Python can take longer than a render may. The request goes down as a pickle (the child trusts its parent); the answer
-comes back as a status byte and UTF-8 text, never unpickled.
+render's clock start: on a loaded machine starting Python can take longer than a render may. The
+request goes down as a pickle (the child trusts its parent); the answer comes back as a status byte
+and UTF-8 text, never unpickled.
 """
 
 from __future__ import annotations
