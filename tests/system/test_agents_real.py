@@ -22,8 +22,8 @@ from ..helpers import Server, need_agent
 
 N_CTX = 32768
 # opt-in: each agent's first turn is a 7-12k-token prefill, 3-6+ minutes on a quiet 2-core CPU. Aider's
-# and OpenCode's tasks passed (docs/apps.md's table; their tests: Aider 22 s, OpenCode 232 s); Codex's did not, on the
-# model (prose, no call); Claude Code's first prefill outlasted 390 s
+# and OpenCode's tests passed (22 s, 232 s; docs/apps.md's table); Codex's task failed on the model
+# (prose, no call); Claude Code's first prefill outlasted 390 s
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
