@@ -5,8 +5,10 @@ runs in C where they cannot reach: `'x'|center(10**9)` builds a gigabyte in one 
 runs in one long-lived child (`python -m localspec.chat.isolated`) whose address space is capped
 (RLIMIT_AS: MemoryError past RENDER_MEMORY) and which is killed once RENDER_S + KILL_GRACE_S have
 passed without an answer; the next render starts a fresh child. Renders take turns (a lock): they
-take milliseconds. The request goes down as a pickle (the child trusts its parent); the answer
-comes back as a status byte and UTF-8 text, never unpickled.
+take milliseconds. A new child says when it is ready (its imports done), and only then does the
+render's clock start: on a loaded machine starting Python can take longer than a render may. The
+request goes down as a pickle (the child trusts its parent); the answer comes back as a status byte
+and UTF-8 text, never unpickled.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from localspec.errors import LocalspecError
 
 RENDER_MEMORY = 512 << 20  # bytes of address space a render may add to the child's own
 KILL_GRACE_S = 1.0  # past RENDER_S: the in-render clock answers first when it can
-_OK, _FAILED, _BOUND = b"0", b"1", b"2"  # the answer's first byte
+START_S = 120.0  # a new child's start (an interpreter and its imports), however loaded the machine
+_OK, _FAILED, _BOUND, _READY = b"0", b"1", b"2", b"R"  # the answer's first byte; the child's hello
 
 
 class _Child:
@@ -45,6 +48,13 @@ class _Child:
         self.up = Connection(os.dup(self.proc.stdout.fileno()), writable=False)
         self.proc.stdin.close()
         self.proc.stdout.close()
+        try:  # ready before any render's clock runs (a timed-out start failed the tool probes for good)
+            ready = self.up.poll(START_S) and self.up.recv_bytes() == _READY
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self.close()
+            raise LocalspecError(f"the chat template renderer did not start in {START_S:g} s")
 
     def close(self) -> None:
         self.proc.kill()
@@ -112,6 +122,7 @@ def _serve() -> None:
     up = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)  # anything printed goes to stderr, never into the answers
     _limit_memory()
+    up.send_bytes(_READY)
     while True:
         try:
             template, variables = pickle.loads(down.recv_bytes())

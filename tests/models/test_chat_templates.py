@@ -5,6 +5,7 @@ apply_chat_template does, and a template that writes the BOS itself never gets a
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 from datetime import datetime
@@ -209,6 +210,7 @@ def test_a_template_that_loops_or_grows_is_stopped(template, why):
     ],
 )
 def test_no_filter_gets_around_the_hard_limits(template, why):
+    chat.render("{{ 1 }}", CONVERSATION)  # a child running (the last test's was killed): the render is timed
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
     t0 = time.monotonic()
     with pytest.raises(LocalspecError, match=why):
@@ -228,3 +230,20 @@ def test_the_bounds_leave_real_templates_alone():
         messages=long, add_generation_prompt=True, bos_token="", eos_token=""
     )
     assert bounded_text.count("<|im_start|>") == 502  # the default system turn, the 500, the prompt
+
+
+def test_a_slow_start_of_the_renderer_is_not_a_slow_render(tmp_path, monkeypatch):
+    """A loaded machine's renderer child can take seconds to start (Python and its imports): that
+    is no template running too long. Before the fix the first render after a server's start (the
+    tool-template probes) failed, and the server described tools in its own words for good."""
+    slow = bounded.RENDER_S + isolated.KILL_GRACE_S + 1  # past what a render may take
+    (tmp_path / "sitecustomize.py").write_text(f"import time\ntime.sleep({slow})\n")  # run at its start
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    isolated._stop()
+    monkeypatch.setattr(isolated, "_child", None)
+    t0 = time.monotonic()
+    try:
+        assert chat.render("{{ messages[0].content }}", CONVERSATION) == CONVERSATION[0]["content"]
+        assert time.monotonic() - t0 > slow  # it did start slowly
+    finally:
+        isolated._stop()

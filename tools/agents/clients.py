@@ -23,6 +23,9 @@ BINARIES = {
     "aider": AIDER,
 }
 KEEP_ENV = ("PATH", "LANG", "LC_ALL", "TMPDIR", "TERM")
+# Claude Code's model aliases (its docs, "Model configuration"): `--model default` is sent as its
+# default Claude model (claude-opus-...), for which CLAUDE_CODE_MAX_CONTEXT_TOKENS does not apply
+CLAUDE_ALIASES = ("default", "best", "sonnet", "opus", "haiku", "sonnet[1m]", "opus[1m]", "opusplan")
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,10 @@ def _claude(ep: Endpoint, home: Path, work: Path, prompt: str, files: tuple[str,
         "CLAUDE_CODE_MAX_OUTPUT_TOKENS": "4096",
         "IS_SANDBOX": "1",  # as root, --dangerously-skip-permissions needs this said
     }
-    # the served name: CLAUDE_CODE_MAX_CONTEXT_TOKENS applies to a model id not starting with claude-
-    argv = [str(BINARIES["claude"]), "-p", prompt, "--model", ep.model, "--dangerously-skip-permissions"]
+    # the served name: CLAUDE_CODE_MAX_CONTEXT_TOKENS applies to a model id not starting with claude-;
+    # one that is an alias of Claude Code's gets another (a single-model server serves any name)
+    model = f"local-{ep.model}" if ep.model in CLAUDE_ALIASES else ep.model
+    argv = [str(BINARIES["claude"]), "-p", prompt, "--model", model, "--dangerously-skip-permissions"]
     if ep.small_model:
         argv += ["--tools", ""]
     return argv, env
