@@ -25,7 +25,7 @@ CLOSE_WAIT_S = 10.0
 
 def open_disk(s: Settings, pair: LoadedPair, log: Callable[[str], None]) -> PromptDisk | None:
     """The prompt cache for this pair's contexts, or None: off, or a memory whose state is more than
-    its tokens' KV (a recurrent or hybrid model's; an MTP head's, fed by the target's decodes)."""
+    its tokens' KV (a recurrent or hybrid model's; a head's, fed by the target's decodes)."""
     if not s.prompt_cache:
         return None
     dec = pair.decision
@@ -35,7 +35,12 @@ def open_disk(s: Settings, pair: LoadedPair, log: Callable[[str], None]) -> Prom
         roles.append(("draft", pair.draft_ctx, s.draft, dec.draft_gpu_layers))
     for role, ctx, _, _ in roles:
         if not ctx.saves_state:
-            what = "MTP head" if ctx.source == "mtp" and role == "draft" else f"{ctx.memory_kind} memory"
+            # a drafter that is not a model of its own (an MTP head) is named by its source
+            what = (
+                f"{ctx.source} drafter"
+                if role == "draft" and ctx.source != "draft"
+                else f"{ctx.memory_kind} memory"
+            )
             log(f"prompt cache on disk: off (the {role}'s {what} holds more than a KV cache of its tokens)")
             return None
     folder = s.prompt_cache_dir or paths.prompt_cache_dir()
