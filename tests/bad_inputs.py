@@ -247,7 +247,7 @@ DIALECT_REQUESTS += [
      '{"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": "f"}]}', 400, ("text",)),
     ("infill/too-many-chunks", "/infill",
      '{"input_prefix": "a", "input_suffix": "b", "input_extra": [' + '{"text": "c"},' * 100_000 + '{"text": "c"}]}',
-     400, ("100000",)),
+     400, ("100000", "32768 JSON objects")),  # the body's object cap answers first
     ("infill/unknown-sampler", "/infill", '{"input_prefix": "a", "input_suffix": "b", "samplers": ["mirostat"]}',
      400, ("samplers",)),
     ("infill/unknown-field", "/infill", '{"input_prefix": "a", "input_suffix": "b", "grammar_lazy": 1}', 400,
@@ -420,7 +420,7 @@ BAD_REQUESTS = [
                ("is seconds or a duration",)),
     BadRequest("chat/too-many-messages", "/v1/chat/completions",
                '{"messages": [' + '{"role": "user", "content": "x"},' * 100_000
-               + '{"role": "user", "content": "x"}]}', ("at most 100000 items",)),
+               + '{"role": "user", "content": "x"}]}', ("at most 100000 items", "32768 JSON objects")),
 ]  # fmt: skip
 
 
