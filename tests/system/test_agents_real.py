@@ -22,9 +22,9 @@ from ..helpers import Server, need_agent
 
 N_CTX = 32768
 # Aider's task runs in the suite (22 s). The others are opt-in (LOCALSPEC_AGENT_TASKS=1): each first
-# turn is a 7-12k-token prefill, 3-6+ minutes on a quiet 2-core CPU. OpenCode's passed (232 s,
-# docs/apps.md's table) and Claude Code's task passed in the harness (383 s); Codex's tasks failed on the model (prose, no call;
-# an invented tool)
+# turn is a 7-12k-token prefill, 3-6+ minutes on a quiet 2-core CPU. OpenCode's test passed (232 s,
+# docs/apps.md's table) and Claude Code's task passed in the harness (383 s); Codex's tasks failed on
+# the model (prose and no call; an invented tool)
 pytestmark = pytest.mark.slow
 opt_in = pytest.mark.skipif(
     os.environ.get("LOCALSPEC_AGENT_TASKS") != "1", reason="LOCALSPEC_AGENT_TASKS=1 runs them"
