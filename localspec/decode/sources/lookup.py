@@ -70,10 +70,10 @@ def draft_offer(plans: Sequence[SeqPlan], name: str) -> None:
 
 
 def _allowed(st: SeqState, tokens: list[int]) -> list[int]:
-    """The proposal as far as the output's constraint allows it, drafted in the matcher (or followed
-    there, blind, with grammar_drafts off)."""
+    """The proposal drafted in the matcher (`offer_match` cut it to what the grammar allows from
+    where the forced run left the matcher, and nothing moves it between offer and draft), or
+    followed there, blind, with grammar_drafts off."""
     if grammar_aware(st):
-        tokens = st.track.valid(tokens)
         return tokens[: st.track.push(tokens)]
     if st.track is not None:
         for x in tokens:
