@@ -111,9 +111,10 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+        length = int(declared) if declared is not None and declared.isdigit() else None
+        if length is not None and length > self.max_bytes:
             return await self._too_large(scope, receive, send)
-        large = declared is not None and declared.isdigit() and int(declared) > LARGE_BODY
+        large = length is not None and length > LARGE_BODY
         if large:  # unread, it waits in the client's socket (uvicorn reads no further ahead), within
             await bulk.turn(READ_TIMEOUT_S / 2)  # the time a request has to be read (protocol.py)
         cpu = time.thread_time()
