@@ -45,7 +45,7 @@ def test_health_answers_within_a_second_while_a_large_body_is_taken(client, fake
         t = time.monotonic()
         assert client.get("/health").status_code == 200
         worst, answered = max(worst, time.monotonic() - t), answered + 1
-        time.sleep(0.02)
+        time.sleep(0.005)  # often enough to be answered several times while a quick parse runs
     post.join()
     took = time.monotonic() - t0
     assert done["r"].status_code == 200, done["r"].text[:300]
