@@ -39,9 +39,16 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
+def drafter_names(*, fileless: bool = False) -> tuple[str, ...]:
+    """The registered kinds of drafter (`fileless`: those that load no --draft GGUF of their own).
+    Asked when a value is checked: localspec.draft_kinds registers them and imports this module."""
+    from localspec import draft_kinds
+
+    return tuple(k.name for k in draft_kinds.KINDS if not (fileless and k.has_file))
+
+
 # speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
 LOOKUP_MODES = ("on", "off", "only")
-DRAFT_SOURCES = ("model", "mtp")  # the kinds of drafter (localspec/draft_kinds: a test keeps them equal)
 SPEC_MODES = ("pq", "match", "coupled")
 MAX_DRAFT = 64
 AUTO_K_MAX = 16  # the most tokens --draft-max auto drafts in one round
@@ -78,15 +85,16 @@ class Settings:
     target: Path | None = _f(None, "Target model GGUF (the big model whose output you get).", group="model")
     draft: Path | None = _f(
         None,
-        "Draft model GGUF (small, same vocabulary). `--draft mtp` is --draft-source mtp.",
+        "Draft model GGUF (small, same vocabulary), or the name of a drafter the target carries: "
+        "`--draft NAME` is --draft-source NAME.",
         group="model",
     )
     draft_source: str = _f(
         "model",
-        "What drafts with the lookup: model (the --draft GGUF) or mtp (the target's own MTP (nextn) "
-        "layers; no draft GGUF is loaded).",
+        "What drafts with the lookup: model (the --draft GGUF) or a drafter the target's GGUF carries "
+        "(its own draft layers, which `localspec doctor` lists; no draft GGUF is loaded).",
         group="model",
-        choices=lambda: DRAFT_SOURCES,  # read when checked: a kind registered later counts
+        choices=drafter_names,  # read when checked: a kind registered later counts
     )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
@@ -475,9 +483,9 @@ class Settings:
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         # every source (flags, TOML, pair presets, request fields, replace()) passes through here
-        if isinstance(self.draft, str) and self.draft == "mtp":  # the old spelling of --draft-source mtp
+        if isinstance(self.draft, str) and self.draft in drafter_names(fileless=True):  # `--draft NAME`
+            object.__setattr__(self, "draft_source", self.draft)
             object.__setattr__(self, "draft", None)
-            object.__setattr__(self, "draft_source", "mtp")
         for f in fields(self):
             object.__setattr__(self, f.name, check_value(f, self._hints()[f.name], getattr(self, f.name)))
         k = self.draft_k

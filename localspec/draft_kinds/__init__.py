@@ -1,7 +1,7 @@
 """The kinds of drafter, one module each (base.py says what a kind declares). The loader, the memory
 plan, the catalog, doctor, list, the pool and the tuner ask the registry, and name no kind: a new
-kind is its module (and its backend's evaluator) plus one line in KINDS, its name in
-config.settings.DRAFT_SOURCES."""
+kind is its module (and its backend's evaluator) plus one line in KINDS; the settings read their
+--draft-source choices from it."""
 
 from __future__ import annotations
 

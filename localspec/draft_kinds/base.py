@@ -40,7 +40,7 @@ class Opened(NamedTuple):
 
 
 class DrafterKind:
-    name: str  # its --draft-source value (config.settings.DRAFT_SOURCES lists them all)
+    name: str  # its --draft-source value (the settings' choices are the registered names)
     source: type[DraftSource] = ModelSource  # what drafts with its context in a round
     own_cache: bool = True  # it keeps a cache of its own: catches up on the prompt (the tuner times it)
     has_file: bool = False  # it loads the --draft GGUF

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from localspec import draft_kinds
-from localspec.config import settings as settings_mod
-from localspec.config.settings import DRAFT_SOURCES, Settings
+from localspec.config.settings import Settings
 from localspec.decode.sampling import SamplingParams
 from localspec.decode.sources.model import ModelSource
 from localspec.decode.state import SeqState, SpecConfig
@@ -88,16 +87,21 @@ class Job(Schedulable):
 def dummy(monkeypatch):
     t, d = markov_tables(v=16, noise=1.0, seed=3)
     kind = Dummy(d)
-    monkeypatch.setattr(settings_mod, "DRAFT_SOURCES", (*DRAFT_SOURCES, kind.name))  # its name ...
-    monkeypatch.setattr(draft_kinds, "KINDS", (*draft_kinds.KINDS, kind))  # ... and its registry line
+    monkeypatch.setattr(draft_kinds, "KINDS", (*draft_kinds.KINDS, kind))  # its registry line, all it needs
     monkeypatch.setattr(draft_kinds, "BY_NAME", {k.name: k for k in draft_kinds.KINDS})
     return t, kind
 
 
 def test_the_registry_names_what_the_settings_accept():
-    assert [k.name for k in draft_kinds.KINDS] == list(DRAFT_SOURCES)
     with pytest.raises(LocalspecError, match="draft_source must be one of model, mtp"):
         Settings(draft_source="dummy")  # not registered: refused in one line
+    assert Settings(draft="mtp").draft_source == "mtp"  # a kind with no file: `--draft NAME`
+
+
+def test_a_registered_kind_is_a_setting_with_no_other_edit(dummy):
+    assert Settings(draft_source="dummy").drafter == "dummy"
+    s = Settings(draft="dummy")  # it loads no --draft GGUF: the name is its --draft-source
+    assert (s.draft, s.draft_source) == (None, "dummy")
 
 
 def test_a_registered_dummy_drafter_runs_end_to_end_on_the_fake_backend(dummy, tmp_path):
