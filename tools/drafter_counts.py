@@ -1,7 +1,8 @@
 """How much of the tree a kind of drafter is spread over (issue 59's counts), read from the source:
 
 mtp_files      modules whose code (not comments or docstrings) names MTP: an identifier or a
-               string holding "mtp" (draft_mtp, MtpDrafter, load_mtp, "mtp", ...)
+               string holding "mtp" (draft_mtp, MtpDrafter, load_mtp, "mtp", ...), and
+               pyproject.toml where an entry point registers it
 new_drafter    files a new kind of drafter touches: its own two (the backend's evaluator and the
                kind's module) plus every module outside them naming an existing kind in code (what
                a newcomer copies a branch into) - the MTP modules less the MTP kind's own files
@@ -18,6 +19,8 @@ from __future__ import annotations
 import ast
 import sys
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "localspec"
@@ -49,8 +52,15 @@ def _rel(p: Path) -> str:
     return p.relative_to(ROOT).as_posix()
 
 
+def _registered_in_pyproject() -> bool:
+    """Whether pyproject.toml's entry points name it (the registry's line)."""
+    eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("entry-points", {})
+    return any("mtp" in f"{k} {v}".lower() for group in eps.values() for k, v in group.items())
+
+
 def mtp_files() -> list[str]:
-    return sorted(_rel(p) for p in PKG.rglob("*.py") if any("mtp" in w.lower() for _, w, _ in _code_words(p)))
+    code = [_rel(p) for p in PKG.rglob("*.py") if any("mtp" in w.lower() for _, w, _ in _code_words(p))]
+    return sorted(code + (["pyproject.toml"] if _registered_in_pyproject() else []))
 
 
 def special_cases() -> list[str]:

@@ -13,6 +13,7 @@ Settings only parses and checks: the one I/O it does is reading the TOML files i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import math
 import re
@@ -20,6 +21,7 @@ import types
 import typing
 import warnings
 from dataclasses import dataclass, field, fields
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -39,12 +41,20 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
     return field(default=default, metadata={"help": help, **meta})
 
 
-def drafter_names(*, fileless: bool = False) -> tuple[str, ...]:
-    """The registered kinds of drafter (`fileless`: those that load no --draft GGUF of their own).
-    Asked when a value is checked: localspec.draft_kinds registers them and imports this module."""
-    from localspec import draft_kinds
+DRAFTERS = "localspec.drafters"  # the entry-point group the kinds of drafter register in (pyproject.toml)
 
-    return tuple(k.name for k in draft_kinds.KINDS if not (fileless and k.has_file))
+
+@functools.cache
+def drafter_names() -> tuple[str, ...]:
+    """The registered kinds of drafter by name, built-in and plug-in alike, read from the installed
+    packages' entry points without importing them (localspec.draft_kinds loads them, and sits above)."""
+    names = tuple(sorted({ep.name for ep in entry_points(group=DRAFTERS)}))
+    if not names:
+        raise LocalspecError(
+            f"no kind of drafter is registered (entry points {DRAFTERS!r}): localspec is not installed "
+            "as a package; in a checkout, run `make setup` (pip install -e .)"
+        )
+    return names
 
 
 # speculative sampling; llama.cpp's sample-and-match; shared position-keyed noise (same seed, same text)
@@ -94,7 +104,7 @@ class Settings:
         "What drafts with the lookup: model (the --draft GGUF) or a drafter the target's GGUF carries "
         "(its own draft layers, which `localspec doctor` lists; no draft GGUF is loaded).",
         group="model",
-        choices=drafter_names,  # read when checked: a kind registered later counts
+        choices=lambda: drafter_names(),  # read when checked
     )
     pair: Path | None = _f(
         None, "A pair folder, its pair.toml, or a preset name (`localspec list`).", group="model"
@@ -483,7 +493,8 @@ class Settings:
     # -- derived -------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         # every source (flags, TOML, pair presets, request fields, replace()) passes through here
-        if isinstance(self.draft, str) and self.draft in drafter_names(fileless=True):  # `--draft NAME`
+        # `--draft NAME`: a kind other than the draft model loads no file, its name is enough
+        if isinstance(self.draft, str) and self.draft != "model" and self.draft in drafter_names():
             object.__setattr__(self, "draft_source", self.draft)
             object.__setattr__(self, "draft", None)
         for f in fields(self):

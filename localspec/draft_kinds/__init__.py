@@ -1,22 +1,43 @@
 """The kinds of drafter, one module each (base.py says what a kind declares). The loader, the memory
 plan, the catalog, doctor, list, the pool and the tuner ask the registry, and name no kind: a new
-kind is its module (and its backend's evaluator) plus one line in KINDS; the settings read their
---draft-source choices from it."""
+kind is its module (and its backend's evaluator) plus its line under the `localspec.drafters` entry
+points (pyproject.toml), where the settings read the --draft-source choices too; a plug-in package
+registers a kind the same way from its own pyproject."""
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from pathlib import Path
 
-from localspec.config.settings import Settings
+from localspec.config.settings import DRAFTERS, Settings
 from localspec.decode.sources.base import DraftSource
 from localspec.decode.sources.model import ModelSource
 from localspec.draft_kinds.base import DrafterKind
-from localspec.draft_kinds.model import DraftModel
-from localspec.draft_kinds.mtp import MtpHead
+from localspec.errors import LocalspecError
 from localspec.gguf.file import GGUFHeader, read_header
 from localspec.gguf.memory_kind import facts_from_header
 
-KINDS: tuple[DrafterKind, ...] = (DraftModel(), MtpHead())
+
+def _registered() -> tuple[DrafterKind, ...]:
+    """One instance of every registered kind, in name order (a header carrying two kinds' blocks
+    drafts with the first)."""
+    kinds = []
+    for ep in sorted({ep.name: ep for ep in entry_points(group=DRAFTERS)}.values(), key=lambda e: e.name):
+        try:
+            kind = ep.load()()
+        except Exception as e:  # a plug-in's import: say which, not a traceback from deep inside it
+            raise LocalspecError(
+                f"the drafter kind {ep.name!r} ({ep.value}) failed to load: {e}; fix or uninstall its package"
+            ) from None
+        if not isinstance(kind, DrafterKind) or kind.name != ep.name:
+            raise LocalspecError(
+                f"the drafter kind {ep.name!r} ({ep.value}) is not a DrafterKind named {ep.name!r}"
+            )
+        kinds.append(kind)
+    return tuple(kinds)
+
+
+KINDS: tuple[DrafterKind, ...] = _registered()
 BY_NAME = {k.name: k for k in KINDS}
 
 

@@ -6,12 +6,14 @@ its drafts counted under its name; and the registry agrees with the settings' na
 from __future__ import annotations
 
 from contextlib import ExitStack
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from localspec import draft_kinds
+from localspec.config import settings as settings_mod
 from localspec.config.settings import Settings
 from localspec.decode.sampling import SamplingParams
 from localspec.decode.sources.model import ModelSource
@@ -87,12 +89,16 @@ class Job(Schedulable):
 def dummy(monkeypatch):
     t, d = markov_tables(v=16, noise=1.0, seed=3)
     kind = Dummy(d)
-    monkeypatch.setattr(draft_kinds, "KINDS", (*draft_kinds.KINDS, kind))  # its registry line, all it needs
+    # its entry point (pyproject.toml's one line), as the settings and the registry read it
+    names = (*settings_mod.drafter_names(), kind.name)
+    monkeypatch.setattr(settings_mod, "drafter_names", lambda: names)
+    monkeypatch.setattr(draft_kinds, "KINDS", (*draft_kinds.KINDS, kind))
     monkeypatch.setattr(draft_kinds, "BY_NAME", {k.name: k for k in draft_kinds.KINDS})
     return t, kind
 
 
 def test_the_registry_names_what_the_settings_accept():
+    assert [k.name for k in draft_kinds.KINDS] == list(settings_mod.drafter_names())  # one list
     with pytest.raises(LocalspecError, match="draft_source must be one of model, mtp"):
         Settings(draft_source="dummy")  # not registered: refused in one line
     assert Settings(draft="mtp").draft_source == "mtp"  # a kind with no file: `--draft NAME`
@@ -134,3 +140,12 @@ def test_a_registered_dummy_drafter_runs_end_to_end_on_the_fake_backend(dummy, t
         by_source = job.state.counters.sources
         assert set(by_source) == {"dummy"} and by_source["dummy"].drafted > 0
     assert DummySource.rounds > 0
+
+
+def test_a_plugin_that_fails_to_load_is_one_line_naming_it(monkeypatch):
+    broken = EntryPoint("broken", "no_such_package.kind:Kind", settings_mod.DRAFTERS)
+    monkeypatch.setattr(draft_kinds, "entry_points", lambda group: [broken])
+    with pytest.raises(
+        LocalspecError, match=r"the drafter kind 'broken' \(no_such_package.kind:Kind\) failed to load"
+    ):
+        draft_kinds._registered()
