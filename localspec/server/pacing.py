@@ -24,14 +24,13 @@ class Pace:
 
     def __init__(self, rate: float) -> None:
         self.interval, self.due = 1.0 / rate, 0.0
-        self.burst_s = BURST_S
 
     def wait_s(self, now: float) -> float:
         """Spend one token at `now`: how long this refusal waits before it is sent."""
         self.due = max(self.due, now) + self.interval
-        wait = self.due - now - self.burst_s
+        wait = self.due - now - BURST_S
         if wait > MAX_WAIT_S:  # the bucket does not run ahead of the longest wait: once the
-            self.due, wait = now + self.burst_s + MAX_WAIT_S, MAX_WAIT_S  # flood ends, it refills
+            self.due, wait = now + BURST_S + MAX_WAIT_S, MAX_WAIT_S  # flood ends, it refills
         return max(0.0, wait)
 
 
