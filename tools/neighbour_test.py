@@ -104,6 +104,19 @@ def _pngs(model: str) -> list[tuple[str, dict]]:
             for i in range(12)]  # fmt: skip
 
 
+def _chat_small(model: str) -> tuple[str, dict]:
+    """A control, not an attack: what three clients' small, accepted requests cost a neighbour
+    (they share its engine), beside which the image rows are read."""
+    return "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "Describe."}],
+                                    "max_tokens": 4}  # fmt: skip
+
+
+def _pngs_small(model: str) -> list[tuple[str, dict]]:
+    """A control: the 4096² rows' requests with 64² images (the same prompts, little decoding)."""
+    return [("/v1/chat/completions", _image_chat(model, [_png(64, 64, 2 * i), _png(64, 64, 2 * i + 1)]))
+            for i in range(12)]  # fmt: skip
+
+
 INPUTS: dict[str, Callable[[str], tuple[str, dict] | list[tuple[str, dict]]]] = {
     "responses-60k-calls": _calls_responses,
     "ollama-60k-calls": _calls_ollama,
@@ -115,6 +128,8 @@ INPUTS: dict[str, Callable[[str], tuple[str, dict] | list[tuple[str, dict]]]] = 
     "deep-schema": _deep,
     "png-1x16M": _strip,
     "png-4096sq": _pngs,
+    "control-chat": _chat_small,
+    "control-png-64sq": _pngs_small,
 }
 
 
@@ -385,7 +400,11 @@ def main() -> None:
     )
     p.add_argument("--api-key", default=None)
     p.add_argument("--server-pid", type=int, default=None, help="the --base-url server's pid, for its RSS")
-    p.add_argument("--inputs", default=",".join(INPUTS), help=f"some of: {', '.join(INPUTS)}")
+    p.add_argument(
+        "--inputs",
+        default=",".join(k for k in INPUTS if not k.startswith("control")),
+        help=f"some of: {', '.join(INPUTS)} (the controls are accepted requests: not by default)",
+    )
     p.add_argument("--attackers", type=int, default=3, help="hostile clients, each sending the input")
     p.add_argument("--rounds", type=int, default=3, help="alone / attacked pairs per input")
     p.add_argument("--requests", type=int, default=2, help="the neighbour's requests per phase")

@@ -458,6 +458,11 @@ class Settings:
     max_body: int = _f(
         8_000_000, "Largest request body in bytes; larger gets 413.", group="server", ge=1, le=1 << 40
     )
+    refusal_rate: float = _f(
+        50, "Refusals (4xx answers) a second sent at once, after a burst of two seconds' worth; past it "
+        "each waits its turn (2 s at most) before it is sent, so clients that keep being refused slow "
+        "down instead of taking the CPU from decoding (0 = off).", group="server", ge=0, le=1e6,
+    )  # fmt: skip
     stream_keepalive: float = _f(
         15, "Seconds a stream may stay silent (a long prompt being evaluated, a wait for a slot) before "
         "it sends its dialect's keepalive: Anthropic's ping, Responses' response.in_progress, an SSE "

@@ -21,6 +21,7 @@ from localspec.server.body_text import lone_surrogate
 from localspec.server.dialects import DIALECTS
 from localspec.server.offload import LARGE_BODY
 from localspec.server.openai.errors import error_response as openai_error
+from localspec.server.pacing import RefusalPacing
 from localspec.server.protocol import READ_TIMEOUT_S
 from localspec.serving import bulk
 from localspec.serving.errors import APIError
@@ -95,7 +96,9 @@ def create_app(
         app.include_router(dialect.router)
     app.include_router(page.router)  # the chat page at / (server/ui/)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
-    browser.install(app, settings)  # outermost: what a web page may do, before anything is read
+    browser.install(app, settings)  # what a web page may do, before anything is read
+    if settings.refusal_rate > 0:  # outermost: every refusal, the Host check's too
+        app.add_middleware(RefusalPacing, rate=settings.refusal_rate)
     return app
 
 

@@ -235,11 +235,12 @@ class LocalModel:
 
     def _plan(self, req: Request, s: Settings) -> chat_plan.ChatPlan:
         """The chat plan (in a worker): its text bounded before anything is rendered or tokenized,
-        and a large one's made on the bulk thread (text_ops.in_turn)."""
+        and a large one's, or one with images, made on the bulk thread (text_ops.in_turn)."""
         size = text_ops.chars_of(req)
         self._big.check(size, self.card.n_ctx, "messages")
         try:
-            return text_ops.in_turn(size, lambda: chat_plan.plan(self.engine, req, s))
+            images = any(m.images for m in req.messages)
+            return text_ops.in_turn(size, lambda: chat_plan.plan(self.engine, req, s), images=images)
         except LocalspecError as e:
             raise from_localspec(e, "messages") from None
 
