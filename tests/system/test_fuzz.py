@@ -23,9 +23,13 @@ MAX_NEW = 3  # tokens a fuzzed generation may ask for: the fuzz is about inputs,
 TIMEOUT_S = 60
 
 
-def _bounded(body: object) -> None:
-    """Keep a valid request's generation short (its other fields stay as generated)."""
+def _bounded(path: str, body: object) -> None:
+    """Keep a valid request's generation short (its other fields stay as generated). A Responses
+    request without max_output_tokens runs until the context ends (OpenAI's reading), not to
+    --max-tokens: under load that outran the timeout."""
     if isinstance(body, dict):
+        if path == "/v1/responses":
+            body.setdefault("max_output_tokens", MAX_NEW)
         for name in ("max_tokens", "max_completion_tokens", "max_output_tokens"):
             if isinstance(body.get(name), int) and not isinstance(body[name], bool):
                 body[name] = max(1, min(body[name], MAX_NEW))
@@ -40,7 +44,7 @@ def _fuzz(server, op, mode, seen: dict[int, int]) -> None:  # noqa: ANN001
     )  # fmt: skip
     @given(case=op.as_strategy(generation_mode=mode))
     def check(case):  # noqa: ANN001
-        _bounded(case.body)
+        _bounded(case.path, case.body)
         response = case.call(base_url=server.url, headers=AUTH, timeout=TIMEOUT_S)
         status = response.status_code
         seen[status] = seen.get(status, 0) + 1
