@@ -5,6 +5,7 @@ the task ran, and /metrics' counters of requests cut off (a client that left, or
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,4 +84,40 @@ class Watch:
             r.drafted += s["n_drafted"]
             r.accepted += s["n_accepted"]
             r.prefill.append(s["prefill_ms"] / 1e3)
+        return r
+
+
+# llama-server's log lines for one finished request (server-context.cpp, print_timings and release)
+_PEER = {
+    "prompt": re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens"),
+    "eval": re.compile(r"^\S.*?\s+eval time =\s*[\d.]+ ms /\s*(\d+) tokens"),
+    "draft": re.compile(r"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)"),
+    "stop": re.compile(r"stop processing: n_tokens = (\d+)"),
+}
+
+
+class PeerWatch(Watch):
+    """The same record for llama-server (the comparison), from its log: each request's prompt eval
+    (tokens evaluated, ms), tokens generated, drafts, and its final n_tokens (prompt + generated).
+    It counts no cut requests."""
+
+    def _cut(self) -> float:
+        return 0.0
+
+    def record(self) -> TaskRecord:
+        time.sleep(1.0)
+        r = TaskRecord()
+        text = self.log.read_bytes()[self.offset :].decode(errors="replace") if self.log.exists() else ""
+        for line in text.splitlines():
+            if m := _PEER["prompt"].search(line):
+                r.requests += 1
+                r.prefill.append(float(m[1]) / 1e3)
+                r.evaluated.append(int(m[2]))
+            elif (m := _PEER["eval"].search(line)) and "prompt eval" not in line:
+                r.generated += int(m[1])
+                r.prompts.append(-int(m[1]))  # completed by the stop line: n_tokens - generated
+            elif m := _PEER["draft"].search(line):
+                r.accepted, r.drafted = r.accepted + int(m[1]), r.drafted + int(m[2])
+            elif (m := _PEER["stop"].search(line)) and r.prompts and r.prompts[-1] <= 0:
+                r.prompts[-1] += int(m[1])
         return r
