@@ -1,14 +1,17 @@
 """What the model reads of Codex's request is what llama-server (`--jinja`, the same GGUF) renders
-for it. A Codex 0.171 first turn (tests/data/codex/first_turn.json, trimmed: two developer messages,
-one of them two text parts; function tools with `strict`; a namespace; web_search) goes through
-the Responses route and Qwen2.5-Coder's template; llama-server's render of the same body
-(first_turn.llama-server.txt, from `python -m tools.agents.peer_prompt`) is the comparison. The one
+for it. Codex 0.171's first turn (tests/data/codex/first_turn.json, trimmed: two developer messages,
+one of them two text parts; function tools with `strict`; a namespace; web_search) and its second
+(second_turn.json: its preamble, its exec_command call and the command's output) go through the
+Responses route and Qwen2.5-Coder's template; llama-server's render of the same body
+(*.llama-server.txt, from `python -m tools.agents.peer_prompt`) is the comparison. The one
 difference is ours on purpose: the namespace's members are offered (llama-server drops them)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import pytest
 
 from localspec.chat import families, tool_prompt
 from localspec.chat import template as chat
@@ -28,10 +31,11 @@ def rendered(body: dict) -> str:
     return chat.render(TEMPLATE, msgs, **extra)
 
 
-def test_codex_first_turn_renders_as_llama_server_renders_it():
-    body = json.loads((DATA / "codex" / "first_turn.json").read_text())
+@pytest.mark.parametrize("turn", ["first_turn", "second_turn"])
+def test_codex_turn_renders_as_llama_server_renders_it(turn):
+    body = json.loads((DATA / "codex" / f"{turn}.json").read_text())
     ours = rendered(body).split("\n")
     namespaced = [ln for ln in ours if '"name": "multi_agent_v1.close_agent"' in ln]
     assert len(namespaced) == 1
-    peer = (DATA / "codex" / "first_turn.llama-server.txt").read_text()
+    peer = (DATA / "codex" / f"{turn}.llama-server.txt").read_text()
     assert "\n".join(ln for ln in ours if ln not in namespaced) == peer

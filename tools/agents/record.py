@@ -90,7 +90,7 @@ class Watch:
 # llama-server's log lines for one finished request (server-context.cpp, print_timings and release)
 _PEER = {
     "prompt": re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens"),
-    "eval": re.compile(r"^\S.*?\s+eval time =\s*[\d.]+ ms /\s*(\d+) tokens"),
+    "eval": re.compile(r"\|\s+eval time =\s*[\d.]+ ms /\s*(\d+) tokens"),
     "draft": re.compile(r"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)"),
     "stop": re.compile(r"stop processing: n_tokens = (\d+)"),
 }
@@ -106,18 +106,20 @@ class PeerWatch(Watch):
 
     def record(self) -> TaskRecord:
         time.sleep(1.0)
-        r = TaskRecord()
+        r, generated = TaskRecord(), None  # the request's tokens generated, until its stop line
         text = self.log.read_bytes()[self.offset :].decode(errors="replace") if self.log.exists() else ""
         for line in text.splitlines():
             if m := _PEER["prompt"].search(line):
                 r.requests += 1
                 r.prefill.append(float(m[1]) / 1e3)
                 r.evaluated.append(int(m[2]))
-            elif (m := _PEER["eval"].search(line)) and "prompt eval" not in line:
-                r.generated += int(m[1])
-                r.prompts.append(-int(m[1]))  # completed by the stop line: n_tokens - generated
+            elif m := _PEER["eval"].search(line):
+                generated = int(m[1])
+                r.generated += generated
             elif m := _PEER["draft"].search(line):
                 r.accepted, r.drafted = r.accepted + int(m[1]), r.drafted + int(m[2])
-            elif (m := _PEER["stop"].search(line)) and r.prompts and r.prompts[-1] <= 0:
-                r.prompts[-1] += int(m[1])
+            elif (m := _PEER["stop"].search(line)) and generated is not None:
+                # n_tokens: the prompt and what was generated but the last token (the end is not kept)
+                r.prompts.append(int(m[1]) - max(generated - 1, 0))
+                generated = None
         return r
