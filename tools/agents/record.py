@@ -1,6 +1,7 @@
 """What the server did for one agent task, read from outside: the acceptance log's lines (one per
 finished request: prompt tokens, those evaluated, drafted, accepted, prefill time) appended while
-the task ran, and /metrics' counters of requests cut off (a client that left, or a failure)."""
+the task ran, and /metrics' counters of requests cut off (a client that left, or a failure); for
+llama-server (the comparison), its log's lines."""
 
 from __future__ import annotations
 
