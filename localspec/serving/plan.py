@@ -74,7 +74,9 @@ def template_message(m: Message, marker: str = "") -> dict[str, Any]:
 
 
 def template_tool(t: Any) -> dict[str, Any]:
-    fn = {"name": t.name, "description": t.description, "parameters": t.parameters, "strict": t.strict}
+    # what llama.cpp renders of a tool: `strict` is the API's promise about the arguments, which the
+    # call's grammar keeps; the model is not told it
+    fn = {"name": t.name, "description": t.description, "parameters": t.parameters}
     return {"type": "function", "function": {k: v for k, v in fn.items() if v is not None}}
 
 

@@ -50,16 +50,23 @@ class Message:
 
 
 def joined(parts: Sequence[str | bytes]) -> tuple[str, tuple[Image, ...]]:
-    """A message's parts in order - text (str) and images (their bytes) - as its content and images."""
+    """A message's parts in order - text (str) and images (their bytes) - as its content and images.
+    Text parts are joined by a newline, none beside an image (llama.cpp's and vLLM's join: Codex's
+    `</skills_instructions>` and `<permissions instructions>` are two parts of one message)."""
     text: list[str] = []
     images: list[Image] = []
-    at = 0
+    at, after_text = 0, False
     for p in parts:
         if isinstance(p, bytes):
             images.append(Image(at, p))
-        else:
-            text.append(p)
-            at += len(p)
+            after_text = False
+            continue
+        if after_text and at:
+            text.append("\n")
+            at += 1
+        text.append(p)
+        at += len(p)
+        after_text = True
     return "".join(text), tuple(images)
 
 
@@ -70,7 +77,6 @@ class Tool:
     name: str
     description: str | None = None
     parameters: Mapping[str, Any] | None = None
-    strict: bool | None = None
 
     def __post_init__(self) -> None:
         too_deep = depth_error(self.parameters, f"the parameters of tool {self.name!r}")

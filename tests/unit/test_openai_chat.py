@@ -42,7 +42,7 @@ def test_a_body_becomes_the_internal_request(client, fake):
     assert client.post(URL, json=body).status_code == 200
     req, s = fake.requests[-1], fake.settings[-1]
     assert [m.role for m in req.messages] == ["system", "user", "assistant", "tool"]
-    assert req.messages[0].content == "Be brief."
+    assert req.messages[0].content == "Be \nbrief."  # text parts: a line each, as llama.cpp joins them
     call = req.messages[2].tool_calls[0]
     assert (call.id, call.name, json.loads(call.arguments)) == ("call_2_0", "get", {"city": "Paris"})
     assert (req.messages[3].tool_call_id, req.messages[3].name) == ("call_2_0", "get")

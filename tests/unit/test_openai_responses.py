@@ -60,7 +60,8 @@ def test_a_body_becomes_the_internal_request(client, fake):
     assert r.headers["x-localspec-ignored-tools"] == "web_search"
     req, s = fake.requests[-1], fake.settings[-1]
     assert [m.role for m in req.messages] == ["system", "system", "user", "assistant", "tool", "tool"]
-    assert [m.content for m in req.messages[:3]] == ["Be brief.", "Use tools.", "Weather?"]
+    # a message's text parts: a line each
+    assert [m.content for m in req.messages[:3]] == ["Be brief.", "Use \ntools.", "Weather?"]
     a = req.messages[3]
     assert (a.content, a.reasoning) == ("Checking.", "Look it up.")
     assert [(c.id, c.name, c.arguments) for c in a.tool_calls] == [

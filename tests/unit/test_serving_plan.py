@@ -8,6 +8,7 @@ import pytest
 from localspec.chat import families, tool_prompt
 from localspec.serving import APIError, Message, Request, Tool, ToolCall
 from localspec.serving.plan import template_message, template_tool, template_vars, tool_choice
+from localspec.serving.request import joined
 
 TOOLS = (Tool("get", parameters={"type": "object"}),)
 
@@ -59,3 +60,14 @@ def test_a_template_without_tool_results_reads_them_as_a_user_message():
     assert msgs == [{"role": "user", "content": "\n".join([
         '{"tool_response": {"tool_call_id": "c1", "content": "sunny"}}',
         '{"tool_response": {"name": "agent.goal_objective", "content": "ship it"}}'])}]  # fmt: skip
+
+
+def test_a_messages_text_parts_are_lines_and_its_images_stay_in_place():
+    # llama.cpp's and vLLM's join: a newline between text parts, none beside an image
+    assert joined(["</skills>", "<permissions>"]) == ("</skills>\n<permissions>", ())
+    text, images = joined([b"A", "Look:", b"B", "this", "and that", ""])
+    assert text == "Look:this\nand that\n"
+    assert [(i.at, i.data) for i in images] == [(0, b"A"), (5, b"B")]
+    assert joined(["", "a"]) == ("a", ())
+    msg = template_message(Message("user", text, images), marker="<img>")
+    assert msg["content"] == "<img>Look:<img>this\nand that\n"

@@ -18,11 +18,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import httpx
 
 from tools.agents.clients import ROOT, Endpoint, installed, run
-from tools.agents.record import Watch
+from tools.agents.record import PeerWatch, Watch
 from tools.agents.tasks import TASKS
 
 PEER = ROOT / "third_party" / "llama.cpp-build" / "bin" / "llama-server"
@@ -48,17 +49,16 @@ def target_gguf(pair: Path) -> Path:
     import tomllib  # noqa: PLC0415
 
     folder = pair if pair.is_dir() else pair.parent
-    toml = tomllib.loads((folder / "pair.toml").read_text())
-    return folder / toml["target"]["file"]
+    return folder / tomllib.loads((folder / "pair.toml").read_text())["pair"]["target"]
 
 
-def one(agent: str, task_name: str, ep: Endpoint, log: Path, timeout: float) -> dict:
+def one(agent: str, task_name: str, ep: Endpoint, watch_of: Callable[[], Watch], timeout: float) -> dict:
     task = TASKS[task_name]
     root = Path(tempfile.mkdtemp(prefix=f"agent-{agent}-{task_name}-"))
     home, work = root / "home", root / "work"
     work.mkdir(parents=True)
     secret = task.setup(work)
-    watch = Watch(ep.url, log)
+    watch = watch_of()
     out = run(agent, ep, home, work, task.prompt, files=task.files, timeout=timeout)
     rec = watch.record()
     why = "timed out" if out.returncode is None else task.check(work, out.stdout, secret)
@@ -98,19 +98,24 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per task")
     ap.add_argument("--out", type=Path, default=Path("agents-grid.jsonl"))
     ap.add_argument("--serve-arg", action="append", default=[], help="one more `localspec serve` flag")
+    ap.add_argument("--peer-arg", action="append", default=[], help="one more llama-server flag")
+    ap.add_argument("--prompt-cache", type=Path, help="the server's --prompt-cache-dir (default: a new one)")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a time limit still stops the server
     log = a.log or a.out.with_suffix(".acclog.jsonl")
     url, proc = a.url or f"http://127.0.0.1:{a.port}", None
     if a.url is None:
-        cache = Path(tempfile.mkdtemp(prefix="agents-prompt-cache-"))
+        cache = a.prompt_cache or Path(tempfile.mkdtemp(prefix="agents-prompt-cache-"))
         if a.peer:
             argv = [str(PEER), "-m", str(target_gguf(a.pair)), "--jinja", "--port", str(a.port), "-c",
-                    str(a.n_ctx), "-t", str(a.threads), "--metrics", "-np", "1"]  # fmt: skip
+                    str(a.n_ctx), "-t", str(a.threads), "--metrics", "-np", "1", *a.peer_arg]  # fmt: skip
         else:
             argv = [sys.executable, "-m", "localspec", "serve", "--pair", str(a.pair), "--port", str(a.port),
                     "--n-ctx", str(a.n_ctx), "--parallel", "1", "--n-threads", str(a.threads), "--log", str(log),
                     "--prompt-cache-dir", str(cache), *a.serve_arg]  # fmt: skip
         proc = start(argv, url, a.out.with_suffix(".server.log"))
+    if a.peer:  # llama-server writes no acceptance log: its own log says what it did
+        log = a.log or a.out.with_suffix(".server.log")
     model = "peer" if a.peer else httpx.get(url + "/health", timeout=5).json().get("model", "local")
     ep = Endpoint(url, model, a.n_ctx)
     rows = []
@@ -120,7 +125,7 @@ def main() -> None:
                 print(f"{agent}: not installed (make npm-clients aider)")
                 continue
             for task in a.tasks.split(","):
-                row = one(agent, task, ep, log, a.timeout)
+                row = one(agent, task, ep, lambda: (PeerWatch if a.peer else Watch)(url, log), a.timeout)
                 rows.append(row)
                 with a.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")

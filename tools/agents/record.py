@@ -1,10 +1,12 @@
 """What the server did for one agent task, read from outside: the acceptance log's lines (one per
 finished request: prompt tokens, those evaluated, drafted, accepted, prefill time) appended while
-the task ran, and /metrics' counters of requests cut off (a client that left, or a failure)."""
+the task ran, and /metrics' counters of requests cut off (a client that left, or a failure); for
+llama-server (the comparison), its log's lines."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,4 +85,42 @@ class Watch:
             r.drafted += s["n_drafted"]
             r.accepted += s["n_accepted"]
             r.prefill.append(s["prefill_ms"] / 1e3)
+        return r
+
+
+# llama-server's log lines for one finished request (server-context.cpp, print_timings and release)
+_PEER = {
+    "prompt": re.compile(r"prompt eval time =\s*([\d.]+) ms /\s*(\d+) tokens"),
+    "eval": re.compile(r"\|\s+eval time =\s*[\d.]+ ms /\s*(\d+) tokens"),
+    "draft": re.compile(r"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*(\d+) generated\)"),
+    "stop": re.compile(r"stop processing: n_tokens = (\d+)"),
+}
+
+
+class PeerWatch(Watch):
+    """The same record for llama-server (the comparison), from its log: each request's prompt eval
+    (tokens evaluated, ms), tokens generated, drafts, and its final n_tokens (prompt + generated).
+    It counts no cut requests."""
+
+    def _cut(self) -> float:
+        return 0.0
+
+    def record(self) -> TaskRecord:
+        time.sleep(1.0)
+        r, generated = TaskRecord(), None  # the request's tokens generated, until its stop line
+        text = self.log.read_bytes()[self.offset :].decode(errors="replace") if self.log.exists() else ""
+        for line in text.splitlines():
+            if m := _PEER["prompt"].search(line):
+                r.requests += 1
+                r.prefill.append(float(m[1]) / 1e3)
+                r.evaluated.append(int(m[2]))
+            elif m := _PEER["eval"].search(line):
+                generated = int(m[1])
+                r.generated += generated
+            elif m := _PEER["draft"].search(line):
+                r.accepted, r.drafted = r.accepted + int(m[1]), r.drafted + int(m[2])
+            elif (m := _PEER["stop"].search(line)) and generated is not None:
+                # n_tokens: the prompt and what was generated but the last token (the end is not kept)
+                r.prompts.append(int(m[1]) - max(generated - 1, 0))
+                generated = None
         return r

@@ -72,10 +72,10 @@ FIX = Task(
 
 
 # -- a command run and its output reported ------------------------------------------------------
-def _command_setup(work: Path) -> str:
+def _command_setup(work: Path, name: str = "code.py") -> str:
     # a digest no model can work out from the script: only running it tells
     seed = secrets.token_hex(8)
-    (work / "code.py").write_text(f"import hashlib\n\nprint(hashlib.sha256(b'{seed}').hexdigest()[:12])\n")
+    (work / name).write_text(f"import hashlib\n\nprint(hashlib.sha256(b'{seed}').hexdigest()[:12])\n")
     return hashlib.sha256(seed.encode()).hexdigest()[:12]
 
 
@@ -90,4 +90,31 @@ COMMAND = Task(
     _command_check,
 )
 
-TASKS = {t.name: t for t in (CREATE, FIX, COMMAND)}
+# the same, asked as a user asks it (Codex's 1.5B, after running it, writes the output into its
+# write_stdin tool instead of answering: HELLO and SCRIPT tell the phrasing from the model's habit)
+HELLO = Task(
+    "hello", "Run `python3 hello.py` and tell me what it prints.",
+    lambda work: _command_setup(work, "hello.py"), _command_check,
+)  # fmt: skip
+
+
+# -- a command run: its effect checked in the folder --------------------------------------------
+def _script_setup(work: Path) -> str:
+    seed = secrets.token_hex(8)
+    (work / "build.py").write_text(
+        "import hashlib\nfrom pathlib import Path\n\n"
+        f"Path('build.txt').write_text(hashlib.sha256(b'{seed}').hexdigest()[:12] + '\\n')\nprint('built')\n"
+    )
+    return hashlib.sha256(seed.encode()).hexdigest()[:12]
+
+
+def _script_check(work: Path, out: str, code: str) -> str | None:
+    f = work / "build.txt"
+    if not f.exists():
+        return "build.txt was not made: build.py did not run"
+    return None if f.read_text().strip() == code else "build.txt does not hold what build.py writes"
+
+
+SCRIPT = Task("script", "Run `python3 build.py` in the current folder.", _script_setup, _script_check)
+
+TASKS = {t.name: t for t in (CREATE, FIX, COMMAND, HELLO, SCRIPT)}

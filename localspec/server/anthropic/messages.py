@@ -156,7 +156,7 @@ def _tools(tools: list[s.Tool]) -> tuple[internal.Tool, ...]:
                 "only client tools with an input_schema are supported", param=f"tools.{i}",
             )  # fmt: skip
         if not t.defer_loading:
-            out.append(internal.Tool(t.name, t.description, t.input_schema, t.strict))
+            out.append(internal.Tool(t.name, t.description, t.input_schema))
     return tuple(out)
 
 

@@ -42,7 +42,7 @@ def parse(body: s.ChatRequest) -> internal.Request:
         messages=tuple(_message(i, m) for i, m in enumerate(body.messages)),
         overrides=body.overrides(),
         tools=tuple(
-            internal.Tool(t.function.name, t.function.description, t.function.parameters, t.function.strict)
+            internal.Tool(t.function.name, t.function.description, t.function.parameters)
             for t in body.tools or ()
         ),
         tool_choice="required" if isinstance(choice, s.NamedToolChoice) else (choice or "auto"),

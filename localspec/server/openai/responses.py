@@ -185,7 +185,10 @@ class _Turn:
 
     def message(self) -> internal.Message:
         return internal.Message(
-            "assistant", "".join(self.text), tool_calls=tuple(self.calls), reasoning="".join(self.reasoning)
+            "assistant",
+            internal.joined(self.text)[0],
+            tool_calls=tuple(self.calls),
+            reasoning="".join(self.reasoning),
         )
 
 
@@ -207,7 +210,7 @@ def _text(content: str | list[s.Part] | None, at: str, kinds: tuple[str, ...]) -
         if p.type not in kinds:
             raise APIError(400, f"only text content is supported here ({', '.join(kinds)}), not {p.type!r}",
                            param=f"{at}.{j}.type")  # fmt: skip
-    return "".join((p.refusal if p.type == "refusal" else p.text) or "" for p in content)
+    return internal.joined([(p.refusal if p.type == "refusal" else p.text) or "" for p in content])[0]
 
 
 def _user_parts(content: list[s.Part], at: str) -> list[str | bytes]:
@@ -265,8 +268,8 @@ class Tools:
             name = f"{namespace}.{name}"
         if t.type == "custom":
             self.custom.add(name)
-            return internal.Tool(name, t.description, CUSTOM_PARAMETERS, None)
-        return internal.Tool(name, t.description, t.parameters, t.strict)
+            return internal.Tool(name, t.description, CUSTOM_PARAMETERS)
+        return internal.Tool(name, t.description, t.parameters)
 
     def _allowed(self, offered: list[internal.Tool]) -> tuple[internal.Tool, ...]:
         c = self.body.tool_choice
