@@ -34,6 +34,10 @@ PROBE_SHARE = 0.03  # a lost re-probe may cost this much of the plain stretch be
 MIN_REPROBE_GAP = 4  # plain steps, at least, between re-probes
 CATCH_UP_FREE = 2  # a draft this many tokens behind catches up within its first draft step (round.py)
 RETAKE_AFTER = 8  # rounds into speculating before a suspect plain timing is retaken (then 16, 32...)
+# an unseen limit past this is a ceiling, not a length: an agent's "until the context ends" (Codex
+# sends no limit; Claude Code asks 64000) priced Codex's first-turn catch-up over 24k tokens, and
+# the draft caught up on 8641 prompt tokens (~110 s on a CPU) for a 121-token answer
+UNSEEN_LIMIT_CAP = 1024
 
 
 @dataclass(frozen=True)
@@ -233,11 +237,12 @@ class AutoK:
         return saved > f.behind * per_token
 
     def _expected_left(self, left: int) -> float:
-        """Tokens this request should still emit: `left` (what its max_tokens allows), or fewer
-        where requests that asked the same max_tokens ended sooner (an editor's completion: 128
-        asked, 20 written). A short answer cannot repay a long prompt's catch-up."""
+        """Tokens this request should still emit: `left` (what its max_tokens allows, at most
+        UNSEEN_LIMIT_CAP while no request that asked the same has ended), or fewer where requests
+        that asked the same max_tokens ended sooner (an editor's completion: 128 asked, 20
+        written). A short answer cannot repay a long prompt's catch-up."""
         if self.expected_len is None:
-            return left
+            return min(left, UNSEEN_LIMIT_CAP)
         return min(left, max(self.expected_len - self.emitted, 1.0))
 
     def _reprobe_gap(self) -> int:

@@ -431,6 +431,19 @@ def test_auto_k_drafts_with_the_model_only_where_what_is_left_repays_its_catch_u
     assert (ctl.plan(Facts(behind=128, left=left)).k > 0) == drafts
 
 
+def test_a_limit_nothing_has_reached_is_not_priced_as_an_answer_that_long():
+    """Codex sends no limit (the context's end: 24k tokens after its 8.6k-token prompt): priced
+    over all of it, the draft's catch-up on the whole prompt looked repaid, and on a CPU it took
+    ~110 s of a 280 s first turn for a 121-token answer. An unseen limit counts UNSEEN_LIMIT_CAP
+    tokens at most; a short prompt's catch-up still pays within them."""
+    ctl = AutoK()
+    ctl.prime(dict(_FLAT), 0.002)
+    ctl.costs.t_catch.add(0.002)
+    ctl = ctl.fork()
+    assert ctl.plan(Facts(behind=8641, left=24127)).k == 0
+    assert ctl.plan(Facts(behind=128, left=24127)).k > 0
+
+
 def test_the_catch_up_is_priced_over_what_requests_asking_the_same_max_tokens_generated():
     """An editor asks for 64 tokens and its completions end after 16 (the line's end): once the
     pool has seen requests asking 64 end there, the next one's catch-up is priced over 16 tokens
