@@ -17,7 +17,7 @@ import pytest
 
 from tools.agents.clients import Endpoint, run
 from tools.agents.record import Watch
-from tools.agents.tasks import CREATE, FIX, SCRIPT, Task
+from tools.agents.tasks import COMMAND, CREATE, FIX, SCRIPT, Task
 
 from ..helpers import Server, need_agent
 
@@ -25,7 +25,8 @@ N_CTX = 32768
 # Aider's task runs in the suite (22 s). The others are opt-in (LOCALSPEC_AGENT_TASKS=1): each first
 # turn is a 7-12k-token prefill, 3-6+ minutes on a quiet 2-core CPU. OpenCode's test passed (232 s,
 # docs/apps.md's table) and Claude Code's task passed in the harness (383 s). Codex's passed greedy;
-# its other tasks fail on the model (docs/apps.md)
+# its other tasks fail on the model (docs/apps.md). Claude Code's failed 3 of 3 at the next stop, on the
+# model's answers: a fenced TaskStop call, a made-up <system-reminder>, a refusal (greedy, the script task)
 pytestmark = pytest.mark.slow
 opt_in = pytest.mark.skipif(
     os.environ.get("LOCALSPEC_AGENT_TASKS") != "1", reason="LOCALSPEC_AGENT_TASKS=1 runs them"
@@ -86,10 +87,8 @@ def test_codex_runs_a_script(greedy_server, tmp_path):
 
 
 @opt_in
-def test_claude_code_runs_a_script(greedy_server, tmp_path):
-    # the command task (checked by the answer) passed once in three at Claude Code's sampling: the
-    # 1.5B ran the command, then answered with a made-up <system-reminder> or a TaskStop call
-    rec, turns = agent_does("claude", SCRIPT, greedy_server, tmp_path, min_prompt=5000)  # ~11.6k: its prompt
+def test_claude_code_runs_a_command_and_reports_its_output(server, tmp_path):
+    rec, turns = agent_does("claude", COMMAND, server, tmp_path, min_prompt=5000)
     assert len(turns) >= 2
 
 
