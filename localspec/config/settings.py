@@ -21,7 +21,7 @@ import types
 import typing
 import warnings
 from dataclasses import dataclass, field, fields
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, Callable, Literal
 
@@ -45,10 +45,17 @@ DRAFTERS = "localspec.drafters"  # the entry-point group the kinds of drafter re
 
 
 @functools.cache
+def drafter_entry_points() -> tuple[EntryPoint, ...]:
+    """The registered kinds of drafter, built-in and plug-in alike, one per name in name order, as the
+    installed packages' entry points: not imported here (localspec.draft_kinds loads them, and sits
+    above)."""
+    by_name = {ep.name: ep for ep in entry_points(group=DRAFTERS)}
+    return tuple(by_name[name] for name in sorted(by_name))
+
+
 def drafter_names() -> tuple[str, ...]:
-    """The registered kinds of drafter by name, built-in and plug-in alike, read from the installed
-    packages' entry points without importing them (localspec.draft_kinds loads them, and sits above)."""
-    names = tuple(sorted({ep.name for ep in entry_points(group=DRAFTERS)}))
+    """The registered kinds of drafter by name."""
+    names = tuple(ep.name for ep in drafter_entry_points())
     if not names:
         raise LocalspecError(
             f"no kind of drafter is registered (entry points {DRAFTERS!r}): localspec is not installed "

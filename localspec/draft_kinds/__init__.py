@@ -6,10 +6,9 @@ registers a kind the same way from its own pyproject."""
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
 from pathlib import Path
 
-from localspec.config.settings import DRAFTERS, Settings
+from localspec.config.settings import Settings, drafter_entry_points
 from localspec.decode.sources.base import DraftSource
 from localspec.decode.sources.model import ModelSource
 from localspec.draft_kinds.base import DrafterKind
@@ -22,7 +21,7 @@ def _registered() -> tuple[DrafterKind, ...]:
     """One instance of every registered kind, in name order (a header carrying two kinds' blocks
     drafts with the first)."""
     kinds = []
-    for ep in sorted({ep.name: ep for ep in entry_points(group=DRAFTERS)}.values(), key=lambda e: e.name):
+    for ep in drafter_entry_points():
         try:
             kind = ep.load()()
         except Exception as e:  # a plug-in's import: say which, not a traceback from deep inside it

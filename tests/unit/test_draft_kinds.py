@@ -144,7 +144,7 @@ def test_a_registered_dummy_drafter_runs_end_to_end_on_the_fake_backend(dummy, t
 
 def test_a_plugin_that_fails_to_load_is_one_line_naming_it(monkeypatch):
     broken = EntryPoint("broken", "no_such_package.kind:Kind", settings_mod.DRAFTERS)
-    monkeypatch.setattr(draft_kinds, "entry_points", lambda group: [broken])
+    monkeypatch.setattr(draft_kinds, "drafter_entry_points", lambda: (broken,))
     with pytest.raises(
         LocalspecError, match=r"the drafter kind 'broken' \(no_such_package.kind:Kind\) failed to load"
     ):
