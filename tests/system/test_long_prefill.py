@@ -73,7 +73,7 @@ def test_the_openai_sdk_streams_a_response_through_the_prefill(server):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=2, timeout=TIMEOUT_S)
 
     def run() -> None:
-        events = list(client.responses.create(model="gpt-5", input=long_prompt(), stream=True))
+        events = list(client.responses.create(model="gpt-5", input=long_prompt(), stream=True, max_output_tokens=4))
         kinds = [e.type for e in events]
         assert (
             kinds[:2] == ["response.created", "response.in_progress"]
@@ -99,7 +99,8 @@ def test_the_anthropic_sdk_streams_a_message_through_the_prefill(server):
 
 DIALECTS = [
     ("/v1/chat/completions", lambda p: {"messages": [{"role": "user", "content": p}], "stream": True}),
-    ("/v1/responses", lambda p: {"input": p, "stream": True}),
+    # Responses without max_output_tokens runs to the context's end (docs/apps.md), not --max-tokens
+    ("/v1/responses", lambda p: {"input": p, "stream": True, "max_output_tokens": 4}),
     (
         "/v1/messages",
         lambda p: {"max_tokens": 4, "messages": [{"role": "user", "content": p}], "stream": True},
