@@ -154,7 +154,8 @@ def _prefill(target: Evaluator, states: Sequence[SeqState], budget: int | None, 
         if target.past(st.seq) >= upto:
             target.truncate(upto, st.seq)  # a recurrent memory may land below upto: re-evaluate the rest
         have = target.past(st.seq)
-        end = _chunk_end(st.tokens, have, upto if budget is None else min(upto, have + budget), upto, turn)
+        end = upto if budget is None else min(upto, have + budget)
+        end = _chunk_end(st.tokens, have, end, upto, turn, target.images_whole)
         fill.tokens[i] = max(end - have, 0) + (end == upto)
         if have < upto:
             fill.done[i] = end == upto
@@ -163,20 +164,31 @@ def _prefill(target: Evaluator, states: Sequence[SeqState], budget: int | None, 
     return fill
 
 
-def _chunk_end(tokens: Sequence[int], have: int, end: int, upto: int, turn: list[bool] | None) -> int:
-    """Where a prompt chunk from `have` stops: at `end` (the budget's), past it to the end of an
-    image it reaches (a projector may attend across all of an image's rows: Gemma 3's see both ways).
-    An image's rows are a decode of their own (a llama_batch holds token ids or embedding rows, never
-    both), so beside running streams (`turn` set) a round takes text up to the next image, which
-    rides in their decode, or one image if no other sequence's took the round's `turn` (issue 60:
-    three clients' 64^2 images, a prompt's runs all in one round, left a neighbour a quarter of its
-    speed)."""
+def _chunk_end(
+    tokens: Sequence[int], have: int, end: int, upto: int, turn: list[bool] | None, whole: bool
+) -> int:
+    """Where a prompt chunk from `have` stops: at `end` (the budget's), or past it to the end of an
+    image it reaches when the image goes `whole` (its rows attend both ways: Gemma 3's). An image's
+    rows are a decode of their own (a llama_batch holds token ids or embedding rows, never both), so
+    beside running streams (`turn` set) a round takes text up to the next image, which rides in
+    their decode, or one image (a causal one's rows within the budget) if no other sequence's took
+    the round's `turn` (issue 60: three clients' 64^2 images, a prompt's runs all in one round, left
+    a neighbour a quarter of its speed)."""
     if turn is not None and have < end:
         if tokens[have] >= 0:  # text: up to the next image, if any
             return next((j for j in range(have, end) if tokens[j] < 0), end)
         if not turn[0]:
             return have  # an image waits for a round of its own
-        turn[0], end = False, have + 1  # this image's run, alone
-    while 0 < end < upto and tokens[end] < 0 and tokens[end] == tokens[end - 1] - 1:
-        end += 1  # an image's rows are consecutive ids, descending (llama/vision.py)
+        turn[0], stop = False, have + 1
+        while stop < (upto if whole else end) and _same_image(tokens, stop):
+            stop += 1
+        return stop
+    while whole and 0 < end < upto and _same_image(tokens, end):
+        end += 1
     return end
+
+
+def _same_image(tokens: Sequence[int], j: int) -> bool:
+    """Whether token j is a row of the image at j - 1: an image's rows are consecutive ids,
+    descending (llama/vision.py)."""
+    return tokens[j] < 0 and tokens[j] == tokens[j - 1] - 1

@@ -285,6 +285,27 @@ def test_a_newcomers_images_take_turns_beside_running_streams():
     assert newcomer.got == _alone(t, prompt, 3) and stream.got == serial(t, None, [3, 4, 5], k=0, n=40)
 
 
+def test_a_causal_images_rows_are_cut_by_the_budget_beside_running_streams():
+    """A projector whose image rows attend only backwards (all but Gemma 3's) has them cut between
+    decodes as text is (mtmd's helper cuts them by n_batch): beside a stream, a budget a round."""
+    t, _ = markov_tables(v=16, noise=1.0, seed=15)
+    target = WithImages(t, n_seq=2, n_ctx=1024)
+    target.images_whole = False
+    sched = Scheduler(target, None, 2, prefill_chunk=3)
+    stream = FakeJob([3, 4, 5], n=30, k=0)
+    sched.add(stream)
+    sched.step()
+    image = [-(1 + r) for r in range(8)]
+    prompt = [1] * 2 + image + [2] * 3
+    newcomer = FakeJob(prompt, n=3, k=0)
+    sched.add(newcomer)
+    drain(sched)
+    beside = [dict((s, toks) for s, toks, *_ in items) for items in target.batches if len(items) == 2]
+    theirs = [b[1] for b in beside if 1 in b and len(b[1]) > 1]
+    assert theirs == [[1, 1], image[:3], image[3:6], image[6:], [2, 2]]
+    assert newcomer.got == _alone(t, prompt, 3)
+
+
 def _alone(t, prompt, n):  # noqa: ANN001, ANN202 - a job's tokens when it has the backend to itself
     job = FakeJob(prompt, n=n, k=0)
     sched = Scheduler(WithImages(t, n_seq=1, n_ctx=1024), None, 1)
