@@ -5,10 +5,9 @@ and waits for the engine to let go of it before closing the models."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -121,7 +120,7 @@ class BodyLimit:
         large = length is not None and length > LARGE_BODY
         # unread, a large body waits in the client's socket (uvicorn reads no further ahead) for the
         # bulk work's turn, within the time a request has to be read (protocol.py)
-        async with bulk.turn(READ_TIMEOUT_S / 2) if large else contextlib.nullcontext():
+        async with bulk.turn(READ_TIMEOUT_S / 2) if large else nullcontext():
             data = await self._read(receive, large)
         if data is None:  # the client left before sending it all
             return

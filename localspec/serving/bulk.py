@@ -71,7 +71,7 @@ async def turn(most_s: float) -> AsyncIterator[None]:
     """Hold, on the event loop, the bulk work's turn, waiting `most_s` at most for it: a large body
     is read in it (its reading costs the event loop as much as its parse costs the bulk thread), one
     body at a time, and `spend` what it cost. (Each waiting for the credit alone, three clients'
-    bodies were all read when it came: a reading overdrew the share threefold.)"""
+    bodies were all read at once when it came, each overdrawing it.)"""
     deadline = time.monotonic() + most_s
     held = _reading.acquire(blocking=False)
     while not held and time.monotonic() < deadline:  # the event loop's: polled, never blocked on
