@@ -50,7 +50,8 @@ def decode_round(
 
     `filling` are sequences still prefilling: their next prompt chunk (at most `budget` tokens each)
     rides in the same target decode as the verify batch - one pass over the weights per round, as
-    llama-server does. Returns, per filling sequence, whether its prompt is now in.
+    llama-server does (an image's rows, a decode of their own, go one image a round: `_chunk_end`).
+    Returns, per filling sequence, whether its prompt is now in.
 
     A constrained sequence (`track`) has the tokens its grammar forces drafted first, for free; every
     draft and target row it uses is masked to what the grammar allows at that position. A round that
