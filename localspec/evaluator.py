@@ -42,6 +42,7 @@ class Evaluator(Protocol):
     memory_kind: str  # attention | recurrent | hybrid
     saves_state: bool  # `seq_state` / `set_seq_state` give a sequence's cache as bytes and take it back
     can_shift: bool  # `reuse_chunks` moves cached runs to earlier positions (a KV cache)
+    images_whole: bool  # an image's rows go in one decode (both ways attention: Gemma 3's)
 
     def past(self, seq: int = 0) -> int: ...
 

@@ -24,6 +24,7 @@ class FakeContext:
     checkpoints = False
     saves_state = True  # its "KV state" is the tokens it holds, as bytes
     can_shift = True  # a run of its cache moves with its tokens (its logits depend on the token alone)
+    images_whole = True  # an image's ids (tests that give some) go in one decode
     memory_kind = "attention"
 
     def __init__(

@@ -88,6 +88,7 @@ class FakeRecurrentContext:
         self.source, self.top_k, self.prefix_copy, self.checkpoints = "draft", 0, False, True
         self.saves_state = False  # a recurrent state is not only its tokens'
         self.can_shift = False  # nor can its positions move
+        self.images_whole = True
         self._past = [0] * n_seq
         self.decodes: list[list[int]] = []
 

@@ -59,6 +59,7 @@ class ZeroCostDecoder:
     max_draft = None
     source = "draft"
     prefix_copy = checkpoints = saves_state = can_shift = False
+    images_whole = True
     memory_kind = "attention"
 
     def __init__(

@@ -50,7 +50,8 @@ def decode_round(
 
     `filling` are sequences still prefilling: their next prompt chunk (at most `budget` tokens each)
     rides in the same target decode as the verify batch - one pass over the weights per round, as
-    llama-server does. Returns, per filling sequence, whether its prompt is now in.
+    llama-server does (an image's rows, a decode of their own, go one image a round: `_chunk_end`).
+    Returns, per filling sequence, whether its prompt is now in.
 
     A constrained sequence (`track`) has the tokens its grammar forces drafted first, for free; every
     draft and target row it uses is masked to what the grammar allows at that position. A round that
@@ -79,7 +80,7 @@ def _round(
 ) -> list[bool]:
     clock = Clock()
     live = _live(target, states)
-    fill = _prefill(target, filling, budget)
+    fill = _prefill(target, filling, budget, beside=bool(live))
     for ctx in (target, draft):
         _ask_for_rows(ctx, live)
     if not live:
@@ -141,9 +142,11 @@ class Fill(NamedTuple):
     tokens: list[int]  # per filling sequence: prompt tokens this round evaluates (+ the first verify's)
 
 
-def _prefill(target: Evaluator, states: Sequence[SeqState], budget: int | None) -> Fill:
-    """The target's next prompt chunk for each sequence (at most `budget` tokens each)."""
+def _prefill(target: Evaluator, states: Sequence[SeqState], budget: int | None, beside: bool) -> Fill:
+    """The target's next prompt chunk for each sequence (at most `budget` tokens each; `beside`:
+    running streams share this round, so its images take turns: `_chunk_end`)."""
     fill = Fill([], [True] * len(states), [0] * len(states))
+    turn = [True] if beside else None  # beside running streams: whether an image may still go in
     for i, st in enumerate(states):
         upto = len(st.tokens) - 1
         if len(st.tokens) >= target.n_ctx:
@@ -153,10 +156,40 @@ def _prefill(target: Evaluator, states: Sequence[SeqState], budget: int | None) 
             target.truncate(upto, st.seq)  # a recurrent memory may land below upto: re-evaluate the rest
         have = target.past(st.seq)
         end = upto if budget is None else min(upto, have + budget)
-        while 0 < end < upto and st.tokens[end] < 0 and st.tokens[end - 1] < 0:
-            end += 1  # an image's rows go in one decode (a projector may attend across all of them)
+        end = _chunk_end(st.tokens, have, end, upto, turn, target.images_whole)
         fill.tokens[i] = max(end - have, 0) + (end == upto)
         if have < upto:
-            fill.items.append(Item(st.seq, st.tokens[have:end], have, 1))
             fill.done[i] = end == upto
+            if end > have:
+                fill.items.append(Item(st.seq, st.tokens[have:end], have, 1))
     return fill
+
+
+def _chunk_end(
+    tokens: Sequence[int], have: int, end: int, upto: int, turn: list[bool] | None, whole: bool
+) -> int:
+    """Where a prompt chunk from `have` stops: at `end` (the budget's), or past it to the end of an
+    image it reaches when the image goes `whole` (its rows attend both ways: Gemma 3's). An image's
+    rows are a decode of their own (a llama_batch holds token ids or embedding rows, never both), so
+    beside running streams (`turn` set) a round takes text up to the next image, which rides in
+    their decode, or one image (a causal one's rows within the budget) if no other sequence's took
+    the round's `turn` (issue 60: three clients' 64^2 images, a prompt's runs all in one round, left
+    a neighbour a quarter of its speed)."""
+    if turn is not None and have < end:
+        if tokens[have] >= 0:  # text: up to the next image, if any
+            return next((j for j in range(have, end) if tokens[j] < 0), end)
+        if not turn[0]:
+            return have  # an image waits for a round of its own
+        turn[0], stop = False, have + 1
+        while stop < (upto if whole else end) and _same_image(tokens, stop):
+            stop += 1
+        return stop
+    while whole and 0 < end < upto and _same_image(tokens, end):
+        end += 1
+    return end
+
+
+def _same_image(tokens: Sequence[int], j: int) -> bool:
+    """Whether token j is a row of the image at j - 1: an image's rows are consecutive ids,
+    descending (llama/vision.py)."""
+    return tokens[j] < 0 and tokens[j] == tokens[j - 1] - 1

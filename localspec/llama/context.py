@@ -175,6 +175,9 @@ class Context(Owner):
         # image ids (llama/vision.py) decode as the projector's rows; without one (a draft without
         # --draft-mmproj) each is read as a newline: the text around an image at the target's positions
         self.projector = projector
+        # a causal image's rows may be cut between decodes (as mtmd's helper cuts them by n_batch):
+        # each sees the rows before it in the cache; a non-causal one's must see them all at once
+        self.images_whole = projector is not None and projector.non_causal
         self.filler = (model.tokenize("\n", add_special=False, parse_special=False) or [model.vocab.eos])[-1]
         self._embd: _Batch | None = None  # made at the first image
 

@@ -98,6 +98,7 @@ class MtpDrafter:
     checkpoints = False
     saves_state = False  # its cache follows the target's decodes: a restored target would leave it behind
     can_shift = False  # ... and so do its positions
+    images_whole = True
     _ptr = None  # until llama.cpp made the context
 
     def __init__(self, target, *, n_threads: int | None = None) -> None:  # noqa: ANN001 - a llama.Context

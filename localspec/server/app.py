@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -118,23 +118,14 @@ class BodyLimit:
         if length is not None and length > self.max_bytes:
             return await self._too_large(scope, receive, send)
         large = length is not None and length > LARGE_BODY
-        if large:  # unread, it waits in the client's socket (uvicorn reads no further ahead), within
-            await bulk.turn(READ_TIMEOUT_S / 2)  # the time a request has to be read (protocol.py)
-        cpu = time.thread_time()
-        body, more = [], True
-        size = 0
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left before sending it all
-                return
-            body.append(message.get("body", b""))
-            size += len(body[-1])
-            more = message.get("more_body", False)
-            if size > self.max_bytes:
-                return await self._too_large(scope, receive, send)
-        data, replayed = b"".join(body), False
-        if large:  # the event loop's time for it (and for what ran beside it: an overcount, never under)
-            bulk.spend(time.thread_time() - cpu)
+        # unread, a large body waits in the client's socket (uvicorn reads no further ahead) for the
+        # bulk work's turn, within the time a request has to be read (protocol.py)
+        async with bulk.turn(READ_TIMEOUT_S / 2) if large else nullcontext():
+            data = await self._read(receive, large)
+        if data is None:  # the client left before sending it all
+            return
+        if len(data) > self.max_bytes:
+            return await self._too_large(scope, receive, send)
         # a body holding a surrogate's escape is parsed to find it: a large one off the event loop
         where = await bulk.run(lone_surrogate, data) if len(data) > LARGE_BODY else lone_surrogate(data)
         if where is not None:
@@ -145,6 +136,7 @@ class BodyLimit:
                 param=where,
             )
             return await errors.respond(scope, error)(scope, receive, send)
+        replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
@@ -154,6 +146,22 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read(self, receive: Receive, large: bool) -> bytes | None:
+        """The body, up to the first message past max_bytes; None if the client left first."""
+        cpu = time.thread_time()
+        body, more, size = [], True, 0
+        while more and size <= self.max_bytes:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            body.append(message.get("body", b""))
+            size += len(body[-1])
+            more = message.get("more_body", False)
+        data = b"".join(body)
+        if large:  # the event loop's time for it (and for what ran beside it: an overcount, never under)
+            bulk.spend(time.thread_time() - cpu)
+        return data
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         error = APIError(

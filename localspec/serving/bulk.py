@@ -13,11 +13,12 @@ and the engine would have waited all of it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 T = TypeVar("T")
 _pool = ThreadPoolExecutor(1, thread_name_prefix="localspec-bulk")
@@ -61,14 +62,28 @@ class _Turns:
 
 
 _turns = _Turns()
+_reading = threading.Lock()  # held while a large body is read in the bulk work's turn (`turn`)
+READ_POLL_S = 0.02  # how often a body waiting to be read looks again
 
 
-async def turn(most_s: float) -> None:
-    """Wait, on the event loop, for the bulk work's turn, `most_s` at most: a large body is read in
-    it (its reading costs the event loop as much as its parse costs the bulk thread); then `spend`
-    what it cost."""
-    if (wait := min(_turns.wait_s(), most_s)) > 0:
-        await asyncio.sleep(wait)
+@contextlib.asynccontextmanager
+async def turn(most_s: float) -> AsyncIterator[None]:
+    """Hold, on the event loop, the bulk work's turn, waiting `most_s` at most for it: a large body
+    is read in it (its reading costs the event loop as much as its parse costs the bulk thread), one
+    body at a time, and `spend` what it cost. (Each waiting for the credit alone, three clients'
+    bodies were all read at once when it came, each overdrawing it.)"""
+    deadline = time.monotonic() + most_s
+    held = _reading.acquire(blocking=False)
+    while not held and time.monotonic() < deadline:  # the event loop's: polled, never blocked on
+        await asyncio.sleep(READ_POLL_S)
+        held = _reading.acquire(blocking=False)
+    try:
+        if (wait := min(_turns.wait_s(), deadline - time.monotonic())) > 0:
+            await asyncio.sleep(wait)
+        yield
+    finally:
+        if held:
+            _reading.release()
 
 
 def spend(cpu_s: float) -> None:

@@ -87,6 +87,22 @@ def test_positions_are_llama_cpps_own(vision, pair):
     assert np.abs(ours - ref).max() < 1e-2 and ours.argmax() == ref.argmax()
 
 
+def test_an_image_cut_between_decodes_reads_as_one(vision, pair):
+    """Beside running streams a causal image's rows are cut by the prefill chunk (decode/round.py):
+    cut twice inside its rows, the prompt's last row is still the one llama.cpp's helper computes."""
+    model, proj = vision
+    img = image(1, 96, 48)
+    ids = prompt_of(model, proj, img)
+    first = next(i for i, t in enumerate(ids) if t < 0)
+    with Context(model, n_ctx=256, projector=proj) as ctx:
+        assert not ctx.images_whole
+        ctx.eval(ids[: first + 7], 0)
+        ctx.eval(ids[first + 7 : first + 11], first + 7)
+        ours = np.array(ctx.eval(ids[first + 11 :], first + 11)[0])
+    ref = _mtmd_helper_row(model, pair[1], img, ids, 6)
+    assert np.abs(ours - ref).max() < 1e-2 and ours.argmax() == ref.argmax()
+
+
 def _mtmd_helper_row(model, mmproj, img, ids, n_pos: int) -> np.ndarray:  # noqa: ANN001
     """llama.cpp's way (llama-server's): the text as tokens, the image through
     mtmd_helper_eval_chunk_single, which places its rows and says where the text goes on."""

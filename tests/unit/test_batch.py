@@ -239,24 +239,79 @@ def test_a_long_prompt_alone_is_prefilled_a_batch_a_round_so_a_cancel_is_seen_be
     assert max(len(toks) for seq, kind, toks, pos in target.seq_calls if kind == "eval") <= 64
 
 
+class WithImages(FakeContext):  # takes an image's ids (as a context with a projector does)
+    def eval_batch(self, items):  # noqa: ANN001
+        out = super().eval_batch([(s, [max(x, 0) for x in toks], p, n) for s, toks, p, n in items])
+        for s, toks, p, _ in items:
+            self.caches[s][p : p + len(toks)] = toks  # the cache holds the ids it was given
+        self.batches.append(items)
+        return out
+
+    @property
+    def batches(self):  # noqa: ANN201 - every decode's items, as given
+        return self.__dict__.setdefault("_batches", [])
+
+
 def test_a_prefill_chunk_never_ends_inside_an_image():
     """An image's rows (negative ids) go in one decode: a projector may attend across all of them."""
-
-    class WithImages(FakeContext):  # takes an image's ids (as a context with a projector does)
-        def eval_batch(self, items):  # noqa: ANN001
-            out = super().eval_batch([(s, [max(x, 0) for x in toks], p, n) for s, toks, p, n in items])
-            for s, toks, p, _ in items:
-                self.caches[s][p : p + len(toks)] = toks  # the cache holds the ids it was given
-            return out
-
     t, _ = markov_tables(v=16, noise=1.0, seed=13)
     target = WithImages(t, n_seq=1, n_ctx=1024)
     sched = Scheduler(target, None, 1, prefill_alone=64)
-    prompt = [1] * 50 + [-7] * 40 + [2] * 100  # the image spans the first batch's end (64)
+    prompt = [1] * 50 + list(range(-1, -41, -1)) + [2] * 100  # the image spans the first batch's end (64)
     sched.add(FakeJob(prompt, n=2, k=0))
     drain(sched)
     starts = sorted(pos for seq, kind, toks, pos in target.seq_calls if kind == "eval")
     assert 64 not in starts and 90 in starts  # the first batch ran on to the image's end
+
+
+def test_a_newcomers_images_take_turns_beside_running_streams():
+    """Beside a stream, a round takes a newcomer's text up to its next image (it rides in the
+    stream's decode) or one image run, never more: each image is one decode of its own, and all of
+    a prompt's in one round stalled the stream (issue 60). Alone, a prompt goes a batch a round."""
+    t, _ = markov_tables(v=16, noise=1.0, seed=14)
+    target = WithImages(t, n_seq=2, n_ctx=1024)
+    sched = Scheduler(target, None, 2, prefill_chunk=128)
+    stream = FakeJob([3, 4, 5], n=40, k=0)
+    sched.add(stream)
+    sched.step()
+    image = [[-(1 + (i << 13) + r) for r in range(8)] for i in range(3)]
+    prompt = [1] * 10 + image[0] + [2] * 5 + image[1] + image[2] + [3] * 5
+    newcomer = FakeJob(prompt, n=3, k=0)
+    sched.add(newcomer)
+    drain(sched)
+    beside = [dict((s, toks) for s, toks, *_ in items) for items in target.batches if len(items) == 2]
+    theirs = [b[1] for b in beside if 1 in b and len(b[1]) > 1]  # the newcomer's prompt chunks
+    assert theirs == [[1] * 10, image[0], [2] * 5, image[1], image[2], [3] * 4]
+    assert newcomer.got == _alone(t, prompt, 3) and stream.got == serial(t, None, [3, 4, 5], k=0, n=40)
+
+
+def test_a_causal_images_rows_are_cut_by_the_budget_beside_running_streams():
+    """A projector whose image rows attend only backwards (all but Gemma 3's) has them cut between
+    decodes as text is (mtmd's helper cuts them by n_batch): beside a stream, a budget a round."""
+    t, _ = markov_tables(v=16, noise=1.0, seed=15)
+    target = WithImages(t, n_seq=2, n_ctx=1024)
+    target.images_whole = False
+    sched = Scheduler(target, None, 2, prefill_chunk=3)
+    stream = FakeJob([3, 4, 5], n=30, k=0)
+    sched.add(stream)
+    sched.step()
+    image = [-(1 + r) for r in range(8)]
+    prompt = [1] * 2 + image + [2] * 3
+    newcomer = FakeJob(prompt, n=3, k=0)
+    sched.add(newcomer)
+    drain(sched)
+    beside = [dict((s, toks) for s, toks, *_ in items) for items in target.batches if len(items) == 2]
+    theirs = [b[1] for b in beside if 1 in b and len(b[1]) > 1]
+    assert theirs == [[1, 1], image[:3], image[3:6], image[6:], [2, 2]]
+    assert newcomer.got == _alone(t, prompt, 3)
+
+
+def _alone(t, prompt, n):  # noqa: ANN001, ANN202 - a job's tokens when it has the backend to itself
+    job = FakeJob(prompt, n=n, k=0)
+    sched = Scheduler(WithImages(t, n_seq=1, n_ctx=1024), None, 1)
+    sched.add(job)
+    drain(sched)
+    return job.got
 
 
 def test_the_draft_prefills_only_for_a_sequence_that_drafts():

@@ -64,3 +64,24 @@ def test_a_large_body_is_read_in_the_bulk_work_s_turn_and_a_small_one_at_once(cl
     large = {"model": "fake", "messages": [{"role": "user", "content": "x" * 100_000}]}
     assert client.post("/v1/messages/count_tokens", json=large).status_code == 200
     assert time.monotonic() - start >= 2.95
+
+
+def test_large_bodies_are_read_one_at_a_time_each_in_its_turn(monkeypatch):
+    """Three bodies waiting for the turn are read one after the other, each once the last one's
+    reading is paid for: each waiting for the credit alone, all three were read when it came."""
+    monkeypatch.setattr(bulk, "_turns", bulk._Turns())
+    bulk._turns.credit = 0.0
+    read_at: list[float] = []
+
+    async def read() -> None:
+        async with bulk.turn(5.0):
+            read_at.append(time.monotonic())
+            bulk.spend(0.1)  # what reading it cost the event loop: 0.5 s of the share
+
+    async def three() -> None:
+        await asyncio.gather(read(), read(), read())
+
+    start = time.monotonic()
+    asyncio.run(three())
+    gaps = [b - a for a, b in zip([start, *read_at], read_at)]
+    assert gaps[0] < 0.2 and min(gaps[1:]) >= 0.1 / bulk.SHARE - 0.05, gaps
