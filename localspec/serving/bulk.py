@@ -1,6 +1,6 @@
 """Work that grows with what a client sends - a large body's parse, a long prompt's render and
 tokenizing, a client's own tokenize - runs on one thread, one piece at a time, and over a flood at
-most a fifth of a core's time (`_Turns`; a large body's reading on the event loop counts in it too):
+most a tenth of a core's time (`_Turns`; a large body's reading on the event loop counts in it too):
 the engine's decoding keeps the rest (issue 60: three
 clients of 7.8 MB bodies, each parsed and refused on an ordinary worker, took a neighbour's decoding
 to a quarter of its speed on 2 cores; on this one thread without turns, to 0.19-0.27 of it).
@@ -26,7 +26,8 @@ _pool = ThreadPoolExecutor(1, thread_name_prefix="localspec-bulk")
 # client's large body, render and tokenize never wait). Three clients sending 7.8 MB bodies, each
 # refused in 30-40 ms, kept a core busy under the GIL and a decoding neighbour at a fifth of its speed
 # (issue 60); a smaller switch interval did not help (json.loads holds the GIL for the whole call).
-SHARE = 0.2
+# A fifth left the neighbour 0.58-0.80 under 7.8 MB bodies and 60k-item ones; a tenth 0.77-0.94.
+SHARE = 0.1
 BURST_S = 1.0
 
 
