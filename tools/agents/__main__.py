@@ -22,6 +22,7 @@ from typing import Callable
 
 import httpx
 
+from tools.agents import capture
 from tools.agents.clients import ROOT, Endpoint, installed, run
 from tools.agents.record import PeerWatch, Watch
 from tools.agents.tasks import TASKS
@@ -100,6 +101,7 @@ def main() -> None:
     ap.add_argument("--serve-arg", action="append", default=[], help="one more `localspec serve` flag")
     ap.add_argument("--peer-arg", action="append", default=[], help="one more llama-server flag")
     ap.add_argument("--prompt-cache", type=Path, help="the server's --prompt-cache-dir (default: a new one)")
+    ap.add_argument("--capture", type=Path, help="save every request body the agents send here, in order")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a time limit still stops the server
     log = a.log or a.out.with_suffix(".acclog.jsonl")
@@ -117,7 +119,7 @@ def main() -> None:
     if a.peer:  # llama-server writes no acceptance log: its own log says what it did
         log = a.log or a.out.with_suffix(".server.log")
     model = "peer" if a.peer else httpx.get(url + "/health", timeout=5).json().get("model", "local")
-    ep = Endpoint(url, model, a.n_ctx)
+    ep = Endpoint(capture.start(url, a.capture) if a.capture else url, model, a.n_ctx)
     rows = []
     try:
         for agent in a.agents.split(","):
@@ -134,7 +136,10 @@ def main() -> None:
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            try:  # llama-server finishes the prompt batch it is in before it looks at the signal
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     print(table(rows))
 
 
