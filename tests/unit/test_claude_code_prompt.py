@@ -1,6 +1,9 @@
 """What the model reads of Claude Code's request is what llama-server (`--jinja`, the same GGUF)
 renders for it. Claude Code 2.1.332's requests (tests/data/claude/*.json, captured by
-`python -m tools.agents --capture`, long strings cut to 300 characters) go through the Messages
+`python -m tools.agents --capture`, long strings cut to 300 characters: its first turn; its second,
+after an `Agent` call and its result; and reminder_turn, the first with a `Bash` call after it and a
+user message holding the call's result, then a `<system-reminder>` text block, the shape Claude Code
+sends a reminder in) go through the Messages
 route and Qwen2.5-Coder's template; llama-server's render of the same body (*.llama-server.txt, from
 `python -m tools.agents.peer_prompt`, its token count checked against llama-server's
 /v1/messages/count_tokens) is the comparison. Two differences are ours on purpose: the
@@ -44,7 +47,7 @@ def peer_minus_ours_on_purpose(turn: str) -> str:
     return "\n".join(ln for ln in lines if ln not in deferred)
 
 
-@pytest.mark.parametrize("turn", ["first_turn"])
+@pytest.mark.parametrize("turn", ["first_turn", "second_turn", "reminder_turn"])
 def test_claude_code_turn_renders_as_llama_server_renders_it(turn):
     body = json.loads((DATA / "claude" / f"{turn}.json").read_text())
     assert rendered(body) == peer_minus_ours_on_purpose(turn)
