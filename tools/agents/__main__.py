@@ -53,9 +53,20 @@ def target_gguf(pair: Path) -> Path:
     return folder / tomllib.loads((folder / "pair.toml").read_text())["pair"]["target"]
 
 
+def folder(agent: str, task: str) -> Path:
+    """The run's HOME and work folder: the same path each run, emptied (a failed run's is kept, renamed
+    aside). Claude Code writes its HOME's path into its system prompt ~800 tokens in: a new path each
+    run would leave the server's cached prefix (in memory, on disk) at those 800 tokens."""
+    root = Path(tempfile.gettempdir()) / f"agent-{agent}-{task}"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir()
+    return root
+
+
 def one(agent: str, task_name: str, ep: Endpoint, watch_of: Callable[[], Watch], timeout: float) -> dict:
     task = TASKS[task_name]
-    root = Path(tempfile.mkdtemp(prefix=f"agent-{agent}-{task_name}-"))
+    root = folder(agent, task_name)
     home, work = root / "home", root / "work"
     work.mkdir(parents=True)
     secret = task.setup(work)
@@ -128,11 +139,15 @@ def main() -> None:
                 continue
             for task in a.tasks.split(","):
                 row = one(agent, task, ep, lambda: (PeerWatch if a.peer else Watch)(url, log), a.timeout)
+                if row["passed"]:
+                    shutil.rmtree(row["folder"], ignore_errors=True)
+                else:  # kept for reading, out of the next run's way
+                    row["folder"] = str(
+                        Path(row["folder"]).rename(f"{row['folder']}-{time.strftime('%H%M%S')}")
+                    )
                 rows.append(row)
                 with a.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")
-                if row["passed"]:
-                    shutil.rmtree(row["folder"], ignore_errors=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)

@@ -96,10 +96,14 @@ def _anthropic_message(msgs: list[dict], m: dict) -> None:
             reasoning += b.get("thinking", "")
         elif kind == "tool_use":
             args = json.dumps(b.get("input", {}), ensure_ascii=False, separators=(",", ":"))
-            calls.append({"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": args}})
+            calls.append(
+                {"id": b["id"], "type": "function", "function": {"name": b["name"], "arguments": args}}
+            )
         elif kind == "tool_result":
             c = b.get("content", "")
-            text = c if isinstance(c, str) else "".join(x.get("text", "") for x in c if x.get("type") == "text")
+            text = (
+                c if isinstance(c, str) else "".join(x.get("text", "") for x in c if x.get("type") == "text")
+            )
             results.append({"role": "tool", "tool_call_id": b["tool_use_id"], "content": text})
         else:
             sys.exit(f"not ported: a {kind!r} block")
@@ -127,7 +131,9 @@ def messages_chat_body(body: dict) -> dict:
         _anthropic_message(msgs, m)
     tools = [{"type": "function", "function": {"name": t.get("name", ""), "description": t.get("description", ""),
               "parameters": t.get("input_schema", {})}} for t in body.get("tools", [])]  # fmt: skip
-    choice = {"auto": "auto", "any": "required", "tool": "required"}.get((body.get("tool_choice") or {}).get("type"))
+    choice = {"auto": "auto", "any": "required", "tool": "required"}.get(
+        (body.get("tool_choice") or {}).get("type")
+    )
     return {"messages": msgs, "tools": tools} | ({"tool_choice": choice} if choice else {})
 
 
