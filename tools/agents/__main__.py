@@ -53,11 +53,11 @@ def target_gguf(pair: Path) -> Path:
     return folder / tomllib.loads((folder / "pair.toml").read_text())["pair"]["target"]
 
 
-def folder(agent: str, task: str) -> Path:
+def folder(agent: str) -> Path:
     """The run's HOME and work folder: the same path each run, emptied (a failed run's is kept, renamed
     aside). Claude Code writes its HOME's path into its system prompt ~800 tokens in: a new path each
     run would leave the server's cached prefix (in memory, on disk) at those 800 tokens."""
-    root = Path(tempfile.gettempdir()) / f"agent-{agent}-{task}"
+    root = Path(tempfile.gettempdir()) / f"agent-{agent}"  # one for every task: a prefix for all
     if root.exists():
         shutil.rmtree(root)
     root.mkdir()
@@ -66,7 +66,7 @@ def folder(agent: str, task: str) -> Path:
 
 def one(agent: str, task_name: str, ep: Endpoint, watch_of: Callable[[], Watch], timeout: float) -> dict:
     task = TASKS[task_name]
-    root = folder(agent, task_name)
+    root = folder(agent)
     home, work = root / "home", root / "work"
     work.mkdir(parents=True)
     secret = task.setup(work)
