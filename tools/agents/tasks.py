@@ -123,5 +123,9 @@ def _script_check(work: Path, out: str, code: str) -> str | None:
 
 
 SCRIPT = Task("script", "Run `python3 build.py` in the current folder.", _script_setup, _script_check)
+# the same, the tool named (as BASH)
+BUILD = Task(
+    "build", "Use the Bash tool to run `python3 build.py` in the current folder.", _script_setup, _script_check
+)  # fmt: skip
 
-TASKS = {t.name: t for t in (CREATE, FIX, COMMAND, HELLO, BASH, SCRIPT)}
+TASKS = {t.name: t for t in (CREATE, FIX, COMMAND, HELLO, BASH, SCRIPT, BUILD)}
