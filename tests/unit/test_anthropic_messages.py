@@ -95,6 +95,7 @@ def test_a_body_becomes_the_internal_request(client, fake):
     assert (req.messages[4].tool_call_id, req.messages[4].content) == ("toolu_1", "sunny")
     assert req.messages[5].content == "Error: no such city"
     assert (req.tool_choice, req.forced_tool, req.parallel_tool_calls) == ("required", "get", False)
+    assert req.tools[0].description == ""  # none sent: an empty one, as llama.cpp renders it
     assert req.reasoning is False
     assert (s.max_tokens, s.stop, s.temperature, s.top_k) == (9, ("END",), 0.0, 5)
 
