@@ -3,9 +3,9 @@
 through litellm), each pinned (`make npm-clients aider`), each with its default tools and its full
 prompt, in a temporary HOME and work folder, against one `localspec serve` on models/default
 (Qwen2.5-Coder 1.5B + 0.5B, speculation on, the default `auto`). Each gets the cheapest task that
-shows it works, checked from outside (tools/agents/tasks.py): Claude Code runs a command and reports
-what it printed, Codex runs a script whose effect is checked in the folder, OpenCode creates a file,
-Aider fixes a bug so that a test passes (it has no tool that runs commands). Every agent request
+shows it works, checked from outside (tools/agents/tasks.py): Claude Code (told to use its Bash tool)
+and Codex run a script whose effect is checked in the folder, OpenCode creates a file, Aider fixes
+a bug so that a test passes (it has no tool that runs commands). Every agent request
 after an agent's first evaluates only what is new.
 The grid of every task x agent, with the figures, is `python -m tools.agents` (docs/apps.md)."""
 
@@ -17,16 +17,16 @@ import pytest
 
 from tools.agents.clients import Endpoint, run
 from tools.agents.record import Watch
-from tools.agents.tasks import COMMAND, CREATE, FIX, SCRIPT, Task
+from tools.agents.tasks import BUILD, CREATE, FIX, SCRIPT, Task
 
 from ..helpers import Server, need_agent
 
 N_CTX = 32768
 # Aider's task runs in the suite (22 s). The others are opt-in (LOCALSPEC_AGENT_TASKS=1): each first
 # turn is a 7-12k-token prefill, 3-6+ minutes on a quiet 2-core CPU. OpenCode's test passed (232 s,
-# docs/apps.md's table) and Claude Code's task passed in the harness (383 s). Codex's passed greedy;
-# its other tasks fail on the model (docs/apps.md). Claude Code's failed 3 of 3 at the next stop, on the
-# model's answers: a fenced TaskStop call, a made-up <system-reminder>, a refusal (greedy, the script task)
+# docs/apps.md's table). Codex's passed greedy; its other tasks fail on the model (docs/apps.md).
+# Claude Code's `command` fails on the model (the same first turn on llama-server gave a fenced TaskStop
+# call, a fenced ScheduleWakeup call, a made-up <system-reminder>); its `build` passed greedy (below)
 pytestmark = pytest.mark.slow
 opt_in = pytest.mark.skipif(
     os.environ.get("LOCALSPEC_AGENT_TASKS") != "1", reason="LOCALSPEC_AGENT_TASKS=1 runs them"
@@ -51,8 +51,9 @@ def server(real_pair, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def greedy_server(real_pair, tmp_path_factory):
-    """The server at temperature 0 (Codex sends none): Codex's task passed 3 of 3 greedy and 3 of 4 at
-    the default 0.8 (docs/apps.md); greedy, the same prompt gives the same calls on llama-server."""
+    """The server at temperature 0 (Codex and Claude Code send none): Codex's task passed 3 of 3 greedy
+    and 3 of 4 at the default 0.8 (docs/apps.md); greedy, the same prompt gives the same calls on
+    llama-server."""
     yield from serve(real_pair, tmp_path_factory, "--temperature", "0")
 
 
@@ -87,8 +88,12 @@ def test_codex_runs_a_script(greedy_server, tmp_path):
 
 
 @opt_in
-def test_claude_code_runs_a_command_and_reports_its_output(server, tmp_path):
-    rec, turns = agent_does("claude", COMMAND, server, tmp_path, min_prompt=5000)
+def test_claude_code_runs_a_script(greedy_server, tmp_path):
+    # the tool named in the task: asked without it, the 1.5B mostly starts a sub-agent or calls a
+    # tool Claude Code does not have (on llama-server too). It then calls Bash right (5 of 6), but
+    # mostly makes up the output it reports (llama-server renders the same prompt): a task checked by
+    # its effect, greedy as Codex's (Claude Code sends no temperature); docs/apps.md
+    rec, turns = agent_does("claude", BUILD, greedy_server, tmp_path, min_prompt=5000)
     assert len(turns) >= 2
 
 

@@ -85,14 +85,17 @@ def test_a_body_becomes_the_internal_request(client, fake):
     }  # fmt: skip
     assert client.post(URL, json=body).status_code == 200
     req, s = fake.requests[-1], fake.settings[-1]
-    assert [m.role for m in req.messages] == ["system", "user", "assistant", "tool", "tool", "user"]
+    # a message's text before its tool results, as llama.cpp converts it (test_claude_code_prompt.py)
+    assert [m.role for m in req.messages] == ["system", "user", "assistant", "user", "tool", "tool"]
     assistant = req.messages[2]
     assert (assistant.content, assistant.reasoning) == ("Checking.", "Look it up.")
     (call,) = assistant.tool_calls
     assert (call.id, call.name, json.loads(call.arguments)) == ("toolu_1", "get", {"city": "Paris"})
-    assert (req.messages[3].tool_call_id, req.messages[3].content) == ("toolu_1", "sunny")
-    assert req.messages[4].content == "Error: no such city" and req.messages[5].content == "And?"
+    assert req.messages[3].content == "And?"
+    assert (req.messages[4].tool_call_id, req.messages[4].content) == ("toolu_1", "sunny")
+    assert req.messages[5].content == "Error: no such city"
     assert (req.tool_choice, req.forced_tool, req.parallel_tool_calls) == ("required", "get", False)
+    assert req.tools[0].description == ""  # none sent: an empty one, as llama.cpp renders it
     assert req.reasoning is False
     assert (s.max_tokens, s.stop, s.temperature, s.top_k) == (9, ("END",), 0.0, 5)
 

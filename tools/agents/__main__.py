@@ -22,6 +22,7 @@ from typing import Callable
 
 import httpx
 
+from tools.agents import capture
 from tools.agents.clients import ROOT, Endpoint, installed, run
 from tools.agents.record import PeerWatch, Watch
 from tools.agents.tasks import TASKS
@@ -52,9 +53,20 @@ def target_gguf(pair: Path) -> Path:
     return folder / tomllib.loads((folder / "pair.toml").read_text())["pair"]["target"]
 
 
+def folder(agent: str) -> Path:
+    """The run's HOME and work folder: the same path each run, emptied (a failed run's is kept, renamed
+    aside). Claude Code writes its HOME's path into its system prompt ~800 tokens in: a new path each
+    run would leave the server's cached prefix (in memory, on disk) at those 800 tokens."""
+    root = Path(tempfile.gettempdir()) / f"agent-{agent}"  # one for every task: a prefix for all
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir()
+    return root
+
+
 def one(agent: str, task_name: str, ep: Endpoint, watch_of: Callable[[], Watch], timeout: float) -> dict:
     task = TASKS[task_name]
-    root = Path(tempfile.mkdtemp(prefix=f"agent-{agent}-{task_name}-"))
+    root = folder(agent)
     home, work = root / "home", root / "work"
     work.mkdir(parents=True)
     secret = task.setup(work)
@@ -100,6 +112,7 @@ def main() -> None:
     ap.add_argument("--serve-arg", action="append", default=[], help="one more `localspec serve` flag")
     ap.add_argument("--peer-arg", action="append", default=[], help="one more llama-server flag")
     ap.add_argument("--prompt-cache", type=Path, help="the server's --prompt-cache-dir (default: a new one)")
+    ap.add_argument("--capture", type=Path, help="save every request body the agents send here, in order")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a time limit still stops the server
     log = a.log or a.out.with_suffix(".acclog.jsonl")
@@ -117,7 +130,7 @@ def main() -> None:
     if a.peer:  # llama-server writes no acceptance log: its own log says what it did
         log = a.log or a.out.with_suffix(".server.log")
     model = "peer" if a.peer else httpx.get(url + "/health", timeout=5).json().get("model", "local")
-    ep = Endpoint(url, model, a.n_ctx)
+    ep = Endpoint(capture.start(url, a.capture) if a.capture else url, model, a.n_ctx)
     rows = []
     try:
         for agent in a.agents.split(","):
@@ -126,15 +139,22 @@ def main() -> None:
                 continue
             for task in a.tasks.split(","):
                 row = one(agent, task, ep, lambda: (PeerWatch if a.peer else Watch)(url, log), a.timeout)
+                if row["passed"]:
+                    shutil.rmtree(row["folder"], ignore_errors=True)
+                else:  # kept for reading, out of the next run's way
+                    row["folder"] = str(
+                        Path(row["folder"]).rename(f"{row['folder']}-{time.strftime('%H%M%S')}")
+                    )
                 rows.append(row)
                 with a.out.open("a") as f:
                     f.write(json.dumps(row) + "\n")
-                if row["passed"]:
-                    shutil.rmtree(row["folder"], ignore_errors=True)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
+            try:  # llama-server finishes the prompt batch it is in before it looks at the signal
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
     print(table(rows))
 
 

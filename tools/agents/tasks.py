@@ -97,6 +97,13 @@ HELLO = Task(
     lambda work: _command_setup(work, "hello.py"), _command_check,
 )  # fmt: skip
 
+# the same, the tool named as a user of Claude Code names it (its 1.5B, asked without it, mostly
+# starts a sub-agent or calls a tool it does not have: docs/apps.md)
+BASH = Task(
+    "bash", "Use the Bash tool to run `python3 code.py`, then tell me exactly what it printed.",
+    _command_setup, _command_check,
+)  # fmt: skip
+
 
 # -- a command run: its effect checked in the folder --------------------------------------------
 def _script_setup(work: Path) -> str:
@@ -116,5 +123,9 @@ def _script_check(work: Path, out: str, code: str) -> str | None:
 
 
 SCRIPT = Task("script", "Run `python3 build.py` in the current folder.", _script_setup, _script_check)
+# the same, the tool named (as BASH)
+BUILD = Task(
+    "build", "Use the Bash tool to run `python3 build.py` in the current folder.", _script_setup, _script_check
+)  # fmt: skip
 
-TASKS = {t.name: t for t in (CREATE, FIX, COMMAND, HELLO, SCRIPT)}
+TASKS = {t.name: t for t in (CREATE, FIX, COMMAND, HELLO, BASH, SCRIPT, BUILD)}

@@ -86,11 +86,13 @@ def _system(system: str | list[s.Text] | None) -> str:
 
 
 def _turn(i: int, m: s.InputMessage) -> list[internal.Message]:
-    """One Anthropic message -> internal messages: its text; an assistant's tool calls and thinking;
-    a user's tool results, each a message of its own, in the order they came."""
+    """One Anthropic message -> internal messages: its text (and images), an assistant's tool calls
+    and thinking, as one message; then a user's tool results, each a message of its own. The text
+    goes first wherever it was among the results, as llama.cpp converts it: Claude Code sends a
+    `<system-reminder>` after a command's result, and the model reads the result last."""
     if isinstance(m.content, str):
         return [internal.Message(m.role, m.content)]
-    out: list[internal.Message] = []
+    results: list[internal.Message] = []
     text: list[str | bytes] = []  # text and images, in order
     reasoning, calls = [], []
     for j, b in enumerate(m.content):
@@ -101,10 +103,7 @@ def _turn(i: int, m: s.InputMessage) -> list[internal.Message]:
         elif isinstance(b, s.Image) and m.role == "user":
             text.append(_image(b.source, where))
         elif isinstance(b, s.ToolResult) and m.role == "user":
-            if text:  # text before a result is its own user turn
-                out.append(internal.Message("user", *internal.joined(text)))
-                text = []
-            out.append(internal.Message("tool", _result(b, where), tool_call_id=b.tool_use_id))
+            results.append(internal.Message("tool", _result(b, where), tool_call_id=b.tool_use_id))
         elif isinstance(b, s.ToolUse) and m.role == "assistant":
             calls.append(internal.ToolCall(b.id, b.name, json.dumps(b.input, ensure_ascii=False)))
         elif isinstance(b, s.Thinking) and m.role == "assistant":
@@ -114,10 +113,11 @@ def _turn(i: int, m: s.InputMessage) -> list[internal.Message]:
             raise APIError(
                 400, f"content blocks of type {kind!r} are not supported in a {m.role} message", param=where
             )
-    if text or calls or reasoning or not out:
+    out: list[internal.Message] = []
+    if text or calls or reasoning or not results:
         content, images = internal.joined(text)
         out.append(internal.Message(m.role, content, images, tuple(calls), reasoning="".join(reasoning)))
-    return out
+    return out + results
 
 
 def _image(src: s.ImageSource, where: str) -> bytes:
@@ -156,7 +156,8 @@ def _tools(tools: list[s.Tool]) -> tuple[internal.Tool, ...]:
                 "only client tools with an input_schema are supported", param=f"tools.{i}",
             )  # fmt: skip
         if not t.defer_loading:
-            out.append(internal.Tool(t.name, t.description, t.input_schema))
+            # no description is an empty one, as llama.cpp renders it
+            out.append(internal.Tool(t.name, t.description or "", t.input_schema))
     return tuple(out)
 
 
