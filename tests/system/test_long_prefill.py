@@ -73,7 +73,9 @@ def test_the_openai_sdk_streams_a_response_through_the_prefill(server):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=2, timeout=TIMEOUT_S)
 
     def run() -> None:
-        events = list(client.responses.create(model="gpt-5", input=long_prompt(), stream=True, max_output_tokens=4))
+        events = list(
+            client.responses.create(model="gpt-5", input=long_prompt(), stream=True, max_output_tokens=4)
+        )
         kinds = [e.type for e in events]
         assert (
             kinds[:2] == ["response.created", "response.in_progress"]
