@@ -22,6 +22,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from localspec.chat import families, tool_prompt
+from localspec.chat import template as chat
 from localspec.decode.round import decode_round
 from localspec.decode.sampling import SamplingParams
 from localspec.decode.state import Evaluator, SeqState, SpecConfig, Step
@@ -30,6 +32,7 @@ from localspec.draft_len.auto import AutoK
 from localspec.draft_len.controller import Facts, KController, Outcome
 from localspec.draft_len.fixed import FixedK
 from localspec.engine.scheduler import Schedulable
+from localspec.serving.plan import template_message, template_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 GREEDY = SamplingParams(temperature=0.0)
@@ -462,3 +465,12 @@ def need_agent(agent: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"{agent} is not installed: `make npm-clients aider` installs it")
         pytest.skip(f"{agent} is not installed (make npm-clients aider)")
+
+
+def model_reads(req: Any, template: str) -> str:
+    """The prompt text a parsed internal request (any dialect's) renders to under a chat template,
+    tools and all: what the agents' prompt tests compare with llama-server's render."""
+    tools = [template_tool(t) for t in req.tools]
+    msgs = [template_message(m) for m in req.messages]
+    msgs, extra = tool_prompt.prepare(template, msgs, tools, families.detect(template))
+    return chat.render(template, msgs, **extra)

@@ -19,11 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from localspec.chat import families, tool_prompt
-from localspec.chat import template as chat
 from localspec.server.anthropic import messages
 from localspec.server.anthropic.schemas import MessagesBody
-from localspec.serving.plan import template_message, template_tool
+
+from ..helpers import model_reads
 
 DATA = Path(__file__).parents[1] / "data"
 TEMPLATE = (DATA / "templates" / "Qwen-Qwen2.5-Coder-1.5B-Instruct.jinja").read_text()
@@ -31,11 +30,7 @@ BILLING = re.compile(r"^x-anthropic-billing-header:[^\n]*?;(?=You are)", re.M)
 
 
 def rendered(body: dict) -> str:
-    req = messages.parse(MessagesBody.model_validate(body))
-    tools = [template_tool(t) for t in req.tools]
-    msgs = [template_message(m) for m in req.messages]
-    msgs, extra = tool_prompt.prepare(TEMPLATE, msgs, tools, families.detect(TEMPLATE))
-    return chat.render(TEMPLATE, msgs, **extra)
+    return model_reads(messages.parse(MessagesBody.model_validate(body)), TEMPLATE)
 
 
 def peer_minus_ours_on_purpose(turn: str) -> str:

@@ -13,22 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from localspec.chat import families, tool_prompt
-from localspec.chat import template as chat
 from localspec.server.openai import responses
 from localspec.server.openai.responses_schemas import ResponsesRequest
-from localspec.serving.plan import template_message, template_tool
+
+from ..helpers import model_reads
 
 DATA = Path(__file__).parents[1] / "data"
 TEMPLATE = (DATA / "templates" / "Qwen-Qwen2.5-Coder-1.5B-Instruct.jinja").read_text()
 
 
 def rendered(body: dict) -> str:
-    req = responses.parse(ResponsesRequest.model_validate(body))
-    tools = [template_tool(t) for t in req.tools]
-    msgs = [template_message(m) for m in req.messages]
-    msgs, extra = tool_prompt.prepare(TEMPLATE, msgs, tools, families.detect(TEMPLATE))
-    return chat.render(TEMPLATE, msgs, **extra)
+    return model_reads(responses.parse(ResponsesRequest.model_validate(body)), TEMPLATE)
 
 
 @pytest.mark.parametrize("turn", ["first_turn", "second_turn"])
