@@ -90,10 +90,12 @@ def test_a_prefill_slower_than_its_stream_watchdog_is_not_retried(smollm2_path, 
     need_agent("claude")
     log = tmp_path / "acc.jsonl"
     # each prefill round of 32 tokens 0.4 s slower: Claude Code's ~1.9k-token prompt takes 24 s or
-    # more (one suite run saw 11.4 s, not found why; at 0.6 s a round Claude Code once failed outright)
+    # more (one suite run saw 11.4 s, not found why; at 0.6 s a round Claude Code once failed outright);
+    # the answer ends at its first line: greedy SmolLM2 once ran on to 4096 tokens, and Claude Code's
+    # continuation and compaction then passed the context (the date and the folder change its prompt)
     srv = Server(
         smollm2_path, "--n-ctx", "8192", "--parallel", "1", "--temperature", "0", "--lookup", "only",
-        "--n-batch", "32", "--stream-keepalive", "1", "--log", str(log), start_timeout=300,
+        "--n-batch", "32", "--stream-keepalive", "1", "--log", str(log), "--stop", "\n", start_timeout=300,
         env={"LOCALSPEC_TEST_PREFILL_DELAY": "0.4"},
     )  # fmt: skip
     try:
