@@ -72,9 +72,9 @@ def agent_does(agent: str, task: Task, server: Server, tmp_path, min_prompt: int
     assert out.returncode is not None, f"{agent} did not finish in {TIMEOUT_S} s"
     assert task.check(work, out.stdout, secret) is None, (out.stdout[-2000:], out.stderr[-3000:])
     assert out.returncode == 0, out.stderr[-3000:]
-    # nothing cut off; drafts are auto's call: after OpenCode's turns on one server it ran Aider's
-    # request plain (drafts did not pay there), so drafting is not asserted here
-    assert rec.cut == 0, rec
+    # nothing cut off, every request served with speculation on; how many drafts is auto's call (after
+    # OpenCode's turns on one server it ran Aider's request plain: drafts did not pay there)
+    assert rec.cut == 0 and rec.speculative == rec.requests, rec
     turns = [i for i, n in enumerate(rec.prompts) if n > min_prompt]
     assert turns, rec
     assert all(rec.evaluated[i] < 0.2 * rec.prompts[turns[0]] for i in turns[1:]), rec  # the rest: cached

@@ -20,6 +20,7 @@ CUT = ("localspec:requests_cancelled_total", "localspec:requests_failed_total")
 @dataclass
 class TaskRecord:
     requests: int = 0  # finished requests: the agent's model calls (its turns) and side calls
+    speculative: int = 0  # ... of them served with speculation on (auto may still run one plain)
     cut: int = 0  # requests cancelled (the client left: a timeout, a reconnect) or failed
     prompts: list[int] = field(default_factory=list)  # each request's prompt tokens
     evaluated: list[int] = field(default_factory=list)  # ... of them evaluated by the target
@@ -78,6 +79,7 @@ class Watch:
         for line in lines:
             s = line["stats"]
             r.requests += 1
+            r.speculative += s["speculative"]
             r.prompts.append(s["n_prompt_tokens"])
             r.evaluated.append(s["n_prefilled"])
             r.draft_evaluated += s["n_draft_prefilled"]
