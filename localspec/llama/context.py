@@ -147,6 +147,7 @@ class Context(Owner):
         self._shared = [0] * n_seq  # cells below this a copy_prefix may share with another sequence
         self.n_ctx = min(n_ctx, int(C.llama_n_ctx(ptr)))  # per sequence
         self.n_batch = int(C.llama_n_batch(ptr))  # llama.cpp clamps n_batch to n_ctx
+        self.n_ubatch = int(C.llama_n_ubatch(ptr))
         self.n_vocab = model.n_vocab
         self._mem = C.llama_get_memory(ptr)
         self._batch = _Batch(self.n_batch)
@@ -280,6 +281,10 @@ class Context(Owner):
     def _decode(self, items, copy: bool) -> list[np.ndarray]:  # noqa: ANN001
         """Pack the items' tokens into batches of at most n_batch and decode them in order. A batch
         boundary never splits one item's logits rows unless that item alone fills a batch."""
+        if len(items) > 1 and self.rollback == recurrent.RS and not one_ubatch(items, self.n_ubatch):
+            # several ubatches would move cells away from their rs planes (llama/recurrent.py)
+            last = len(items) - 1
+            return [self._decode([it], copy or i < last)[0] for i, it in enumerate(items)]
         tok, pos, owner, want = _pack(items)
         held = tok
         if len(tok) and tok.min() < 0:  # image ids
@@ -379,6 +384,7 @@ class Context(Owner):
         self._retired.clear()
         for s, n in in_call.items():
             self._rollback.after_decode(s, n)
+        self._rollback.after_call(in_call)
         if self.on_decode is not None:  # the MTP head reads this decode's hidden states now
             self.on_decode(list(zip(seq.tolist(), pos.tolist(), tok.tolist())))
         for s, p in zip(seq.tolist(), pos.tolist()):  # each sequence's last position
@@ -549,6 +555,15 @@ def _pack(items) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # no
     owner = np.repeat(np.arange(len(items)), lens)
     want = np.concatenate([np.arange(n) >= n - it[3] for it, n in zip(items, lens)])
     return tok, pos, owner, want
+
+
+def one_ubatch(items, n_ubatch: int) -> bool:  # noqa: ANN001
+    """Whether llama.cpp's equal split takes these items whole in one ubatch: the same number of
+    tokens each, n_ubatch at most in all, sequences in ascending order one apart (the sequential
+    split's rule; the unified hybrid one has none)."""
+    seqs, lens = [it[0] for it in items], {len(it[1]) for it in items}
+    first = seqs[0]
+    return len(lens) == 1 and len(items) * lens.pop() <= n_ubatch and seqs == list(range(first, first + len(seqs)))
 
 
 def _chunk_end(start: int, end: int, owner: np.ndarray, want: np.ndarray) -> int:

@@ -7,6 +7,10 @@ holds one state per sequence - the sum of everything it has read - so llama.cpp 
   the last decode, and `seq_rm` may then drop up to min(n_rs_seq, tokens of that decode - 1) of
   them, once per decode. Only some archs build those snapshots (`llm_arch_supports_rs_rollback`:
   qwen35, qwen35moe, lfm2, nemotron_h, ...); elsewhere llama.cpp quietly sets n_rs_seq to 0.
+  A ubatch of several sequences first gathers their cells side by side (`find_slot` swaps cell
+  records, not the state planes behind them): a sequence moved aside reads another's planes at
+  its next rollback. So `llama.Context` gives llama.cpp one ubatch or one sequence per decode
+  (`one_ubatch`), and a decode of several sequences ends the others' reach (`after_call`).
 - saved state ("snapshot"): `llama_state_seq_get_data_ext(..., PARTIAL_ONLY)` copies a sequence's
   recurrent part (not its KV cells) out, `..._set_data_ext` puts it back; what came after the
   snapshot is then re-evaluated ("replayed") by the caller, as llama-server does around its verify.
@@ -26,7 +30,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Collection
 
 import llama_cpp as C
 
@@ -86,6 +90,9 @@ class KvTruncate:
         pass
 
     def after_decode(self, seq: int, n_tokens: int) -> None:
+        pass
+
+    def after_call(self, seqs: Collection[int]) -> None:
         pass
 
     def truncate(self, seq: int, pos: int, past: int) -> int:
@@ -180,6 +187,14 @@ class RecurrentRollback:
             if s.start + n_tokens == s.want:
                 self.checkpoint(seq, s.want)
             s.want = -1
+
+    def after_call(self, seqs: Collection[int]) -> None:
+        """After one llama_decode of `seqs`: one of several sequences may have moved the others'
+        cells away from their rs planes (the module's note), so only these keep their reach."""
+        if len(seqs) > 1:
+            for i, s in enumerate(self._seqs):
+                if i not in seqs:
+                    s.last_len = 0
 
     def truncate(self, seq: int, pos: int, past: int) -> int:
         s = self._seqs[seq]

@@ -120,3 +120,33 @@ def test_header_facts_agree_with_llama_cpp(hybrid_dir, smollm2_path):
         with Model(path) as m, Context(m, n_ctx=64, n_rs_seq=8) as ctx:
             assert (facts.kind, facts.rollback) == (ctx.memory_kind, ctx.rollback), path.name
             assert header_layers(read_header(path))["mtp"] == n_layer_nextn(m.ptr)
+
+
+@pytest.mark.parametrize("together", [(0, 1, 2), (1, 2)], ids=["unequal-decode", "another-ubatch"])
+def test_a_decode_of_several_sequences_never_strands_a_rollback(hybrid_dir, together):
+    """llama.cpp gathers a ubatch's sequences into adjacent cells by swapping cell records, not the
+    rs planes behind them. With the cells out of order (seq 1, 0, 2), a decode of 3, 5 and 5 tokens
+    (ubatches {0} then {1, 2}), or seq 0 alone and then {1, 2}, moves seq 0 off its planes: its
+    rollback read seq 2's state (logits off by ~11) before the context decoded one sequence or one
+    ubatch a call and ended the reach of those a call moved."""
+    with Model(hybrid_dir / "qwen35.gguf") as m, Context(m, n_ctx=128, n_seq=3, n_rs_seq=8) as ctx:
+        prompts = [m.tokenize(t) for t in ("The quick brown fox", "Once upon a time", "def f(x):")]
+        drafts = [[11, 22, 33], [44, 55, 66, 77, 88], [12, 13, 14, 15, 16]]
+        for s in (1, 0, 2):  # the cells they take
+            ctx.eval(prompts[s], 0, 1, seq=s)
+            ctx.truncate(len(prompts[s]), seq=s)
+        rest = [s for s in (0, 1, 2) if s not in together]
+        for group in ([rest] if rest else []) + [list(together)]:
+            ctx.eval_batch([(s, drafts[s], len(prompts[s]), len(drafts[s])) for s in group])
+        keeps = (2, 3, 4)
+        for s in (0, 1, 2):
+            ctx.truncate(len(prompts[s]) + keeps[s], seq=s)
+        with Context(m, n_ctx=128) as ref:
+            for s in (0, 1, 2):
+                tokens = prompts[s] + drafts[s][: keeps[s]] + [99]
+                past = ctx.past(s)
+                got = ctx.eval(tokens[past:], past, 1, seq=s)[0]
+                want = ref.eval(tokens, 0, 1)[0]
+                ref.reset()
+                np.testing.assert_allclose(got, want, atol=0.05)
+        assert ctx.rollback_stats.rs_rollbacks >= 2
