@@ -563,7 +563,11 @@ def one_ubatch(items, n_ubatch: int) -> bool:  # noqa: ANN001
     split's rule; the unified hybrid one has none)."""
     seqs, lens = [it[0] for it in items], {len(it[1]) for it in items}
     first = seqs[0]
-    return len(lens) == 1 and len(items) * lens.pop() <= n_ubatch and seqs == list(range(first, first + len(seqs)))
+    return (
+        len(lens) == 1
+        and len(items) * lens.pop() <= n_ubatch
+        and seqs == list(range(first, first + len(seqs)))
+    )
 
 
 def _chunk_end(start: int, end: int, owner: np.ndarray, want: np.ndarray) -> int:
