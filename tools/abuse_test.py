@@ -426,8 +426,12 @@ def _server_cpu(args: argparse.Namespace) -> float:
 
 
 async def _model_name(client: httpx.AsyncClient) -> str:
-    """The served model's name, as Ollama's clients learn it."""
-    return (await client.get("/api/tags")).json()["models"][0]["model"]
+    """The served model's name, as Ollama's clients learn it (OpenAI's list where a server, such as
+    llama-server, has no Ollama API)."""
+    tags = (await client.get("/api/tags")).json()
+    if tags.get("models"):
+        return tags["models"][0]["model"]
+    return (await client.get("/v1/models")).json()["data"][0]["id"]
 
 
 def _auth(args: argparse.Namespace) -> dict[str, str]:
