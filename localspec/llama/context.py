@@ -165,6 +165,8 @@ class Context(Owner):
         self.memory_kind = recurrent.memory_kind(model.ptr)
         self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq, self.position)
         self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
+        # llama.cpp splits a unified hybrid memory's batch in any order, a recurrent one's by sequence
+        self._rs_sequential = self.memory_kind != recurrent.HYBRID
         self.max_draft = self._rollback.n_rs if self.rollback == recurrent.RS else None
         self.prefix_copy = self.rollback == recurrent.TRUNCATE  # a recurrent state is one per sequence
         self.checkpoints = self.rollback != recurrent.TRUNCATE  # a KV cache keeps every prefix anyway
@@ -281,10 +283,12 @@ class Context(Owner):
     def _decode(self, items, copy: bool) -> list[np.ndarray]:  # noqa: ANN001
         """Pack the items' tokens into batches of at most n_batch and decode them in order. A batch
         boundary never splits one item's logits rows unless that item alone fills a batch."""
-        if len(items) > 1 and self.rollback == recurrent.RS and not one_ubatch(items, self.n_ubatch):
-            # several ubatches would move cells away from their rs planes (llama/recurrent.py)
-            last = len(items) - 1
-            return [self._decode([it], copy or i < last)[0] for i, it in enumerate(items)]
+        if len(items) > 1 and self.rollback == recurrent.RS:
+            calls = recurrent.rs_calls(
+                [len(it[1]) for it in items], [it[0] for it in items], self.n_ubatch, self._rs_sequential
+            )
+            if len(calls) > 1:  # several ubatches would move cells off their rs planes (llama/recurrent.py)
+                return self._decode_calls(items, calls, copy)
         tok, pos, owner, want = _pack(items)
         held = tok
         if len(tok) and tok.min() < 0:  # image ids
@@ -317,6 +321,15 @@ class Context(Owner):
                     parts[idx].append(logits[r0:r1])
             start = end
         return [image_rows.joined(ps, self.n_vocab) for ps in parts]
+
+    def _decode_calls(self, items, calls: list[list[int]], copy: bool) -> list[np.ndarray]:  # noqa: ANN001
+        """`_decode` of the items in these llama_decode calls (item indices each), rows in item order:
+        copies but for the last call's (the next decode overwrites llama.cpp's buffers)."""
+        out: list[np.ndarray] = [np.empty(0)] * len(items)
+        for n, idx in enumerate(calls):
+            for i, rows in zip(idx, self._decode([items[i] for i in idx], copy or n < len(calls) - 1)):
+                out[i] = rows
+        return out
 
     def _top_rows(self, first: int, n: int) -> TopLogits:
         """Rows first.. (negative: counted from the decode's last output) as the backend's top-k
@@ -555,19 +568,6 @@ def _pack(items) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # no
     owner = np.repeat(np.arange(len(items)), lens)
     want = np.concatenate([np.arange(n) >= n - it[3] for it, n in zip(items, lens)])
     return tok, pos, owner, want
-
-
-def one_ubatch(items, n_ubatch: int) -> bool:  # noqa: ANN001
-    """Whether llama.cpp's equal split takes these items whole in one ubatch: the same number of
-    tokens each, n_ubatch at most in all, sequences in ascending order one apart (the sequential
-    split's rule; the unified hybrid one has none)."""
-    seqs, lens = [it[0] for it in items], {len(it[1]) for it in items}
-    first = seqs[0]
-    return (
-        len(lens) == 1
-        and len(items) * lens.pop() <= n_ubatch
-        and seqs == list(range(first, first + len(seqs)))
-    )
 
 
 def _chunk_end(start: int, end: int, owner: np.ndarray, want: np.ndarray) -> int:

@@ -9,8 +9,9 @@ holds one state per sequence - the sum of everything it has read - so llama.cpp 
   qwen35, qwen35moe, lfm2, nemotron_h, ...); elsewhere llama.cpp quietly sets n_rs_seq to 0.
   A ubatch of several sequences first gathers their cells side by side (`find_slot` swaps cell
   records, not the state planes behind them): a sequence moved aside reads another's planes at
-  its next rollback. So `llama.Context` gives llama.cpp one ubatch or one sequence per decode
-  (`one_ubatch`), and a decode of several sequences ends the others' reach (`after_call`).
+  its next rollback. So `llama.Context` decodes several sequences in one ubatch first and then
+  one sequence a call (`rs_calls`), and a decode of several sequences ends the others' reach
+  (`after_call`).
 - saved state ("snapshot"): `llama_state_seq_get_data_ext(..., PARTIAL_ONLY)` copies a sequence's
   recurrent part (not its KV cells) out, `..._set_data_ext` puts it back; what came after the
   snapshot is then re-evaluated ("replayed") by the caller, as llama-server does around its verify.
@@ -30,7 +31,7 @@ from __future__ import annotations
 import ctypes
 import time
 from dataclasses import dataclass
-from typing import Callable, Collection
+from typing import Callable, Collection, Sequence
 
 import llama_cpp as C
 
@@ -308,3 +309,22 @@ def rollback_for(model_ptr, ctx_ptr, mem, n_seq: int, where: Where = _same) -> K
     if memory_kind(model_ptr) == ATTENTION:
         return KvTruncate(mem, where)
     return RecurrentRollback(LlamaState(ctx_ptr, mem, where), n_seq)
+
+
+def rs_calls(lens: Sequence[int], seqs: Sequence[int], n_ubatch: int, sequential: bool) -> list[list[int]]:
+    """The llama_decode calls (item indices) for items of `lens` tokens of sequences `seqs` on an rs
+    memory: first the largest set of one length that llama.cpp's equal split takes whole in one
+    ubatch (at most n_ubatch tokens; with a `sequential` split, ascending sequences one apart), then
+    each other item alone. A gather moves cells only in a ubatch of several sequences: after the
+    first call, no call moves a cell whose planes this round's rollbacks read (the module's note)."""
+    by_len: dict[int, list[int]] = {}
+    for i, n in enumerate(lens):
+        by_len.setdefault(n, []).append(i)
+    group: list[int] = []
+    for n, idx in by_len.items():
+        idx = idx[: max(1, n_ubatch // n)]
+        if sequential and [seqs[i] for i in idx] != list(range(seqs[idx[0]], seqs[idx[0]] + len(idx))):
+            idx = idx[:1]
+        group = idx if len(idx) > len(group) else group
+    rest = [[i] for i in range(len(lens)) if i not in group]
+    return [group, *rest] if len(group) > 1 else [[i] for i in range(len(lens))]
