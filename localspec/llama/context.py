@@ -165,8 +165,6 @@ class Context(Owner):
         self.memory_kind = recurrent.memory_kind(model.ptr)
         self._rollback = recurrent.rollback_for(model.ptr, ptr, self._mem, n_seq, self.position)
         self.rollback = self._rollback.kind  # truncate | rs | snapshot (llama/recurrent.py)
-        # llama.cpp splits a unified hybrid memory's batch in any order, a recurrent one's by sequence
-        self._rs_sequential = self.memory_kind != recurrent.HYBRID
         self.max_draft = self._rollback.n_rs if self.rollback == recurrent.RS else None
         self.prefix_copy = self.rollback == recurrent.TRUNCATE  # a recurrent state is one per sequence
         self.checkpoints = self.rollback != recurrent.TRUNCATE  # a KV cache keeps every prefix anyway
@@ -284,8 +282,10 @@ class Context(Owner):
         """Pack the items' tokens into batches of at most n_batch and decode them in order. A batch
         boundary never splits one item's logits rows unless that item alone fills a batch."""
         if len(items) > 1 and self.rollback == recurrent.RS:
+            # llama.cpp splits a unified hybrid memory's batch in any order, a recurrent one's by sequence
+            sequential = self.memory_kind != recurrent.HYBRID
             calls = recurrent.rs_calls(
-                [len(it[1]) for it in items], [it[0] for it in items], self.n_ubatch, self._rs_sequential
+                [len(it[1]) for it in items], [it[0] for it in items], self.n_ubatch, sequential
             )
             if len(calls) > 1:  # several ubatches would move cells off their rs planes (llama/recurrent.py)
                 return self._decode_calls(items, calls, copy)

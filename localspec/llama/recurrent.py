@@ -326,5 +326,6 @@ def rs_calls(lens: Sequence[int], seqs: Sequence[int], n_ubatch: int, sequential
         if sequential and [seqs[i] for i in idx] != list(range(seqs[idx[0]], seqs[idx[0]] + len(idx))):
             idx = idx[:1]
         group = idx if len(idx) > len(group) else group
+    group = group if len(group) > 1 else []
     rest = [[i] for i in range(len(lens)) if i not in group]
-    return [group, *rest] if len(group) > 1 else [[i] for i in range(len(lens))]
+    return [group, *rest] if group else rest
